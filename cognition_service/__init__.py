@@ -1,0 +1,1 @@
+"""The cognition pipeline: assemble, ground, dispatch, gate, commit; model calls only via the gateway."""

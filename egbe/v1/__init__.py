@@ -1,0 +1,1 @@
+"""Generated egbe-protocol code; regenerate with scripts/gen_protos.py."""

@@ -1,0 +1,1 @@
+"""Moirai: the deterministic per-tick scheduler co-located with a world server."""

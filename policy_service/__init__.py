@@ -1,0 +1,1 @@
+"""Isis policy gate and Sophia grounding: fail-closed evaluators."""

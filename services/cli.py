@@ -1,0 +1,178 @@
+"""The `egbe` command: run services, check health, inspect budgets, and run the demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.logging import configure_logging
+from services.runtime import published_targets, serve_until_signalled
+from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+
+
+def _settings(args: argparse.Namespace) -> EgbeSettings:
+    overrides: dict[str, object] = {}
+    if args.config is not None:
+        overrides["config_file"] = args.config
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
+    settings = load_settings(**overrides)
+    configure_logging(settings.log_format, settings.log_level)
+    return settings
+
+
+def _with_listen_overrides(settings: EgbeSettings, args: argparse.Namespace) -> EgbeSettings:
+    """`--ephemeral-ports` binds port 0 everywhere; `--unix-socket-dir` serves on unix sockets."""
+    endpoints = dict(settings.endpoints)
+    for name, endpoint in endpoints.items():
+        if args.unix_socket_dir is not None:
+            endpoints[name] = Endpoint(
+                host=endpoint.host, port=0, unix_socket=args.unix_socket_dir / f"{name}.sock"
+            )
+        elif args.ephemeral_ports:
+            endpoints[name] = Endpoint(host=endpoint.host, port=0)
+    return settings.model_copy(update={"endpoints": endpoints})
+
+
+async def check_health(targets: dict[str, str], deadline_seconds: float) -> dict[str, str]:
+    """Health status name per service ("SERVING", "NOT_SERVING", "UNREACHABLE: ...")."""
+
+    async def one(target: str) -> str:
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=deadline_seconds)
+            except grpc.aio.AioRpcError as exc:
+                return f"UNREACHABLE: {exc.code().name}"
+            return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+    names = list(targets)
+    statuses = await asyncio.gather(*(one(targets[n]) for n in names))
+    return dict(zip(names, statuses, strict=True))
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    targets = published_targets(settings)
+    statuses = asyncio.run(check_health(targets, args.timeout))
+    for name, status in statuses.items():
+        print(f"{name:<10} {status:<24} {targets[name]}")
+    return 0 if all(s == "SERVING" for s in statuses.values()) else 1
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    settings = _with_listen_overrides(_settings(args), args)
+    asyncio.run(serve_until_signalled(SERVICE_NAMES, settings))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    settings = _with_listen_overrides(_settings(args), args)
+    asyncio.run(serve_until_signalled([args.service], settings))
+    return 0
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    try:
+        version = metadata.version("egbe")
+    except metadata.PackageNotFoundError:
+        version = "0+unknown (not installed)"
+    print(f"egbe {version} (protocol egbe.v1)")
+    return 0
+
+
+def cmd_budget_worst_case(args: argparse.Namespace) -> int:
+    from gateway.budget import evaluate_budget, resolve_world_cap, worst_case_requests
+    from gateway.config import TIER_NAMES, BudgetConfig
+
+    config = BudgetConfig()
+    evaluation = evaluate_budget(worst_case_requests(config), config, resolve_world_cap(config))
+    tiers: dict[str, dict[str, int]] = {}
+    for allocation in evaluation.allocations:
+        tier = tiers.setdefault(
+            TIER_NAMES[allocation.request.tier],
+            {"requests": 0, "requested_tokens": 0, "allowed_tokens": 0, "deferred_tokens": 0},
+        )
+        tier["requests"] += 1
+        tier["requested_tokens"] += allocation.request.requested_tokens
+        tier["allowed_tokens"] += allocation.allowed_tokens
+        tier["deferred_tokens"] += allocation.deferred_tokens
+    report = {
+        "world_cap_tokens": evaluation.world_cap_tokens,
+        "total_allowed_tokens": evaluation.total_allowed_tokens,
+        "total_deferred_tokens": evaluation.total_deferred_tokens,
+        "world_cap_held": evaluation.world_cap_held,
+        "tiers": tiers,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"world cap        {report['world_cap_tokens']:>14,} tokens / real hour")
+        for name, tier in tiers.items():
+            print(f"{name:<9} allowed {tier['allowed_tokens']:>14,}  deferred {tier['deferred_tokens']:>14,}")
+        allowed, deferred = evaluation.total_allowed_tokens, evaluation.total_deferred_tokens
+        print(f"total     allowed {allowed:>14,}  deferred {deferred:>14,}")
+        print(f"cap held: {evaluation.world_cap_held}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from services.demo import run_demo
+
+    return run_demo(_settings(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="egbe", description=__doc__)
+    parser.add_argument("--config", type=Path, help="TOML settings file (below EGBE_* env in precedence)")
+    parser.add_argument("--data-dir", type=Path, help="where embedded state lives (default .egbe)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def listen_options(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--ephemeral-ports", action="store_true", help="bind port 0 (tests)")
+        command.add_argument("--unix-socket-dir", type=Path, help="serve on unix sockets in this folder")
+
+    up = commands.add_parser("up", help="serve every service in one process (embedded)")
+    listen_options(up)
+    up.set_defaults(run=cmd_up)
+
+    serve = commands.add_parser("serve", help="serve one service")
+    serve.add_argument("service", choices=SERVICE_NAMES)
+    listen_options(serve)
+    serve.set_defaults(run=cmd_serve)
+
+    health = commands.add_parser(
+        "health", help="print each service's gRPC health; non-zero unless all SERVING"
+    )
+    health.add_argument("--timeout", type=float, default=3.0)
+    health.set_defaults(run=cmd_health)
+
+    commands.add_parser("version", help="print the version").set_defaults(run=cmd_version)
+
+    budget = commands.add_parser("budget", help="budget arithmetic")
+    budget_commands = budget.add_subparsers(dest="budget_command", required=True)
+    worst = budget_commands.add_parser("worst-case", help="the launch-ceiling Solo world against the cap")
+    worst.add_argument("--json", action="store_true")
+    worst.set_defaults(run=cmd_budget_worst_case)
+
+    demo = commands.add_parser("demo", help="run the reference world against the services")
+    demo.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

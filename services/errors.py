@@ -1,0 +1,141 @@
+"""Domain exceptions every service raises, and their one mapping to gRPC status with google.rpc details."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+ERROR_DOMAIN = "egbe.dev"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One invalid field: a path such as `batch.columns.slots` and what is wrong with it."""
+
+    field: str
+    description: str
+
+
+class EgbeError(Exception):
+    """Base of every error a servicer may raise; `code` and `reason` never change meaning."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    reason: str = "INTERNAL"
+
+    def __init__(self, message: str, *, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata = dict(metadata or {})
+
+    def details(self) -> list[any_pb2.Any]:
+        """google.rpc detail messages carried with the status."""
+        info = any_pb2.Any()
+        info.Pack(
+            error_details_pb2.ErrorInfo(reason=self.reason, domain=ERROR_DOMAIN, metadata=self.metadata)
+        )
+        return [info]
+
+
+class InvalidArgument(EgbeError):
+    """The request is malformed; nothing was applied."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, violations: Iterable[FieldViolation]) -> None:
+        self.violations = list(violations)
+        if not self.violations:
+            raise ValueError("InvalidArgument needs at least one field violation")
+        summary = "; ".join(f"{v.field}: {v.description}" for v in self.violations)
+        super().__init__(f"invalid argument: {summary}")
+
+    @classmethod
+    def field(cls, field: str, description: str) -> InvalidArgument:
+        return cls([FieldViolation(field, description)])
+
+    def details(self) -> list[any_pb2.Any]:
+        bad_request = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                for v in self.violations
+            ]
+        )
+        packed = any_pb2.Any()
+        packed.Pack(bad_request)
+        return [packed, *super().details()]
+
+
+class NotFound(EgbeError):
+    code = grpc.StatusCode.NOT_FOUND
+    reason = "NOT_FOUND"
+
+
+class AlreadyExists(EgbeError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+    reason = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(EgbeError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "FAILED_PRECONDITION"
+
+
+class Aborted(EgbeError):
+    """A concurrency conflict or a run stopped by an operator control."""
+
+    code = grpc.StatusCode.ABORTED
+    reason = "ABORTED"
+
+
+class ResourceExhausted(EgbeError):
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    reason = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(EgbeError):
+    """A dependency (database, peer service) cannot be reached; callers fail closed."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "UNAVAILABLE"
+
+
+class Unauthenticated(EgbeError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+    reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(EgbeError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+    reason = "PERMISSION_DENIED"
+
+
+class NotBuilt(EgbeError):
+    """A capability owned by a later piece of work: says so loudly instead of faking success."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+    reason = "NOT_BUILT"
+
+    def __init__(self, capability: str) -> None:
+        super().__init__(f"{capability} is not built yet", metadata={"capability": capability})
+
+
+def to_rpc_status(error: EgbeError) -> status_pb2.Status:
+    """The google.rpc.Status for a domain error, details included."""
+    code_value = error.code.value[0]
+    assert code_pb2.Code.Name(code_value)  # every grpc.StatusCode is a google.rpc code
+    return status_pb2.Status(code=code_value, message=error.message, details=error.details())
+
+
+def field_violations(status: status_pb2.Status) -> list[FieldViolation]:
+    """Field violations carried in a status's BadRequest detail (for clients and tests)."""
+    found: list[FieldViolation] = []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad_request = error_details_pb2.BadRequest()
+            detail.Unpack(bad_request)
+            found.extend(FieldViolation(v.field, v.description) for v in bad_request.field_violations)
+    return found

@@ -1,0 +1,118 @@
+"""Starts one service or all of them in one process, publishes their endpoints, and stops them on a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from services.auth import TokenStore, ensure_embedded_tokens
+from services.logging import get_logger
+from services.server import RunningService, ServiceBundle, start_service
+from services.settings import SERVICE_NAMES, EgbeSettings, Mode
+
+log = get_logger(__name__)
+
+BundleBuilder = Callable[[EgbeSettings, TokenStore], Awaitable[ServiceBundle]]
+
+# Each service's package owns its bundle; imported lazily so `egbe serve kernel` loads only the kernel.
+BUNDLE_BUILDERS = {
+    name: f"{package}.server:build_bundle"
+    for name, package in {
+        "kernel": "kernel_service",
+        "gateway": "gateway",
+        "cognition": "cognition_service",
+        "policy": "policy_service",
+        "biography": "biography_service",
+    }.items()
+}
+assert tuple(BUNDLE_BUILDERS) == SERVICE_NAMES
+
+
+def builder_for(name: str) -> BundleBuilder:
+    module_name, attribute = BUNDLE_BUILDERS[name].split(":")
+    builder: BundleBuilder = getattr(importlib.import_module(module_name), attribute)
+    return builder
+
+
+def load_tokens(settings: EgbeSettings) -> TokenStore:
+    """Production reads the configured tokens file; embedded mode generates one on first start."""
+    if settings.tokens_file is not None:
+        return TokenStore.load(settings.tokens_file)
+    if settings.mode is Mode.PRODUCTION:
+        raise ValueError("tokens_file (EGBE_TOKENS_FILE) is required in production mode")
+    return ensure_embedded_tokens(embedded_tokens_path(settings))
+
+
+def embedded_tokens_path(settings: EgbeSettings) -> Path:
+    return settings.data_dir / "tokens.json"
+
+
+def endpoints_path(settings: EgbeSettings) -> Path:
+    return settings.data_dir / "endpoints.json"
+
+
+def published_targets(settings: EgbeSettings) -> dict[str, str]:
+    """Where each service can be dialled: what a running `egbe up` published, else the settings."""
+    targets = {name: endpoint.target() for name, endpoint in settings.endpoints.items()}
+    path = endpoints_path(settings)
+    if path.is_file():
+        published = json.loads(path.read_text())
+        targets.update({name: published[name] for name in SERVICE_NAMES if name in published})
+    return targets
+
+
+def _publish(settings: EgbeSettings, running: Sequence[RunningService]) -> None:
+    path = endpoints_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = json.loads(path.read_text()) if path.is_file() else {}
+    existing.update({r.bundle.name: r.target for r in running})
+    existing["pid"] = os.getpid()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(existing, indent=2) + "\n")
+    tmp.replace(path)
+
+
+async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[RunningService]:
+    """Build and start the named services; on any failure, stop what already started."""
+    tokens = load_tokens(settings)
+    running: list[RunningService] = []
+    try:
+        for name in names:
+            bundle = await builder_for(name)(settings, tokens)
+            running.append(await start_service(bundle, settings.endpoints[name], tokens, settings))
+    except BaseException:
+        await stop_services(running, settings)
+        raise
+    _publish(settings, running)
+    return running
+
+
+def _unpublish(settings: EgbeSettings) -> None:
+    """Remove the endpoints file if this process published it, so nobody dials a dead server."""
+    path = endpoints_path(settings)
+    if path.is_file() and json.loads(path.read_text()).get("pid") == os.getpid():
+        path.unlink()
+
+
+async def stop_services(running: Sequence[RunningService], settings: EgbeSettings) -> None:
+    await asyncio.gather(*(service.stop() for service in running))
+    if running:
+        _unpublish(settings)
+
+
+async def serve_until_signalled(names: Sequence[str], settings: EgbeSettings) -> None:
+    """Run until SIGTERM or SIGINT, then drain in-flight calls and stop."""
+    running = await start_services(names, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("egbe serving", services=list(names), endpoints={r.bundle.name: r.target for r in running})
+    await stop.wait()
+    log.info("shutting down", grace_seconds=settings.shutdown_grace_seconds)
+    await stop_services(running, settings)

@@ -1,0 +1,212 @@
+"""grpc.aio server bootstrap: auth + error-mapping interceptor, health, reflection, graceful shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+
+from services.auth import Role, TokenStore, authorize
+from services.errors import EgbeError, to_rpc_status
+from services.grpc_types import Context, MethodHandler, ServerInterceptor
+from services.logging import get_logger
+from services.settings import EgbeSettings, Endpoint
+
+log = get_logger(__name__)
+
+# Probes and tooling must reach these without a token.
+PUBLIC_SERVICES = frozenset(
+    {
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        "grpc.reflection.v1alpha.ServerReflection",
+        "grpc.reflection.v1.ServerReflection",
+    }
+)
+
+AddServicer = Callable[[Any, grpc.aio.Server], None]
+
+
+@dataclass
+class ServiceBundle:
+    """What one Egbe service contributes to a server: servicers, the roles per RPC, a close hook."""
+
+    name: str
+    servicers: list[tuple[AddServicer, Any]]
+    # Full gRPC service name -> {method name -> admitted roles}; every method must be listed.
+    method_roles: Mapping[str, Mapping[str, frozenset[Role]]]
+    close: Callable[[], Awaitable[None]] | None = None
+    # Extra metadata shown by health tooling, e.g. {"core": "c"}.
+    info: dict[str, str] = field(default_factory=dict)
+
+    def roles_for(self, full_method: str) -> frozenset[Role] | None:
+        """Roles admitted to `/pkg.Service/Method`, or None when the method is not declared."""
+        _, service, method = full_method.split("/", 2)
+        return self.method_roles.get(service, {}).get(method)
+
+
+def _status_for(error: EgbeError) -> grpc.Status:
+    return rpc_status.to_status(to_rpc_status(error))
+
+
+class ChassisInterceptor(ServerInterceptor):
+    """Authenticates, authorizes, binds log context and maps domain errors for every RPC."""
+
+    def __init__(self, bundle: ServiceBundle, tokens: TokenStore) -> None:
+        self._bundle = bundle
+        self._tokens = tokens
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> MethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        service = method.split("/")[1] if method.count("/") >= 2 else ""
+        if handler is None or service in PUBLIC_SERVICES:
+            return handler
+        return _wrap_handler(handler, self._guard(method, handler_call_details.invocation_metadata))
+
+    def _guard(self, method: str, metadata: Any) -> Callable[[], None]:
+        def check() -> None:
+            structlog.contextvars.clear_contextvars()
+            structlog.contextvars.bind_contextvars(service=self._bundle.name)
+            role = self._tokens.role_of({k: v for k, v in metadata or () if isinstance(v, str)})
+            admitted = self._bundle.roles_for(method)
+            authorize(role, admitted or frozenset(), method)
+
+        return check
+
+
+def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHandler:
+    """Run `check` first and turn EgbeError into a status with details, for all four call shapes."""
+
+    async def abort(context: Context, error: EgbeError) -> None:
+        status = _status_for(error)
+        await context.abort(status.code, status.details, status.trailing_metadata)
+
+    behaviours: Any = handler
+    if behaviours.unary_unary is not None:
+        inner_uu = behaviours.unary_unary
+
+        async def unary_unary(request: Any, context: Context) -> Any:
+            try:
+                check()
+                return await inner_uu(request, context)
+            except EgbeError as error:
+                await abort(context, error)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary_unary, handler.request_deserializer, handler.response_serializer
+        )
+    if behaviours.unary_stream is not None:
+        inner_us = behaviours.unary_stream
+
+        async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
+            try:
+                check()
+                async for item in inner_us(request, context):
+                    yield item
+            except EgbeError as error:
+                await abort(context, error)
+
+        return grpc.unary_stream_rpc_method_handler(
+            unary_stream, handler.request_deserializer, handler.response_serializer
+        )
+    if behaviours.stream_unary is not None:
+        inner_su = behaviours.stream_unary
+
+        async def stream_unary(requests: Any, context: Context) -> Any:
+            try:
+                check()
+                return await inner_su(requests, context)
+            except EgbeError as error:
+                await abort(context, error)
+
+        return grpc.stream_unary_rpc_method_handler(
+            stream_unary, handler.request_deserializer, handler.response_serializer
+        )
+    inner_ss = behaviours.stream_stream
+
+    async def stream_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
+        try:
+            check()
+            async for item in inner_ss(requests, context):
+                yield item
+        except EgbeError as error:
+            await abort(context, error)
+
+    return grpc.stream_stream_rpc_method_handler(
+        stream_stream, handler.request_deserializer, handler.response_serializer
+    )
+
+
+def channel_options(settings: EgbeSettings) -> list[tuple[str, Any]]:
+    """Message-size limits shared by servers and clients."""
+    return [
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+    ]
+
+
+@dataclass
+class RunningService:
+    """A started server: where it listens and how to stop it gracefully."""
+
+    bundle: ServiceBundle
+    server: grpc.aio.Server
+    health: HealthServicer
+    target: str
+    grace_seconds: float
+
+    async def stop(self) -> None:
+        """Report NOT_SERVING, drain in-flight calls for the grace period, then close the service."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self.grace_seconds)
+        if self.bundle.close is not None:
+            await self.bundle.close()
+        log.info("service stopped", service=self.bundle.name)
+
+
+def _bind(server: grpc.aio.Server, endpoint: Endpoint) -> str:
+    if endpoint.unix_socket is not None:
+        path = Path(endpoint.unix_socket)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a stale socket from a killed process
+        server.add_insecure_port(f"unix:{path}")
+        return f"unix:{path}"
+    port = server.add_insecure_port(f"{endpoint.host}:{endpoint.port}")
+    if port == 0:
+        raise OSError(f"could not bind {endpoint.host}:{endpoint.port}")
+    return f"{endpoint.host}:{port}"
+
+
+async def start_service(
+    bundle: ServiceBundle, endpoint: Endpoint, tokens: TokenStore, settings: EgbeSettings
+) -> RunningService:
+    """Serve one bundle on its endpoint with health and reflection; returns once it is SERVING."""
+    server = grpc.aio.server(
+        interceptors=[ChassisInterceptor(bundle, tokens)], options=channel_options(settings)
+    )
+    for add, servicer in bundle.servicers:
+        add(servicer, server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    names = [*bundle.method_roles, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+    reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], server)
+    target = _bind(server, endpoint)
+    await server.start()
+    for name in ["", *bundle.method_roles]:
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("service serving", service=bundle.name, target=target, **bundle.info)
+    return RunningService(bundle, server, health, target, settings.shutdown_grace_seconds)

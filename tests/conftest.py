@@ -1,0 +1,81 @@
+"""Shared fixtures: an `egbe up` subprocess on ephemeral ports, and clients with each role's token."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class EmbeddedEgbe:
+    """A running `egbe up` process: its endpoints and its generated tokens."""
+
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+    targets: dict[str, str]
+    tokens: dict[str, str]
+
+
+def start_embedded(data_dir: Path, *extra_args: str, timeout: float = 30.0) -> EmbeddedEgbe:
+    """Start `python -m services.cli up` and wait until it has published every endpoint."""
+    env = {**os.environ, "EGBE_LOG_FORMAT": "json"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "--data-dir",
+            str(data_dir),
+            "up",
+            "--ephemeral-ports",
+            *extra_args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    endpoints = data_dir / "endpoints.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            stderr = process.stderr.read().decode() if process.stderr else ""
+            raise RuntimeError(f"egbe up exited with {process.returncode}: {stderr}")
+        if endpoints.is_file():
+            published = json.loads(endpoints.read_text())
+            if published.get("pid") == process.pid:
+                targets = {k: v for k, v in published.items() if k != "pid"}
+                tokens = json.loads((data_dir / "tokens.json").read_text())
+                return EmbeddedEgbe(process, data_dir, targets, tokens)
+        time.sleep(0.05)
+    process.kill()
+    raise TimeoutError("egbe up did not publish its endpoints in time")
+
+
+def stop_embedded(egbe: EmbeddedEgbe) -> int:
+    """SIGTERM and wait; returns the exit code."""
+    if egbe.process.poll() is None:
+        egbe.process.send_signal(signal.SIGTERM)
+    try:
+        return egbe.process.wait(timeout=30)
+    finally:
+        if egbe.process.poll() is None:
+            egbe.process.kill()
+
+
+@pytest.fixture(scope="session")
+def embedded_egbe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEgbe]:
+    egbe = start_embedded(tmp_path_factory.mktemp("egbe-up"))
+    yield egbe
+    stop_embedded(egbe)

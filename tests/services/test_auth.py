@@ -1,0 +1,97 @@
+"""Bearer tokens, role checks and the embedded token file."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from services.auth import Role, TokenStore, authorize, bearer_metadata, ensure_embedded_tokens
+from services.errors import PermissionDenied, Unauthenticated
+
+WORLD_TOKEN = "w" * 24
+OPERATOR_TOKEN = "o" * 24
+
+
+@pytest.fixture
+def store() -> TokenStore:
+    return TokenStore({Role.WORLD: [WORLD_TOKEN], Role.OPERATOR: [OPERATOR_TOKEN]})
+
+
+def test_known_token_resolves_to_its_role(store: TokenStore) -> None:
+    assert store.role_of(dict(bearer_metadata(WORLD_TOKEN))) is Role.WORLD
+    assert store.role_of(dict(bearer_metadata(OPERATOR_TOKEN))) is Role.OPERATOR
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {},
+        {"authorization": "Bearer " + "x" * 24},
+        {"authorization": WORLD_TOKEN},
+        {"authorization": "Basic abc"},
+    ],
+)
+def test_missing_wrong_or_malformed_token_is_unauthenticated(
+    store: TokenStore, metadata: dict[str, str]
+) -> None:
+    with pytest.raises(Unauthenticated):
+        store.role_of(metadata)
+
+
+def test_role_not_admitted_is_permission_denied() -> None:
+    with pytest.raises(
+        PermissionDenied, match=r"role 'world' may not call /egbe\.v1\.OperatorService/KillOri"
+    ):
+        authorize(Role.WORLD, frozenset({Role.OPERATOR}), "/egbe.v1.OperatorService/KillOri")
+
+
+def test_admitted_role_passes() -> None:
+    authorize(Role.OPERATOR, frozenset({Role.OPERATOR}), "/x.Y/Z")
+
+
+def test_undeclared_method_admits_nobody() -> None:
+    with pytest.raises(PermissionDenied, match="nobody"):
+        authorize(Role.SERVICE, frozenset(), "/x.Y/Undeclared")
+
+
+def test_short_tokens_are_refused() -> None:
+    with pytest.raises(ValueError, match="shorter than 16"):
+        TokenStore({Role.WORLD: ["short"]})
+
+
+def test_embedded_tokens_are_generated_owner_only_and_reused(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "tokens.json"
+    first = ensure_embedded_tokens(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert set(json.loads(path.read_text())) == {r.value for r in Role}
+    second = ensure_embedded_tokens(path)
+    for role in Role:
+        assert first.token_for(role) == second.token_for(role)
+    assert len({first.token_for(r) for r in Role}) == 3
+
+
+def test_world_readable_token_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    ensure_embedded_tokens(path)
+    path.chmod(0o644)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        ensure_embedded_tokens(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[]", "JSON object"),
+        ('{"admin": "x"}', "unknown role"),
+        ('{"world": 3}', "string or a list"),
+        ("{", "unreadable"),
+    ],
+)
+def test_malformed_token_files_are_refused(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "tokens.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        TokenStore.load(path)
