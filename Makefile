@@ -42,6 +42,7 @@ buf-breaking: $(BUF)
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 typecheck: install
 	$(VENV)/bin/mypy $(TYPED)

@@ -79,3 +79,54 @@ def embedded_egbe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
     egbe = start_embedded(tmp_path_factory.mktemp("egbe-up"))
     yield egbe
     stop_embedded(egbe)
+
+
+def _docker_engine_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception:  # no engine, no socket, no permission: all mean "use the local server"
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def postgres_server_dsn() -> Iterator[str]:
+    """A PostgreSQL server: testcontainers where a Docker engine runs, else EGBE_TEST_POSTGRES_DSN.
+
+    Never skipped: without either, the tests that need PostgreSQL fail and say why.
+    """
+    if _docker_engine_available():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    dsn = os.environ.get("EGBE_TEST_POSTGRES_DSN")
+    if not dsn:
+        raise RuntimeError(
+            "PostgreSQL tests need a Docker engine (testcontainers) or EGBE_TEST_POSTGRES_DSN, "
+            "e.g. postgresql://postgres@127.0.0.1:5432/test (.ci/run sets it)"
+        )
+    yield dsn
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server_dsn: str) -> Iterator[str]:
+    """A fresh, empty database per test on that server, dropped afterwards, so runs never collide."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    name = f"egbe_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(postgres_server_dsn)
+    info["dbname"] = name
+    try:
+        yield psycopg.conninfo.make_conninfo(**info)
+    finally:
+        with psycopg.connect(postgres_server_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
