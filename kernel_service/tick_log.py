@@ -14,11 +14,15 @@ from kernel_service.kernel import Kernel
 
 
 def deterministic_digest(result: action_pb2.TickResult) -> bytes:
-    """SHA-256 of the result with the measured elapsed time cleared: the part replay must reproduce."""
+    """SHA-256 of the result minus what is measured or names the implementation (elapsed time, core).
+
+    That remainder is what replay must reproduce, on either core.
+    """
     copy = action_pb2.TickResult()
     copy.CopyFrom(result)
     copy.report.elapsed_micros = 0
     copy.report.over_latency_budget = False
+    copy.report.core = ""
     return hashlib.sha256(copy.SerializeToString(deterministic=True)).digest()
 
 
