@@ -85,12 +85,14 @@ async def test_stream_answers_columns_full_and_delta(kernel_stub: kernel_pb2_grp
 
     replies = [r.result async for r in kernel_stub.StreamTicks(batches(), metadata=bearer_metadata(TOKEN))]
     full, delta, quiet = (r.actions.columns for r in replies)
-    assert full.count == AGENTS and not full.slots
+    assert full.count == AGENTS
+    assert not full.slots
     assert set(np.frombuffer(full.tier, "u1").tolist()) == {common_pb2.COGNITION_TIER_LACHESIS}
     # The delta answers exactly the agents whose action changed: 10 went on screen, 20 went offline
     # (held by damping, but its reason changed), and slot 1 made its first staggered reflection.
     changed = np.frombuffer(delta.slots, "<u4").tolist()
-    assert 10 in changed and 20 in changed
+    assert 10 in changed
+    assert 20 in changed
     tiers = dict(zip(changed, np.frombuffer(delta.tier, "u1").tolist(), strict=True))
     assert tiers[10] == common_pb2.COGNITION_TIER_CLOTHO
     assert quiet.count == len(np.frombuffer(quiet.slots, "<u4"))
@@ -107,7 +109,8 @@ async def test_bad_batch_is_invalid_argument_naming_the_field(
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     status = rpc_status.from_call(error.value)
     bad_request = error_details_pb2.BadRequest()
-    assert status is not None and status.details[0].Unpack(bad_request)
+    assert status is not None
+    assert status.details[0].Unpack(bad_request)
     assert [v.field for v in bad_request.field_violations] == ["batch.frames[0].player_proximity_mm"]
     # Nothing was applied: the agent has never been ticked.
     state = await kernel_stub.GetAgentState(
@@ -141,7 +144,8 @@ async def test_agent_state_and_steward_directive(kernel_stub: kernel_pb2_grpc.Ke
         ),
         metadata=bearer_metadata(TOKEN),
     )
-    assert not reply.allowed and reply.reclassified
+    assert not reply.allowed
+    assert reply.reclassified
     assert reply.action.kind == action_pb2.ACTION_KIND_REFUSE_OBJECTIVE
     assert reply.policy_ref == "policy:steward-not-owner"
     with pytest.raises(grpc.aio.AioRpcError) as error:
