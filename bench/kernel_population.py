@@ -1,4 +1,4 @@
-"""A realistic mixed population for the kernel benchmarks: Lachesis residents, a Clotho scene, a moving player."""
+"""A mixed population for the kernel benchmarks: Lachesis residents, a Clotho scene, a walking player."""
 
 from __future__ import annotations
 

@@ -21,7 +21,6 @@ from kernel_service.tick_result import (
     build_candidates,
     build_lifecycle,
     build_report,
-    guard_payloads,
 )
 from services.errors import InvalidArgument, NotFound
 
@@ -106,7 +105,6 @@ class Kernel:
         self._step_behavior(decoded.tick)
         self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
         self.last_tick = decoded.tick
-        payloads.update(guard_payloads(self.config, self.arrays, decoded.tick))
         registry = self.registry
         candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
         report = build_report(
@@ -120,7 +118,7 @@ class Kernel:
             merged=len(merged),
         )
         result = action_pb2.TickResult(
-            actions=build_actions(self.arrays, registry, decoded, payloads),
+            actions=build_actions(self.config, self.arrays, registry, decoded, payloads),
             candidates=candidates,
             lifecycle=build_lifecycle(self.arrays, registry, decoded.tick),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,23 +158,29 @@ def _decode_columns(
     return DecodedBatch(encoding, tick, slots, decoded)
 
 
+# Every row field but the uint64 progress signature, read in one C-level attrgetter per frame.
+_ROW_INT_FIELDS = (
+    "slot",
+    *ROW_FLAG_BITS,
+    *(n for n in COLUMN_DTYPES if n not in ("signal_flags", "goal_progress_signature")),
+)
+_read_row = operator.attrgetter(*_ROW_INT_FIELDS)
+
+
 def _decode_rows(
     frames: Sequence[perception_pb2.PerceptionFrame], tick: int, registered: int, max_agents: int
 ) -> DecodedBatch:
     if len(frames) > max_agents:
         raise InvalidArgument.field("batch.frames", f"{len(frames)} frames exceeds the maximum {max_agents}")
     count = len(frames)
-    slots = np.fromiter((f.slot for f in frames), dtype=np.uint32, count=count)
+    table = np.array([_read_row(f) for f in frames], dtype=np.int64).reshape(count, len(_ROW_INT_FIELDS))
+    column = {name: table[:, index] for index, name in enumerate(_ROW_INT_FIELDS)}
+    slots = column["slot"].astype(np.uint32)
     _check_slots(slots, "batch.frames", registered, ordered=False, suffix=".slot")
     flags = np.zeros(count, dtype=np.uint16)
     for attribute, bit in ROW_FLAG_BITS.items():
-        set_rows = np.fromiter((getattr(f, attribute) for f in frames), dtype=bool, count=count)
-        flags[set_rows] |= np.uint16(1 << bit)
-    wide: dict[str, NDArray[Any]] = {
-        name: np.fromiter((getattr(f, name) for f in frames), dtype=np.int64, count=count)
-        for name in COLUMN_DTYPES
-        if name not in ("signal_flags", "goal_progress_signature")
-    }
+        flags[column[attribute] != 0] |= np.uint16(1 << bit)
+    wide = {name: column[name] for name in COLUMN_DTYPES if name in column}
     _check_values(wide, "batch.frames", indexed=True)
     decoded: dict[str, NDArray[Any]] = {
         name: values.astype(COLUMN_DTYPES[name]) for name, values in wide.items()
