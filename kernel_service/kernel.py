@@ -14,6 +14,7 @@ from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, Behav
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import LACHESIS, CoreParams
 from kernel_service.perception_codec import DecodedBatch, decode_batch
+from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
 from kernel_service.tick_result import (
     Registry,
@@ -40,6 +41,7 @@ class Kernel:
         self.behavior = behavior
         self.world_id = world_id
         self.fingerprint = config.fingerprint()
+        self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
         self.tenant_ids: list[str] = []
@@ -89,6 +91,7 @@ class Kernel:
             registered=self.arrays.count,
             last_tick=self.last_tick,
             max_agents=self.config.max_batch_agents,
+            row_codec=self.row_codec,
         )
 
     def tick(
@@ -118,7 +121,14 @@ class Kernel:
             merged=len(merged),
         )
         result = action_pb2.TickResult(
-            actions=build_actions(self.config, self.arrays, registry, decoded, payloads),
+            actions=build_actions(
+                self.config,
+                a=self.arrays,
+                registry=registry,
+                decoded=decoded,
+                merged_payloads=payloads,
+                row_codec=self.row_codec,
+            ),
             candidates=candidates,
             lifecycle=build_lifecycle(self.arrays, registry, decoded.tick),
         )

@@ -28,10 +28,9 @@ from kernel_service.cognition_calls import (
 )
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import COLUMNS_LAYOUT_VERSION, DecodedBatch, Encoding
+from kernel_service.row_codec import RowCodec
 
 GUARD_PAYLOAD_SCHEMA = "egbe.moirai.loop-drift-guard.1"
-# ActionIntent fields in the row form, in _fill_rows' order.
-ROW_FIELDS = ("out_kind", "out_goal_ref", "out_priority", "tier", "out_source", "out_plan_step")
 ACTION_COLUMN_FIELDS = {
     "kind": "out_kind",
     "source": "out_source",
@@ -107,19 +106,20 @@ def _row_payloads(
 
 def build_actions(
     config: KernelConfig,
+    *,
     a: AgentArrays,
     registry: Registry,
     decoded: DecodedBatch,
     merged_payloads: Mapping[int, struct_pb2.Struct],
+    row_codec: RowCodec,
 ) -> action_pb2.ActionBatch:
     """Rows answer rows (request order); a full frame answers every slot; a delta answers what changed."""
     batch = action_pb2.ActionBatch(world_id=registry.world_id, tick=decoded.tick)
     guards = guard_stamps(a)
     if decoded.encoding is Encoding.ROWS:
         assert decoded.slots is not None
-        _fill_rows(
-            batch, a, registry, decoded.slots, _row_payloads(config, decoded.tick, guards, merged_payloads)
-        )
+        payloads = _row_payloads(config, decoded.tick, guards, merged_payloads)
+        _fill_rows(batch, a, registry, decoded.slots, payloads, row_codec=row_codec)
         return batch
     columns = batch.columns
     columns.layout_version = COLUMNS_LAYOUT_VERSION
@@ -157,24 +157,14 @@ def _fill_rows(
     registry: Registry,
     slots: NDArray[np.uint32],
     payloads: Mapping[int, struct_pb2.Struct],
+    *,
+    row_codec: RowCodec,
 ) -> None:
-    f = a.fields
-    columns = [f[name][slots].tolist() for name in ROW_FIELDS]
-    ori_ids = registry.ori_ids
-    intents = batch.intents
-    for slot, kind, goal_ref, priority, tier, source, plan_step in zip(slots.tolist(), *columns, strict=True):
-        intent = intents.add()
-        intent.slot = slot
-        intent.ori_id = ori_ids[slot]
-        intent.kind = kind
-        intent.goal_ref = goal_ref
-        intent.priority = priority
-        intent.tier = tier
-        intent.source = source
-        intent.plan_step = plan_step
-        payload = payloads.get(slot)
-        if payload is not None:
-            intent.payload.CopyFrom(payload)
+    row_codec.write_intents(batch, slots, a.fields, registry.ori_ids)
+    if payloads:
+        index_of = {slot: index for index, slot in enumerate(slots.tolist()) if slot in payloads}
+        for slot, index in index_of.items():
+            batch.intents[index].payload.CopyFrom(payloads[slot])
 
 
 def build_candidates(
