@@ -23,13 +23,13 @@ def registrations(agents: int) -> list[kernel_pb2.AgentRegistration]:
 
 
 def frames(agents: int, count: int, seed: int = 7) -> list[dict[str, NDArray[np.generic]]]:
-    """`count` successive full frames: ~2% of agents in the player's scene (Clotho, the seed's 200 of
-    10,200), the rest nearby residents (Lachesis), 1% offline (Atropos); the player walks along a line
-    so agents at the scene's edge cross the 2,500 mm boundary and tiers change every frame."""
+    """`count` successive full frames: one live scene of the seed's 200 agents (fewer below 10,200 agents,
+    2%) in Clotho, the rest residents near the player (Lachesis), 1% offline (Atropos). The player walks
+    400 mm a tick along a 10 km line, so agents cross the 2,500 mm boundary and tiers change."""
     rng = np.random.default_rng(seed)
     position = rng.integers(0, 10_000_000, agents).astype(np.int64)  # along 10 km
     scene = np.zeros(agents, dtype=bool)
-    scene[rng.choice(agents, max(1, agents * 2 // 102), replace=False)] = True
+    scene[rng.choice(agents, max(1, min(200, agents * 2 // 102)), replace=False)] = True
     offline = rng.random(agents) < 0.01
     goal = rng.integers(0, 50, agents).astype(np.uint32)
     out = []

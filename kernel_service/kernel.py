@@ -121,16 +121,16 @@ class Kernel:
             merged=len(merged),
         )
         result = action_pb2.TickResult(
-            actions=build_actions(
-                self.config,
-                a=self.arrays,
-                registry=registry,
-                decoded=decoded,
-                merged_payloads=payloads,
-                row_codec=self.row_codec,
-            ),
-            candidates=candidates,
-            lifecycle=build_lifecycle(self.arrays, registry, decoded.tick),
+            candidates=candidates, lifecycle=build_lifecycle(self.arrays, registry, decoded.tick)
+        )
+        build_actions(
+            self.config,
+            a=self.arrays,
+            registry=registry,
+            decoded=decoded,
+            merged_payloads=payloads,
+            row_codec=self.row_codec,
+            batch=result.actions,
         )
         elapsed = (time.perf_counter_ns() - started) // 1000
         report.elapsed_micros = elapsed

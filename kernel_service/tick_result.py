@@ -112,15 +112,18 @@ def build_actions(
     decoded: DecodedBatch,
     merged_payloads: Mapping[int, struct_pb2.Struct],
     row_codec: RowCodec,
-) -> action_pb2.ActionBatch:
-    """Rows answer rows (request order); a full frame answers every slot; a delta answers what changed."""
-    batch = action_pb2.ActionBatch(world_id=registry.world_id, tick=decoded.tick)
+    batch: action_pb2.ActionBatch,
+) -> None:
+    """Fill `batch` in place (large columns are never copied twice): rows answer rows in request
+    order; a full frame answers every slot; a delta answers what changed."""
+    batch.world_id = registry.world_id
+    batch.tick = decoded.tick
     guards = guard_stamps(a)
     if decoded.encoding is Encoding.ROWS:
         assert decoded.slots is not None
         payloads = _row_payloads(config, decoded.tick, guards, merged_payloads)
         _fill_rows(batch, a, registry, decoded.slots, payloads, row_codec=row_codec)
-        return batch
+        return
     columns = batch.columns
     columns.layout_version = COLUMNS_LAYOUT_VERSION
     guard_bits = np.zeros(a.count, dtype=np.uint8)
@@ -148,7 +151,6 @@ def build_actions(
     columns.payloads.extend(
         action_pb2.ActionPayload(slot=slot, payload=merged_payloads[slot]) for slot in sorted(merged_payloads)
     )
-    return batch
 
 
 def _fill_rows(

@@ -35,7 +35,9 @@ frames = st.builds(
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(frames, max_size=40), st.text(max_size=8), st.integers(0, 2**64 - 1))
-def test_c_row_reader_equals_python(rows: list[perception_pb2.PerceptionFrame], world: str, tick: int) -> None:
+def test_c_row_reader_equals_python(
+    rows: list[perception_pb2.PerceptionFrame], world: str, tick: int
+) -> None:
     batch = perception_pb2.PerceptionBatch(world_id=world, tick=tick, frames=rows)
     table_py, progress_py = PythonRowCodec().read_rows(batch)
     table_c, progress_c = CRowCodec().read_rows(batch)
