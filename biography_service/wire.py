@@ -291,8 +291,8 @@ def _fragments(
     seen: set[str] = set()
     for i, fragment in enumerate(request.fragments[: config.max_batch_events]):
         field = f"fragments[{i}]"
-        if not fragment.fragment_id:
-            problems.add(f"{field}.fragment_id", "must not be empty")
+        if not fragment.fragment_id.strip():
+            problems.add(f"{field}.fragment_id", "must not be blank")
         elif fragment.fragment_id in seen:
             problems.add(f"{field}.fragment_id", "repeats an earlier fragment id")
         seen.add(fragment.fragment_id)
