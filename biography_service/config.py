@@ -25,7 +25,11 @@ class BiographyConfig(BaseModel):
         default=8000, gt=0, description="Default rehydration budget: characters of text returned."
     )
     recent_memory_window: int = Field(
-        default=256, gt=0, description="Rehydration ranks by salience among this many most recent memories."
+        default=2048,
+        gt=0,
+        # A game-day off-screen at one fragment per game-minute is 1,440 memories; the window must
+        # hold a whole day, or the morning's most significant moment is forgotten by evening.
+        description="Rehydration ranks by salience among this many most recent memories.",
     )
     subscription_page_size: int = Field(
         default=256, gt=0, description="Events a subscriber reads from storage at a time (its memory bound)."
