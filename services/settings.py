@@ -15,6 +15,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from biography_service.config import BiographyConfig
 from kernel_service.config import KernelSettings
 
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
@@ -93,6 +94,10 @@ class EgbeSettings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="postgresql://... for production storage; unset = SQLite files under data_dir.",
+    )
+
+    biography: BiographyConfig = Field(
+        default_factory=BiographyConfig, description="The Ori event log's limits and defaults."
     )
 
     @field_validator("endpoints")
