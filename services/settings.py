@@ -15,6 +15,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gateway.config import GatewayConfig
+
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 
 
@@ -88,6 +90,10 @@ class EgbeSettings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="postgresql://... for production storage; unset = SQLite files under data_dir.",
+    )
+
+    gateway: GatewayConfig = Field(
+        default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
     )
 
     @field_validator("endpoints")
