@@ -528,8 +528,8 @@ class GatewayStore(ABC):
     ) -> list[tuple[int, Control]]:
         def body(tx: Tx) -> list[tuple[int, Control]]:
             rows = tx.all(
-                f"SELECT seq, {_CONTROL_COLUMNS} FROM gateway_controls WHERE seq > ? AND (active = 1 OR ?)"
-                " ORDER BY seq LIMIT ?",
+                f"SELECT seq, {_CONTROL_COLUMNS} FROM gateway_controls"
+                " WHERE seq > ? AND (active = 1 OR ? = 1) ORDER BY seq LIMIT ?",
                 (after_seq, int(include_inactive), limit),
             )
             return [(row[0], _control_from(row[1:])) for row in rows]

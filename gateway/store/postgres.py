@@ -119,5 +119,10 @@ class PostgresGatewayStore(GatewayStore):
             return await loop.run_in_executor(self._executor, self._run, body)
         except EgbeError:
             raise
-        except (psycopg.Error, psycopg_pool.PoolTimeout, RuntimeError) as exc:
+        except (
+            psycopg.OperationalError,
+            psycopg.InterfaceError,
+            psycopg_pool.PoolTimeout,
+            RuntimeError,
+        ) as exc:
             raise Unavailable(f"gateway store (PostgreSQL) is unavailable: {exc}") from exc

@@ -89,5 +89,5 @@ class SqliteGatewayStore(GatewayStore):
             return await loop.run_in_executor(self._executor, self._run, body)
         except EgbeError:
             raise
-        except (sqlite3.Error, RuntimeError) as exc:
+        except (sqlite3.OperationalError, RuntimeError) as exc:
             raise Unavailable(f"gateway store {self._path} is unavailable: {exc}") from exc
