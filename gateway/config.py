@@ -124,9 +124,9 @@ class RoutingConfig(_Frozen):
     rerun_scripts: list[str] = Field(default_factory=lambda: [AGENT_BEHAVIOR_EVAL_GATE])
     model_ids: dict[str, str] = Field(
         default_factory=lambda: {
-            "opus-class": "claude-opus-4-5-20251101",
-            "sonnet-class": "claude-sonnet-4-5-20250929",
-            "haiku-class": "claude-haiku-4-5-20251001",
+            "opus-class": "claude-opus-4-5",
+            "sonnet-class": "claude-sonnet-4-6",
+            "haiku-class": "claude-haiku-4-5",
         },
         description="Class alias -> concrete Anthropic model id.",
     )
