@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from biography_service.config import BiographyConfig
+from gateway.config import GatewayConfig
 from kernel_service.config import KernelSettings
 
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
@@ -98,6 +99,9 @@ class EgbeSettings(BaseSettings):
 
     biography: BiographyConfig = Field(
         default_factory=BiographyConfig, description="The Ori event log's limits and defaults."
+    )
+    gateway: GatewayConfig = Field(
+        default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
     )
 
     @field_validator("endpoints")
