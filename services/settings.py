@@ -15,6 +15,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from cognition_service.config import CognitionConfig
+from policy_service.config import PolicyConfig
+
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 
 
@@ -88,6 +91,13 @@ class EgbeSettings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="postgresql://... for production storage; unset = SQLite files under data_dir.",
+    )
+
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="Isis, Sophia, cultural review and minor protection."
+    )
+    cognition: CognitionConfig = Field(
+        default_factory=CognitionConfig, description="Assembly limits, mode budgets, retries, Psyche plan."
     )
 
     @field_validator("endpoints")
