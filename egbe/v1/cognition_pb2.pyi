@@ -71,7 +71,6 @@ class ThinkRequest(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _builtins.int
     CLAIMS_FIELD_NUMBER: _builtins.int
     WORLD_FACTS_FIELD_NUMBER: _builtins.int
-    DEADLINE_MS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
     mode: _gateway_pb2.CognitionMode.ValueType
@@ -92,8 +91,6 @@ class ThinkRequest(_message.Message):
     counterpart_is_minor: _builtins.bool
     counterpart_id: _builtins.str
     """Whom the Ori answers in dialogue (a player or another Ori)."""
-    deadline_ms: _builtins.int
-    """Remaining cognition time for this run in milliseconds; 0 = the mode's configured budget."""
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
     @_builtins.property
@@ -146,11 +143,10 @@ class ThinkRequest(_message.Message):
         capabilities: _abc.Iterable[_builtins.str] | None = ...,
         claims: _abc.Iterable[_policy_pb2.Claim] | None = ...,
         world_facts: _abc.Iterable[_policy_pb2.Evidence] | None = ...,
-        deadline_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_state", b"arc_state", "capabilities", b"capabilities", "cause", b"cause", "claims", b"claims", "counterpart_id", b"counterpart_id", "counterpart_is_minor", b"counterpart_is_minor", "deadline_ms", b"deadline_ms", "emotion", b"emotion", "locale", b"locale", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "mode", b"mode", "needs_rehydration", b"needs_rehydration", "objectives", b"objectives", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "perception", b"perception", "persona", b"persona", "quirks", b"quirks", "run_id", b"run_id", "stimulus", b"stimulus", "tier", b"tier", "traits", b"traits", "world_facts", b"world_facts", "world_tick", b"world_tick"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_state", b"arc_state", "capabilities", b"capabilities", "cause", b"cause", "claims", b"claims", "counterpart_id", b"counterpart_id", "counterpart_is_minor", b"counterpart_is_minor", "emotion", b"emotion", "locale", b"locale", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "mode", b"mode", "needs_rehydration", b"needs_rehydration", "objectives", b"objectives", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "perception", b"perception", "persona", b"persona", "quirks", b"quirks", "run_id", b"run_id", "stimulus", b"stimulus", "tier", b"tier", "traits", b"traits", "world_facts", b"world_facts", "world_tick", b"world_tick"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
