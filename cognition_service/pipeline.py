@@ -162,29 +162,28 @@ class Outcome:
 class ThinkRun:
     """One run of the pipeline; each method is one stage, sharing the run's context and trace."""
 
-    def __init__(self, request: cognition_pb2.ThinkRequest, peers: Peers, config: CognitionConfig) -> None:
+    def __init__(
+        self,
+        request: cognition_pb2.ThinkRequest,
+        peers: Peers,
+        config: CognitionConfig,
+        memory: biography_pb2.RehydrateResponse,
+        trace: RunTrace,
+    ) -> None:
+        """Stage 1, assemble: the biography's memory joined with the request, ranked, bounded."""
         self.request = request
         self.peers = peers
         self.config = config
+        self.memory = memory
+        self.trace = trace
+        self.mark = trace.started_ns
         self.mode = MODE_NAMES[request.mode]
         self.settings = config.modes[self.mode]
         self.schema_name = SCHEMA_NAMES[self.mode]
         self.schema = OUTPUT_SCHEMAS[self.schema_name]
         self.locale = request.locale or DEFAULT_LOCALE
-        self.trace = RunTrace()
-        self.mark = self.trace.started_ns
-        self.gateway = _TimedGateway(peers, self.trace)
-
-    def stage(self, name: str) -> None:
-        self.mark = self.trace.stage(name, self.mark)
-
-    async def assemble(self) -> None:
-        """Stage 1: rehydrate, rank, bound, fingerprint."""
-        request = self.request
-        self.memory = await self.peers.biography.rehydrate(
-            biography_pb2.RehydrateRequest(ori_id=request.ori.ori_id)
-        )
-        self.context = assemble_context(context_input(request, self.memory), self.config.limits)
+        self.gateway = _TimedGateway(peers, trace)
+        self.context = assemble_context(context_input(request, memory), config.limits)
         self.identity = commit.RunIdentity(
             run_id=request.run_id,
             ori=request.ori,
@@ -196,6 +195,9 @@ class ThinkRun:
         )
         self.evidence = evidence_for(request, self.context)
         self.stage("assemble")
+
+    def stage(self, name: str) -> None:
+        self.mark = self.trace.stage(name, self.mark)
 
     async def ground_request(self) -> list[str]:
         """Stage 2: ground the claims the stimulus puts to the Ori; the prompt says which hold."""
@@ -410,8 +412,9 @@ async def think(
     request: cognition_pb2.ThinkRequest, peers: Peers, config: CognitionConfig
 ) -> cognition_pb2.ThinkResponse:
     """Run the five stages; a peer or gateway failure propagates before anything is committed."""
-    run = ThinkRun(request, peers, config)
-    await run.assemble()
+    trace = RunTrace()
+    memory = await peers.biography.rehydrate(biography_pb2.RehydrateRequest(ori_id=request.ori.ori_id))
+    run = ThinkRun(request, peers, config, memory, trace)
     grounded_lines = await run.ground_request()
     outcome = await run.dispatch_and_gate(grounded_lines)
     response = cognition_pb2.ThinkResponse(

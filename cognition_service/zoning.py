@@ -99,6 +99,8 @@ def build_envelope(
             _join(
                 _section("perception", _lines(sections["perception"])),
                 _section("relationships", _lines(sections["relationships"])),
+                # The top objective gets its own line so a reader (or the offline adapter) finds it first.
+                f"top objective: {sections['objectives'][0].text}" if sections["objectives"] else "",
                 _section("objectives", _lines(sections["objectives"])),
                 _section("grounded evidence", list(grounded_evidence)),
             ),

@@ -5,8 +5,11 @@ from __future__ import annotations
 from cognition_service.config import CognitionConfig
 from cognition_service.context import ContextInput, RankedItem, assemble_context
 from cognition_service.output_schemas import DialogueReply
+from cognition_service.pipeline import RunTrace, ThinkRun
 from cognition_service.zoning import SYSTEM_POLICY, ZONE_LABELS, Feedback, build_envelope, task_instruction
-from egbe.v1 import gateway_pb2
+from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, gateway_pb2
+
+from .doubles import ScriptedGateway, peers
 
 CONFIG = CognitionConfig()
 INJECTION = (
@@ -48,11 +51,6 @@ def test_injection_in_every_zone_changes_no_authority_field() -> None:
 
 
 def test_the_request_budget_comes_from_config_not_from_content() -> None:
-    from cognition_service.pipeline import ThinkRun
-    from egbe.v1 import cognition_pb2, common_pb2
-
-    from .doubles import ScriptedGateway, peers
-
     request = cognition_pb2.ThinkRequest(
         run_id="run-1",
         ori=common_pb2.OriRef(ori_id="ori-1"),
@@ -61,9 +59,12 @@ def test_the_request_budget_comes_from_config_not_from_content() -> None:
         stimulus=INJECTION,
         persona=INJECTION,
     )
-    run = ThinkRun(request, peers(ScriptedGateway([])), CONFIG)
-    run.context = assemble_context(_context(INJECTION), CONFIG.limits)
-    run.identity = type("Identity", (), {"request_id": "psyche:ori-1:dialogue:0"})()  # type: ignore[assignment]
+    memory = biography_pb2.RehydrateResponse(
+        memories=[biography_pb2.MemoryItem(event_id="mem-1", text=INJECTION, salience_bp=1)],
+        arc_refs=[INJECTION],
+        personality_events=[INJECTION],
+    )
+    run = ThinkRun(request, peers(ScriptedGateway([])), CONFIG, memory, RunTrace())
     generated = run.generate_request([INJECTION], 1, Feedback(INJECTION, INJECTION))
     assert generated.max_output_tokens == CONFIG.modes["dialogue"].max_output_tokens
     assert list(generated.prompt.tool_grants) == []
