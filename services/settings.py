@@ -16,8 +16,10 @@ from pydantic_settings import (
 )
 
 from biography_service.config import BiographyConfig
+from cognition_service.config import CognitionConfig
 from gateway.config import GatewayConfig
 from kernel_service.config import KernelSettings
+from policy_service.config import PolicyConfig
 
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 
@@ -102,6 +104,12 @@ class EgbeSettings(BaseSettings):
     )
     gateway: GatewayConfig = Field(
         default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
+    )
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="Isis, Sophia, cultural review and minor protection."
+    )
+    cognition: CognitionConfig = Field(
+        default_factory=CognitionConfig, description="Assembly limits, mode budgets, retries, Psyche plan."
     )
 
     @field_validator("endpoints")
