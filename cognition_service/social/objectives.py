@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from cognition_service.social.catalyst import ROMANTIC_TAGS
 from cognition_service.social.config import SocialConfig
 from cognition_service.social.events import event_draft
 from cognition_service.social.values import Domain, RankedValues
@@ -58,6 +59,7 @@ class OriContext:
     values: RankedValues
     own_lines: frozenset[str] = frozenset()
     commitment_priority: int = 0
+    minor: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Assignment:
 
 def negotiate(ori: OriContext, objective: Objective, config: SocialConfig) -> tuple[Negotiation, str]:
     """The Ori's answer and why, from its own lines, the objective's clarity and its values."""
+    if ori.minor and objective.tags & ROMANTIC_TAGS:
+        return Negotiation.REFUSE, "minor-protection:romantic"
     crossed = sorted(objective.tags & ori.own_lines)
     if crossed:
         return Negotiation.REFUSE, f"crosses-own-line:{crossed[0]}"
