@@ -124,6 +124,7 @@ def advance_goal_arc(arc: GoalArc, session: Session) -> ArcAdvance:
                         {
                             "id": s.stage_id,
                             "status": s.status.value,
+                            "needs_support": sorted(s.needs_support),
                             "emergent": s.emergent,
                             "detour": s.detour,
                         }

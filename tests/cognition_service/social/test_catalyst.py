@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cognition_service.social.catalyst import RelationshipSeed, check_minor_protection, seed_relationship
+from cognition_service.social.catalyst import check_minor_protection, seed_relationship
 from cognition_service.social.config import SocialConfig
 from cognition_service.social.objectives import (
     ExecutionMode,
@@ -20,52 +18,14 @@ from cognition_service.social.objectives import (
 )
 from cognition_service.social.ports import GrpcMinorProtectionClient
 from cognition_service.social.values import Domain, RankedValues
-from egbe.v1 import biography_pb2, common_pb2, policy_pb2, policy_pb2_grpc
+from egbe.v1 import biography_pb2, policy_pb2, policy_pb2_grpc
 from policy_service.servicer import PolicyServicer
-
-
-class ScriptedPolicy:
-    """Answers CheckMinorProtection as scripted ("allow", "deny" or "fail"), recording each request.
-
-    Stands in for the policy service's evaluator only to drive the catalyst down every path,
-    including a policy that wrongly allows; the real client adapter is exercised over a socket below.
-    """
-
-    def __init__(self, behaviour: str) -> None:
-        self.behaviour = behaviour
-        self.requests: list[policy_pb2.CheckMinorProtectionRequest] = []
-
-    async def check_minor_protection(
-        self, request: policy_pb2.CheckMinorProtectionRequest
-    ) -> policy_pb2.CheckMinorProtectionResponse:
-        self.requests.append(request)
-        if self.behaviour == "fail":
-            raise ConnectionError("policy service down")
-        allowed = self.behaviour == "allow"
-        return policy_pb2.CheckMinorProtectionResponse(
-            allowed=allowed, checks=[policy_pb2.PolicyCheck(check="minor-protection", passed=allowed)]
-        )
-
-
-class RecordingAppender:
-    def __init__(self) -> None:
-        self.appended: list[tuple[str, biography_pb2.NewOriEvent]] = []
-
-    async def append(self, ori_id: str, events: Sequence[biography_pb2.NewOriEvent]) -> None:
-        self.appended.extend((ori_id, e) for e in events)
-
-
-def _ref(ori_id: str) -> common_pb2.OriRef:
-    return common_pb2.OriRef(tenant_id="t", world_id="w", ori_id=ori_id)
-
-
-def _seed(tags: frozenset[str], a_minor: bool, b_minor: bool) -> RelationshipSeed:
-    return RelationshipSeed(_ref("a"), a_minor, _ref("b"), b_minor, "bond", tags, world_tick=9)
+from tests.cognition_service.social.doubles import RecordingAppender, ScriptedPolicy, ref, seed
 
 
 async def test_an_allowed_seed_writes_a_relationship_event_to_both_streams() -> None:
     policy, appender = ScriptedPolicy("allow"), RecordingAppender()
-    result = await seed_relationship(_seed(frozenset({"friendship"}), True, False), policy, appender)
+    result = await seed_relationship(seed(frozenset({"friendship"}), True, False), policy, appender)
     assert result.seeded
     assert [(o, e.kind) for o, e in appender.appended] == [
         ("a", biography_pb2.ORI_EVENT_KIND_RELATIONSHIP_CHANGED),
@@ -87,7 +47,7 @@ async def test_a_minor_never_gets_a_romantic_edge_on_any_path(
     tags: frozenset[str], a_minor: bool, b_minor: bool, behaviour: str
 ) -> None:
     policy, appender = ScriptedPolicy(behaviour), RecordingAppender()
-    result = await seed_relationship(_seed(tags, a_minor, b_minor), policy, appender)
+    result = await seed_relationship(seed(tags, a_minor, b_minor), policy, appender)
     assert policy.requests  # the policy service is asked inside the catalyst path, every time
     romantic = bool(tags & {"romantic", "sexual", "courtship"})
     if (a_minor or b_minor) and romantic:
@@ -114,7 +74,7 @@ async def test_the_grpc_client_fails_closed_against_a_real_policy_server() -> No
             client = GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
             verdict = await check_minor_protection(
                 client,
-                ori=_ref("a"),
+                ori=ref("a"),
                 ori_is_minor=False,
                 surface=policy_pb2.PROTECTION_SURFACE_RELATIONSHIP_EDGE,
                 tags=frozenset({"friendship"}),
@@ -130,6 +90,6 @@ async def test_the_grpc_client_fails_closed_against_a_real_policy_server() -> No
 )
 async def test_other_surfaces_go_through_the_same_gate(surface: int) -> None:
     denied = await check_minor_protection(
-        ScriptedPolicy("deny"), ori=_ref("a"), ori_is_minor=True, surface=surface, tags=frozenset({"death"})
+        ScriptedPolicy("deny"), ori=ref("a"), ori_is_minor=True, surface=surface, tags=frozenset({"death"})
     )
     assert (denied.allowed, denied.reason) == (False, "policy:minor-protection")
