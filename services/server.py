@@ -16,10 +16,11 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from services.auth import Role, TokenStore, authorize
+from services.channels import channel_options, server_credentials, uses_tls
 from services.errors import EgbeError, to_rpc_status
 from services.grpc_types import Context, MethodHandler, ServerInterceptor
 from services.logging import get_logger
-from services.settings import EgbeSettings, Endpoint
+from services.settings import EgbeSettings, Endpoint, TlsSettings
 
 log = get_logger(__name__)
 
@@ -150,14 +151,6 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
     )
 
 
-def channel_options(settings: EgbeSettings) -> list[tuple[str, Any]]:
-    """Message-size limits shared by servers and clients."""
-    return [
-        ("grpc.max_send_message_length", settings.max_message_bytes),
-        ("grpc.max_receive_message_length", settings.max_message_bytes),
-    ]
-
-
 @dataclass
 class RunningService:
     """A started server: where it listens and how to stop it gracefully."""
@@ -177,7 +170,8 @@ class RunningService:
         log.info("service stopped", service=self.bundle.name)
 
 
-def _bind(server: grpc.aio.Server, endpoint: Endpoint) -> str:
+def _bind(server: grpc.aio.Server, endpoint: Endpoint, tls: TlsSettings) -> str:
+    """Listen on the endpoint: a unix socket in plaintext, TCP with TLS/mTLS when configured."""
     if endpoint.unix_socket is not None:
         path = Path(endpoint.unix_socket)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +179,11 @@ def _bind(server: grpc.aio.Server, endpoint: Endpoint) -> str:
             path.unlink()  # a stale socket from a killed process
         server.add_insecure_port(f"unix:{path}")
         return f"unix:{path}"
-    port = server.add_insecure_port(f"{endpoint.host}:{endpoint.port}")
+    address = f"{endpoint.host}:{endpoint.port}"
+    if uses_tls(address, tls):
+        port = server.add_secure_port(address, server_credentials(tls))
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"could not bind {endpoint.host}:{endpoint.port}")
     return f"{endpoint.host}:{port}"
@@ -204,9 +202,10 @@ async def start_service(
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = [*bundle.method_roles, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
     reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], server)
-    target = _bind(server, endpoint)
+    target = _bind(server, endpoint, settings.tls)
     await server.start()
     for name in ["", *bundle.method_roles]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("service serving", service=bundle.name, target=target, **bundle.info)
+    transport = settings.tls.mode.value if uses_tls(target, settings.tls) else "plaintext"
+    log.info("service serving", service=bundle.name, target=target, transport=transport, **bundle.info)
     return RunningService(bundle, server, health, target, settings.shutdown_grace_seconds)
