@@ -167,3 +167,17 @@ async def test_unbuilt_rpc_answers_unimplemented_naming_the_capability(embedded_
             )
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "is not built yet" in (caught.value.details() or "")
+
+
+async def test_up_serves_on_unix_sockets(tmp_path: Path) -> None:
+    egbe = start_embedded(tmp_path / "data", "--unix-socket-dir", str(tmp_path / "sock"))
+    try:
+        assert all(target.startswith("unix:") for target in egbe.targets.values())
+        for target in egbe.targets.values():
+            async with grpc.aio.insecure_channel(target) as channel:
+                reply = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5
+                )
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        assert stop_embedded(egbe) == 0
