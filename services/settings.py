@@ -114,6 +114,13 @@ class EgbeSettings(BaseSettings):
     endpoints: dict[str, Endpoint] = Field(
         default_factory=_default_endpoints, description="Listen/dial address per service name."
     )
+    operator_endpoint: Endpoint | None = Field(
+        default=None,
+        description=(
+            "Serve OperatorService only on this separate listener of the gateway, so network policy "
+            "can reserve its port for operators; unset = on the gateway's own endpoint."
+        ),
+    )
     max_message_bytes: int = Field(
         default=64 * 1024 * 1024, gt=0, description="Largest gRPC message sent or received."
     )
