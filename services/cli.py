@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.logging import configure_logging
 from services.runtime import published_targets, serve_until_signalled
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from world import cli as world_cli
 
 
 def _settings(args: argparse.Namespace) -> EgbeSettings:
@@ -124,12 +125,6 @@ def cmd_budget_worst_case(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from services.demo import run_demo
-
-    return run_demo(_settings(args))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egbe", description=__doc__)
     parser.add_argument("--config", type=Path, help="TOML settings file (below EGBE_* env in precedence)")
@@ -163,8 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     worst.add_argument("--json", action="store_true")
     worst.set_defaults(run=cmd_budget_worst_case)
 
-    demo = commands.add_parser("demo", help="run the reference world against the services")
-    demo.set_defaults(run=cmd_demo)
+    world_cli.register(commands, _settings)
     return parser
 
 
