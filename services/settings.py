@@ -15,6 +15,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from kernel_service.config import KernelSettings
+
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 
 
@@ -84,6 +86,9 @@ class EgbeSettings(BaseSettings):
     tokens_file: Path | None = Field(
         default=None,
         description="JSON file {token: role}; embedded mode generates <data_dir>/tokens.json if unset.",
+    )
+    kernel: KernelSettings = Field(
+        default_factory=KernelSettings, description="The Moirai kernel: core, dispatch targets, tick log."
     )
     database_url: str | None = Field(
         default=None,
