@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from biography_service.chain import GENESIS_HASH, canonical_json, chain_hash
+from biography_service.chain import GENESIS_HASH, chain_hash
 from biography_service.errors import EventIdConflict, WrongExpectedVersion
 from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from biography_service.projections import ProjectionOp, projection_ops
@@ -55,7 +55,7 @@ def plan_append(
     payloads: list[str] = []
     ops: list[ProjectionOp] = []
     for offset, new in enumerate(proposed, start=1):
-        payload_json = canonical_json(new.payload)
+        payload_json = new.payload_json
         unhashed = RecordedEvent(
             event_id=new.event_id,
             ori_id=ori_id,

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from biography_service.events import JsonObject, RecordedEvent
+from biography_service.events import RecordedEvent, canonical_json
 
 GENESIS_HASH = "0" * 64
-
-
-def canonical_json(value: JsonObject) -> str:
-    """One byte-exact text per value: sorted keys, no whitespace, UTF-8, no NaN or infinity."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def chain_hash(event: RecordedEvent, payload_json: str | None = None) -> str:

@@ -19,4 +19,4 @@ def store_for(settings: EgbeSettings, config: BiographyConfig) -> BiographyStore
         )
     from biography_service.store.sqlite import SqliteStore
 
-    return SqliteStore(settings.data_dir / config.sqlite_file)
+    return SqliteStore(settings.data_dir / config.sqlite_file, max_group=config.sqlite_group_commit_max)

@@ -30,7 +30,7 @@ def store_factory(backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
     if backend == "postgres":
         dsn: str = request.getfixturevalue("postgres_dsn")
         return lambda: PostgresStore(dsn, pool_max=4, poll_seconds=TEST_CONFIG.subscription_poll_seconds)
-    return lambda: SqliteStore(tmp_path / "biography.sqlite3")
+    return lambda: SqliteStore(tmp_path / "biography.sqlite3", max_group=TEST_CONFIG.sqlite_group_commit_max)
 
 
 @pytest.fixture
