@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from biography_service.chain import GENESIS_HASH, chain_hash
+from biography_service.chain import GENESIS_HASH, link_hash
 from biography_service.errors import EventIdConflict, WrongExpectedVersion
 from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from biography_service.projections import ProjectionOp, projection_ops
@@ -56,20 +56,33 @@ def plan_append(
     ops: list[ProjectionOp] = []
     for offset, new in enumerate(proposed, start=1):
         payload_json = new.payload_json
-        unhashed = RecordedEvent(
+        stream_version = version + offset
+        global_position = next_global_position + offset - 1
+        digest = link_hash(
+            previous_hash=previous,
             event_id=new.event_id,
             ori_id=ori_id,
-            stream_version=version + offset,
-            global_position=next_global_position + offset - 1,
+            stream_version=stream_version,
+            global_position=global_position,
+            kind=new.kind.value,
+            payload_json=payload_json,
+            world_tick=new.world_tick,
+            recorded_at_us=recorded_at_us,
+            provenance_ref=new.provenance_ref,
+        )
+        event = RecordedEvent(
+            event_id=new.event_id,
+            ori_id=ori_id,
+            stream_version=stream_version,
+            global_position=global_position,
             kind=new.kind,
             payload=new.payload,
             world_tick=new.world_tick,
             recorded_at_us=recorded_at_us,
             provenance_ref=new.provenance_ref,
             previous_hash=previous,
-            hash="",
+            hash=digest,
         )
-        event = replace(unhashed, hash=chain_hash(unhashed, payload_json))
         events.append(event)
         payloads.append(payload_json)
         ops.extend(projection_ops(event))
