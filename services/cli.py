@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gateway.cli import register as register_gateway_commands
 from services.logging import configure_logging
 from services.runtime import published_targets, serve_until_signalled
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
@@ -162,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     worst = budget_commands.add_parser("worst-case", help="the launch-ceiling Solo world against the cap")
     worst.add_argument("--json", action="store_true")
     worst.set_defaults(run=cmd_budget_worst_case)
+
+    register_gateway_commands(commands)
 
     demo = commands.add_parser("demo", help="run the reference world against the services")
     demo.set_defaults(run=cmd_demo)
