@@ -99,7 +99,8 @@ def read_context(request: ModelRequest) -> PromptContext:
     found: dict[str, str] = {}
     for text in [request.task_instruction, *(p.content for p in request.untrusted)]:
         for key, value in {**_from_lines(text), **_from_json(text)}.items():
-            found.setdefault(key, value)
+            if " ".join(value.split()):
+                found.setdefault(key, value)
     for part in request.untrusted:
         if part.kind == "RECALLED_MEMORY" and "memory" not in found and part.content.strip():
             found["memory"] = part.content.strip()
