@@ -320,6 +320,8 @@ class CognitionGateway:
             raise InvalidArgument.field("outcome", "must be an ending")
         tracked = self.inflight.forget(run_id)
         stats: dict[str, object] = {}
+        # A fallback ending is at least one fallback even when the caller did not count them.
+        fallbacks = max(fallbacks, int(status is RunStatus.FALLBACK))
         if tracked is not None:
             if fallbacks:
                 name = next(iter(tracked.schemas), "unknown")

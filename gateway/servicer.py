@@ -204,7 +204,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             reply.cost.CopyFrom(
                 common_pb2.CostMicroUsd(micro_usd=tracked.micro_usd, estimated=tracked.cost_estimated)
             )
-        fallbacks = 0 if status is not RunStatus.FALLBACK else max(1, thought.validation_fallbacks)
+        fallbacks = thought.validation_fallbacks if status is RunStatus.FALLBACK else 0
         await self._gateway.end_run(spec.run_id, status, detail=detail, fallbacks=fallbacks)
         reply.outcome = {
             RunStatus.COMPLETED: gateway_pb2.RUN_OUTCOME_COMPLETED,
