@@ -528,11 +528,14 @@ class GenerateResponse(_message.Message):
     OFFLINE_FIELD_NUMBER: _builtins.int
     CALL_ID_FIELD_NUMBER: _builtins.int
     PROVIDER_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    QUALITY_STATUS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     model_ref: _builtins.str
     offline: _builtins.bool
     call_id: _builtins.str
     provider_attempts: _builtins.int
+    quality_status: _builtins.str
+    """Dialogue-quality verdict of a judged run: "passed", "needs-refinement" or "blocked"; empty = not judged."""
     @_builtins.property
     def usage(self) -> _common_pb2.TokenUsage: ...
     @_builtins.property
@@ -547,10 +550,11 @@ class GenerateResponse(_message.Message):
         offline: _builtins.bool = ...,
         call_id: _builtins.str = ...,
         provider_attempts: _builtins.int = ...,
+        quality_status: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "text", b"text", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "quality_status", b"quality_status", "text", b"text", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -102,8 +102,9 @@ def read_context(request: ModelRequest) -> PromptContext:
             if " ".join(value.split()):
                 found.setdefault(key, value)
     for part in request.untrusted:
-        if part.kind == "RECALLED_MEMORY" and "memory" not in found and part.content.strip():
-            found["memory"] = part.content.strip()
+        lines = [line for line in part.content.splitlines() if line.strip()]
+        if part.kind == "RECALLED_MEMORY" and "memory" not in found and lines:
+            found["memory"] = lines[0]  # memories arrive most salient first, one a line
     memory = found.get("memory", "")
     match = _REF.match(memory)
     if match and "memory_ref" not in found:
