@@ -74,6 +74,11 @@ async def test_any_prompt_gets_a_valid_deterministic_reply(task: str, memory: st
     OUTPUT_SCHEMAS[OutputSchemaName(f"egbe.cognition.{schema}.v1")].model_validate_json(first.text)
 
 
+def test_the_speaker_of_a_quoted_stimulus_is_addressed() -> None:
+    request = ModelRequest("p", "t", untrusted=(UntrustedPart("STEWARD_INPUT", "Bram: is the bakery open?"),))
+    assert read_context(request).speaker == "Bram"
+
+
 async def test_blank_values_fall_back_to_defaults() -> None:
     reply = await ADAPTER.generate(ModelRequest("p", "Objective: \t\nSpeaker:  \u3000", mode="decision"))
     assert json.loads(reply.text)["target"] == "get through the day"
