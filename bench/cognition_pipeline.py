@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from egbe.v1 import (
@@ -113,7 +114,7 @@ class Client:
         )
         if response.fell_back or not response.committed_event_ids:
             raise RuntimeError(f"run {admitted.run_id} did not commit: {response.audit['outcome']}")
-        trace: dict[str, Any] = dict(response.audit["eval_trace"])
+        trace: dict[str, Any] = json_format.MessageToDict(response.audit)["eval_trace"]
         return elapsed_ms, trace
 
 
@@ -133,6 +134,11 @@ async def measure(
         latencies = [ms for ms, _ in sequential]
         cognition_us = [float(trace["cognition_us"]) for _, trace in sequential]
         model_us = [float(trace["model_us"]) for _, trace in sequential]
+        stage_names = sorted({name for _, trace in sequential for name in trace["stages_us"]})
+        stages_p50_us = {
+            name: round(statistics.median(float(t["stages_us"].get(name, 0)) for _, t in sequential))
+            for name in stage_names
+        }
 
         counter = iter(range(runs, runs + runs))
         think_ms: list[float] = []
@@ -157,6 +163,7 @@ async def measure(
         "concurrent_think_p99_ms": round(percentile(think_ms, 0.99), 3),
         "cognition_in_service_p50_us": round(statistics.median(cognition_us)),
         "generate_rpc_p50_us": round(statistics.median(model_us)),
+        "stages_p50_us": stages_p50_us,
         "baseline_grpc_health_p50_ms": round(statistics.median(health_ms), 3),
         "target_non_model_p50_ms": 10,
         "adapter": "offline",
