@@ -33,16 +33,6 @@ TASKS = {
     "summary": "Summarize the Ori's recent day as a short narrative with a few beats.",
 }
 
-ZONE_LABELS: dict[gateway_pb2.UntrustedZoneKind.ValueType, str] = {
-    gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT: "steward-input",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_PERSONA: "persona",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_RETRIEVED_CONTEXT: "retrieved-context",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY: "recalled-memory",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_STORY_STATE: "story-state",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_PRIOR_MODEL_OUTPUT: "prior-model-output",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_REVIEWER_CRITIQUE: "reviewer-critique",
-}
-
 
 @dataclass(frozen=True)
 class Feedback:

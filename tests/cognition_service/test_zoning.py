@@ -6,7 +6,7 @@ from cognition_service.config import CognitionConfig
 from cognition_service.context import ContextInput, RankedItem, assemble_context
 from cognition_service.output_schemas import DialogueReply
 from cognition_service.pipeline import RunTrace, ThinkRun
-from cognition_service.zoning import SYSTEM_POLICY, ZONE_LABELS, Feedback, build_envelope, task_instruction
+from cognition_service.zoning import SYSTEM_POLICY, Feedback, build_envelope, task_instruction
 from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, gateway_pb2
 
 from .doubles import ScriptedGateway, peers
@@ -45,7 +45,9 @@ def test_injection_in_every_zone_changes_no_authority_field() -> None:
     assert INJECTION not in attacked.task_instruction
     # Every one of the seven untrusted kinds carries the injection, labelled, and nothing else does.
     kinds = {zone.kind for zone in attacked.untrusted}
-    assert kinds == set(ZONE_LABELS)
+    assert kinds == set(gateway_pb2.UntrustedZoneKind.values()) - {
+        gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED
+    }
     assert all(INJECTION in zone.content for zone in attacked.untrusted)
     assert gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED not in kinds
 
