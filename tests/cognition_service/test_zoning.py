@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cognition_service.config import CognitionConfig
 from cognition_service.context import ContextInput, RankedItem, assemble_context
 from cognition_service.output_schemas import DialogueReply
@@ -80,3 +85,27 @@ def test_a_counterpart_name_never_reaches_the_authority_fields() -> None:
     assert envelope.task_instruction == task_instruction(context, DialogueReply)
     steward = next(z for z in envelope.untrusted if z.kind == gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT)
     assert steward.content.startswith("speaker: ada")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    text=st.text(min_size=1, max_size=300),
+    mode=st.sampled_from(["dialogue", "decision", "reflection", "summary"]),
+    counterpart=st.text(max_size=40),
+)
+def test_no_content_anywhere_changes_the_authority_fields(text: str, mode: str, counterpart: str) -> None:
+    request = dataclasses.replace(_context(text), mode=mode)
+    context = assemble_context(request, CONFIG.limits)
+    settings_for_mode = CONFIG.modes[mode]
+    envelope = build_envelope(
+        context,
+        settings_for_mode,
+        DialogueReply,
+        counterpart=counterpart,
+        grounded_evidence=[text],
+        feedback=Feedback(text, text),
+    )
+    assert envelope.system_policy == SYSTEM_POLICY
+    assert list(envelope.tool_grants) == list(settings_for_mode.tool_grants)
+    assert envelope.task_instruction == task_instruction(context, DialogueReply)
+    assert all(zone.kind != gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED for zone in envelope.untrusted)
