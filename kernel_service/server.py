@@ -3,15 +3,56 @@
 from __future__ import annotations
 
 from egbe.v1 import kernel_pb2_grpc
+from kernel_service.dispatcher import Dispatcher
+from kernel_service.kernel import Kernel
 from kernel_service.servicer import METHOD_ROLES, KernelServicer
-from services.auth import TokenStore
+from kernel_service.tick_core import select_core
+from kernel_service.tick_log import TickLogWriter
+from services.auth import Role, TokenStore
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
 
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+    kernel_settings = settings.kernel
+    core = select_core(None if kernel_settings.core == "auto" else kernel_settings.core)
+    kernel = Kernel(kernel_settings.config, core)
+    dispatcher = Dispatcher(
+        gateway_target=kernel_settings.gateway_target,
+        biography_target=kernel_settings.biography_target,
+        token=(
+            tokens.token_for(Role.SERVICE)
+            if kernel_settings.gateway_target or kernel_settings.biography_target
+            else None
+        ),
+        queue_limit=kernel_settings.dispatch_queue_limit,
+    )
+    await dispatcher.start()
+    tick_log = (
+        TickLogWriter(
+            kernel_settings.tick_log_path,
+            kernel_settings.config,
+            core.name,
+            kernel_settings.snapshot_every_ticks,
+        )
+        if kernel_settings.tick_log_path is not None
+        else None
+    )
+
+    async def close() -> None:
+        await dispatcher.close()
+        if tick_log is not None:
+            tick_log.close()
+
     return ServiceBundle(
         name="kernel",
-        servicers=[(kernel_pb2_grpc.add_KernelServiceServicer_to_server, KernelServicer())],
+        servicers=[
+            (
+                kernel_pb2_grpc.add_KernelServiceServicer_to_server,
+                KernelServicer(kernel, dispatcher, tick_log),
+            )
+        ],
         method_roles=METHOD_ROLES,
+        close=close,
+        info={"core": core.name},
     )

@@ -1,15 +1,17 @@
-"""KernelService over gRPC: validate, call the tick core, map errors."""
+"""KernelService over gRPC: validate, call the kernel, hand its work to the dispatcher."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from egbe.v1 import kernel_pb2, kernel_pb2_grpc
+from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
+from kernel_service.dispatcher import Dispatcher
+from kernel_service.kernel import Kernel
+from kernel_service.steward import enforce_steward_not_owner
+from kernel_service.tick_log import TickLogWriter
 from services.auth import Role
-from services.errors import NotBuilt
+from services.errors import InvalidArgument
 from services.grpc_types import Context
-
-KERNEL_TICK = "the Moirai kernel tick (issue #3)"
 
 METHOD_ROLES = {
     kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name: {
@@ -23,28 +25,65 @@ METHOD_ROLES = {
 
 
 class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
+    """Thin: every rule lives in Kernel; the dispatcher works outside the tick."""
+
+    def __init__(self, kernel: Kernel, dispatcher: Dispatcher, tick_log: TickLogWriter | None = None) -> None:
+        self._kernel = kernel
+        self._dispatcher = dispatcher
+        self._tick_log = tick_log
+
     async def RegisterAgents(
         self, request: kernel_pb2.RegisterAgentsRequest, context: Context
     ) -> kernel_pb2.RegisterAgentsResponse:
-        raise NotBuilt(f"agent registration in {KERNEL_TICK}")
+        slots = self._kernel.register(request.world_id, request.agents)
+        if self._tick_log is not None:
+            self._tick_log.record_registration(request)
+        return kernel_pb2.RegisterAgentsResponse(slots=slots, registered_total=self._kernel.arrays.count)
+
+    def _tick(self, batch: perception_pb2.PerceptionBatch) -> action_pb2.TickResult:
+        self._kernel.decode(batch)  # refuse a bad batch before taking results off the dispatcher
+        merged = self._dispatcher.take_results()
+        result = self._kernel.tick(batch, merged)
+        if self._tick_log is not None:
+            self._tick_log.record_tick(batch, merged, result, self._kernel)
+        self._dispatcher.offer(result)
+        return result
 
     async def Tick(self, request: kernel_pb2.TickRequest, context: Context) -> kernel_pb2.TickResponse:
-        raise NotBuilt(KERNEL_TICK)
+        return kernel_pb2.TickResponse(result=self._tick(request.batch))
 
     async def StreamTicks(
         self,
         request_iterator: AsyncIterator[kernel_pb2.StreamTicksRequest],
         context: Context,
     ) -> AsyncIterator[kernel_pb2.StreamTicksResponse]:
-        raise NotBuilt(f"tick streaming in {KERNEL_TICK}")
-        yield  # type: ignore[unreachable]  # makes this an async generator, as streaming handlers must be
+        async for request in request_iterator:
+            yield kernel_pb2.StreamTicksResponse(result=self._tick(request.batch))
 
     async def GetAgentState(
         self, request: kernel_pb2.GetAgentStateRequest, context: Context
     ) -> kernel_pb2.GetAgentStateResponse:
-        raise NotBuilt(f"agent state in {KERNEL_TICK}")
+        which = request.WhichOneof("agent")
+        if which is None:
+            raise InvalidArgument.field("agent", "set slot or ori_id")
+        slot = self._kernel.slot_of(
+            request.slot if which == "slot" else None, request.ori_id if which == "ori_id" else None
+        )
+        return self._kernel.agent_state(slot)
 
     async def ApplyStewardDirective(
         self, request: kernel_pb2.ApplyStewardDirectiveRequest, context: Context
     ) -> kernel_pb2.ApplyStewardDirectiveResponse:
-        raise NotBuilt("the steward-not-owner directive filter (issue #3)")
+        if request.directive.kind == kernel_pb2.STEWARD_DIRECTIVE_KIND_UNSPECIFIED:
+            raise InvalidArgument.field("directive.kind", "must name a directive kind")
+        if not request.ori_id:
+            raise InvalidArgument.field("ori_id", "must be set")
+        slot = self._kernel.slot_of(None, request.ori_id)
+        decision = enforce_steward_not_owner(request.directive, slot, request.ori_id)
+        return kernel_pb2.ApplyStewardDirectiveResponse(
+            allowed=decision.allowed,
+            classified_kind=kernel_pb2.StewardDirectiveKind.ValueType(decision.classified_kind),
+            reclassified=decision.reclassified,
+            action=decision.action,
+            policy_ref="policy:steward-not-owner",
+        )

@@ -17,6 +17,7 @@ from services.channels import open_channel
 from services.logging import configure_logging
 from services.runtime import endpoints_path, published_targets, serve_until_signalled
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from world import cli as world_cli
 
 
 def _settings(args: argparse.Namespace) -> EgbeSettings:
@@ -150,12 +151,6 @@ def cmd_budget_worst_case(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from services.demo import run_demo
-
-    return run_demo(_settings(args))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="egbe", description=__doc__)
     parser.add_argument("--config", type=Path, help="TOML settings file (below EGBE_* env in precedence)")
@@ -198,8 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     worst.add_argument("--json", action="store_true")
     worst.set_defaults(run=cmd_budget_worst_case)
 
-    demo = commands.add_parser("demo", help="run the reference world against the services")
-    demo.set_defaults(run=cmd_demo)
+    world_cli.register(commands, _settings)
     return parser
 
 

@@ -53,6 +53,8 @@ class ServiceBundle:
     close: Callable[[], Awaitable[None]] | None = None
     # Extra metadata shown by health tooling, e.g. {"core": "c"}.
     info: dict[str, str] = field(default_factory=dict)
+    # Told of every call the chassis refuses (no token, wrong role) before it answers, e.g. to audit it.
+    on_refused: Callable[[str, EgbeError], None] | None = None
 
     def roles_for(self, full_method: str) -> frozenset[Role] | None:
         """Roles admitted to `/pkg.Service/Method`, or None when the method is not declared."""
@@ -97,9 +99,13 @@ class ChassisInterceptor(ServerInterceptor):
         def check() -> None:
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(service=self._bundle.name)
-            role = self._tokens.role_of({k: v for k, v in metadata or () if isinstance(v, str)})
-            admitted = self._bundle.roles_for(method)
-            authorize(role, admitted or frozenset(), method)
+            try:
+                role = self._tokens.role_of({k: v for k, v in metadata or () if isinstance(v, str)})
+                authorize(role, self._bundle.roles_for(method) or frozenset(), method)
+            except EgbeError as refusal:
+                if self._bundle.on_refused is not None:
+                    self._bundle.on_refused(method, refusal)
+                raise
 
         return check
 

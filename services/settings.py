@@ -15,6 +15,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from biography_service.config import BiographyConfig
+from cognition_service.config import CognitionConfig
+from gateway.config import GatewayConfig
+from kernel_service.config import KernelSettings
+from policy_service.config import PolicyConfig
+
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 
 
@@ -131,12 +137,28 @@ class EgbeSettings(BaseSettings):
         default=None,
         description="JSON file {token: role}; embedded mode generates <data_dir>/tokens.json if unset.",
     )
+    kernel: KernelSettings = Field(
+        default_factory=KernelSettings, description="The Moirai kernel: core, dispatch targets, tick log."
+    )
     database_url: str | None = Field(
         default=None,
         description="postgresql://... for production storage; unset = SQLite files under data_dir.",
     )
     tls: TlsSettings = Field(
         default_factory=TlsSettings, description="TLS / mTLS certificates for serving and dialling."
+    )
+
+    biography: BiographyConfig = Field(
+        default_factory=BiographyConfig, description="The Ori event log's limits and defaults."
+    )
+    gateway: GatewayConfig = Field(
+        default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
+    )
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="Isis, Sophia, cultural review and minor protection."
+    )
+    cognition: CognitionConfig = Field(
+        default_factory=CognitionConfig, description="Assembly limits, mode budgets, retries, Psyche plan."
     )
 
     @field_validator("endpoints")

@@ -488,3 +488,175 @@ class ApplyStewardDirectiveResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ApplyStewardDirectiveResponse: _TypeAlias = ApplyStewardDirectiveResponse  # noqa: Y015
+
+@_typing.final
+class TickLogRecord(_message.Message):
+    """One frame of the kernel's tick log (a file of varint-length-delimited TickLogRecord frames).
+    Replaying the frames in order through a fresh kernel reproduces every tick's result.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    REGISTRATION_FIELD_NUMBER: _builtins.int
+    TICK_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___TickLogConfig: ...
+    @_builtins.property
+    def registration(self) -> Global___RegisterAgentsRequest: ...
+    @_builtins.property
+    def tick(self) -> Global___TickLogTick: ...
+    @_builtins.property
+    def snapshot(self) -> Global___KernelSnapshot: ...
+    def __init__(
+        self,
+        *,
+        config: Global___TickLogConfig | None = ...,
+        registration: Global___RegisterAgentsRequest | None = ...,
+        tick: Global___TickLogTick | None = ...,
+        snapshot: Global___KernelSnapshot | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "entry", b"entry", "registration", b"registration", "snapshot", b"snapshot", "tick", b"tick"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "entry", b"entry", "registration", b"registration", "snapshot", b"snapshot", "tick", b"tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_entry: _TypeAlias = _typing.Literal["config", "registration", "tick", "snapshot"]  # noqa: Y015
+    _WhichOneofArgType_entry: _TypeAlias = _typing.Literal["entry", b"entry"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_entry) -> _WhichOneofReturnType_entry | None: ...
+
+Global___TickLogRecord: _TypeAlias = TickLogRecord  # noqa: Y015
+
+@_typing.final
+class TickLogConfig(_message.Message):
+    """The configuration every following tick ran under."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINGERPRINT_FIELD_NUMBER: _builtins.int
+    CANONICAL_JSON_FIELD_NUMBER: _builtins.int
+    CORE_FIELD_NUMBER: _builtins.int
+    canonical_json: _builtins.str
+    """Canonical JSON of the kernel configuration (what the fingerprint covers)."""
+    core: _builtins.str
+    """The core that recorded ("c" or "numpy"); replay may use either, they are bit-identical."""
+    @_builtins.property
+    def fingerprint(self) -> _common_pb2.ConfigFingerprint: ...
+    def __init__(
+        self,
+        *,
+        fingerprint: _common_pb2.ConfigFingerprint | None = ...,
+        canonical_json: _builtins.str = ...,
+        core: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canonical_json", b"canonical_json", "core", b"core", "fingerprint", b"fingerprint"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TickLogConfig: _TypeAlias = TickLogConfig  # noqa: Y015
+
+@_typing.final
+class TickLogTick(_message.Message):
+    """One tick's inputs and a digest of its deterministic output."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_FIELD_NUMBER: _builtins.int
+    MERGED_RESULTS_FIELD_NUMBER: _builtins.int
+    RESULT_SHA256_FIELD_NUMBER: _builtins.int
+    result_sha256: _builtins.bytes
+    """SHA-256 of the TickResult serialized deterministically with the measured elapsed time zeroed."""
+    @_builtins.property
+    def batch(self) -> _perception_pb2.PerceptionBatch: ...
+    @_builtins.property
+    def merged_results(self) -> _containers.RepeatedCompositeFieldContainer[_action_pb2.ActionIntent]:
+        """Cognition results merged into this tick, in merge order."""
+
+    def __init__(
+        self,
+        *,
+        batch: _perception_pb2.PerceptionBatch | None = ...,
+        merged_results: _abc.Iterable[_action_pb2.ActionIntent] | None = ...,
+        result_sha256: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "merged_results", b"merged_results", "result_sha256", b"result_sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TickLogTick: _TypeAlias = TickLogTick  # noqa: Y015
+
+@_typing.final
+class NamedArray(_message.Message):
+    """One named per-agent array: raw little-endian bytes of a numpy dtype."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DTYPE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    dtype: _builtins.str
+    """numpy dtype string, e.g. "<u2"."""
+    data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        dtype: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dtype", b"dtype", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NamedArray: _TypeAlias = NamedArray  # noqa: Y015
+
+@_typing.final
+class KernelSnapshot(_message.Message):
+    """The whole kernel state after a tick; restoring it and continuing equals never having stopped."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    LAST_TICK_FIELD_NUMBER: _builtins.int
+    HAS_TICKED_FIELD_NUMBER: _builtins.int
+    ORI_IDS_FIELD_NUMBER: _builtins.int
+    TENANT_IDS_FIELD_NUMBER: _builtins.int
+    ARRAYS_FIELD_NUMBER: _builtins.int
+    BEHAVIOR_ARRAYS_FIELD_NUMBER: _builtins.int
+    world_id: _builtins.str
+    last_tick: _builtins.int
+    """The last tick applied; 0 with has_ticked false before the first tick."""
+    has_ticked: _builtins.bool
+    @_builtins.property
+    def ori_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def tenant_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def arrays(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedArray]: ...
+    @_builtins.property
+    def behavior_arrays(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedArray]: ...
+    def __init__(
+        self,
+        *,
+        world_id: _builtins.str = ...,
+        last_tick: _builtins.int = ...,
+        has_ticked: _builtins.bool = ...,
+        ori_ids: _abc.Iterable[_builtins.str] | None = ...,
+        tenant_ids: _abc.Iterable[_builtins.str] | None = ...,
+        arrays: _abc.Iterable[Global___NamedArray] | None = ...,
+        behavior_arrays: _abc.Iterable[Global___NamedArray] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrays", b"arrays", "behavior_arrays", b"behavior_arrays", "has_ticked", b"has_ticked", "last_tick", b"last_tick", "ori_ids", b"ori_ids", "tenant_ids", b"tenant_ids", "world_id", b"world_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KernelSnapshot: _TypeAlias = KernelSnapshot  # noqa: Y015

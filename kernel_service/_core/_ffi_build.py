@@ -1,0 +1,25 @@
+"""Builds the C core with cffi in API mode at install time (setup.py's cffi_modules)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+DECLARATIONS = (HERE / "moirai_core_decls.h").read_text()
+
+ffibuilder = FFI()
+ffibuilder.cdef(DECLARATIONS)
+ffibuilder.set_source(
+    "kernel_service._core._moirai_core",
+    '#include <stdint.h>\n#include "moirai_core_decls.h"\n',
+    sources=[os.path.relpath(HERE / "moirai_core.c")],
+    include_dirs=[os.path.relpath(HERE)],
+    # EGBE_KERNEL_CFLAGS overrides the optimization flags (e.g. "-O0 -g" for a debug build).
+    extra_compile_args=os.environ.get("EGBE_KERNEL_CFLAGS", "-O3 -std=c11").split(),
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,66 @@
+/* The C core's declarations, read by cffi's cdef and #included by moirai_core.c. No preprocessor here. */
+
+/* Pointers into the kernel's numpy arrays, in kernel_service/agent_state.py's AGENT_FIELDS order. */
+struct moirai_agents {
+    uint16_t *signal_flags;
+    uint8_t *visual_lod;
+    int32_t *player_proximity_mm;
+    uint32_t *addressed_by_player_id;
+    uint32_t *goal_ref;
+    uint64_t *goal_progress_signature;
+    uint8_t *tier;
+    uint8_t *tier_reason;
+    uint16_t *ticks_in_tier;
+    uint64_t *last_clotho_signal_tick;
+    uint64_t *next_call_tick;
+    uint32_t *seen_goal_ref;
+    uint64_t *seen_progress_signature;
+    uint8_t *stale_goal_ticks;
+    uint8_t *repeated_action_count;
+    uint8_t *last_decided_kind;
+    uint32_t *last_decided_goal_ref;
+    uint8_t *agent_bits;
+    uint8_t *cached_kind;
+    uint8_t *cached_source;
+    uint32_t *cached_goal_ref;
+    uint16_t *cached_priority;
+    uint16_t *cached_plan_step;
+    uint8_t *out_kind;
+    uint8_t *out_source;
+    uint32_t *out_goal_ref;
+    uint16_t *out_priority;
+    uint16_t *out_plan_step;
+};
+
+/* Capacity-sized output buffers: compacted lists in slot order, plus counts. */
+struct moirai_outputs {
+    uint32_t *candidate_slot;
+    uint8_t *candidate_cause;
+    uint8_t *candidate_bits;
+    uint32_t *transition_slot;
+    uint8_t *transition_from;
+    uint8_t *transition_to;
+    uint32_t *guard_slot;
+    uint8_t *guard_bits;
+    uint32_t *changed_slot;
+    uint32_t *counts;        /* [candidates, transitions, guards, changed] */
+    uint32_t *reason_counts; /* [16] by TierReason */
+    uint32_t *tier_counts;   /* [4] by CognitionTier */
+};
+
+struct moirai_params {
+    uint64_t tick;
+    uint32_t count;
+    uint32_t decision_interval_ticks;
+    uint32_t transition_damping_ticks;
+    uint64_t deescalation_grace_ticks;
+    int32_t clotho_proximity_mm;
+    uint32_t repeated_action_limit;
+    uint32_t stale_goal_tick_limit;
+    uint64_t reflection_interval_ticks;
+    uint64_t summary_interval_ticks;
+    uint16_t guard_priority_bp;
+};
+
+/* One tick over agents [0, count). Returns 0, or -1 when a parameter is out of range. */
+int moirai_tick(const struct moirai_params *params, struct moirai_agents *agents, struct moirai_outputs *outputs);

@@ -1,0 +1,142 @@
+"""Per-agent struct-of-arrays state: perception signals, tier state, cached and output actions.
+
+Every array is indexed by dense slot and allocated with spare capacity, so registration grows it
+rarely and a tick never allocates. The C core and the numpy fallback read and write these very
+arrays (the C core through pointers, without copies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from egbe.v1 import action_pb2
+
+# name -> dtype, in the order the C struct declares its pointers (_core/moirai_core_decls.h).
+AGENT_FIELDS: dict[str, type[np.generic]] = {
+    # Perception signals; delta frames overwrite only the listed slots, the rest keep their values.
+    "signal_flags": np.uint16,  # bit i <=> PerceptionFlagBit i
+    "visual_lod": np.uint8,
+    "player_proximity_mm": np.int32,
+    "addressed_by_player_id": np.uint32,
+    "goal_ref": np.uint32,
+    "goal_progress_signature": np.uint64,
+    "need_safety_bp": np.uint16,
+    "need_sustaining_bp": np.uint16,
+    "need_social_bp": np.uint16,
+    "need_purpose_bp": np.uint16,
+    "fatigue_bp": np.uint16,
+    # Tier state.
+    "tier": np.uint8,  # CognitionTier
+    "tier_reason": np.uint8,  # TierReason
+    "ticks_in_tier": np.uint16,  # saturating
+    "last_clotho_signal_tick": np.uint64,
+    "next_call_tick": np.uint64,  # next Lachesis reflection or Atropos summary
+    # Loop/drift guard state.
+    "seen_goal_ref": np.uint32,
+    "seen_progress_signature": np.uint64,
+    "stale_goal_ticks": np.uint8,
+    "repeated_action_count": np.uint8,
+    "last_decided_kind": np.uint8,
+    "last_decided_goal_ref": np.uint32,
+    "agent_bits": np.uint8,  # AGENT_BIT_* below
+    # The cached action: what the Ori keeps doing between decisions (behaviour layer / cognition write it).
+    "cached_kind": np.uint8,
+    "cached_source": np.uint8,
+    "cached_goal_ref": np.uint32,
+    "cached_priority": np.uint16,
+    "cached_plan_step": np.uint16,
+    # The action the last tick answered (compared to find what changed for delta answers).
+    "out_kind": np.uint8,
+    "out_source": np.uint8,
+    "out_goal_ref": np.uint32,
+    "out_priority": np.uint16,
+    "out_plan_step": np.uint16,
+}
+
+# agent_bits: the cached action was freshly decided since the last tick (behaviour step or cognition).
+AGENT_BIT_FRESH_DECISION = 1
+
+SIGNAL_FIELDS = tuple(list(AGENT_FIELDS)[:11])
+
+# Capacity-sized per-tick outputs: compacted lists in slot order, written by the core.
+OUTPUT_FIELDS: dict[str, type[np.generic]] = {
+    "candidate_slot": np.uint32,
+    "candidate_cause": np.uint8,  # CognitionCause
+    "candidate_bits": np.uint8,  # CANDIDATE_BIT_*
+    "transition_slot": np.uint32,
+    "transition_from": np.uint8,
+    "transition_to": np.uint8,
+    "guard_slot": np.uint32,
+    "guard_bits": np.uint8,  # GUARD_BIT_*
+    "changed_slot": np.uint32,
+}
+CANDIDATE_BIT_NEEDS_REHYDRATION = 1
+GUARD_BIT_REPEATED_ACTION = 1
+GUARD_BIT_STALE_GOAL = 2
+
+REASON_COUNT_LEN = 16
+TIER_COUNT_LEN = 4
+# counts[]: how many entries each compacted list holds after a tick.
+COUNT_CANDIDATES, COUNT_TRANSITIONS, COUNT_GUARDS, COUNT_CHANGED = range(4)
+
+
+def _alloc(fields: Mapping[str, type[np.generic]], capacity: int) -> dict[str, NDArray[Any]]:
+    return {name: np.zeros(capacity, dtype=dtype) for name, dtype in fields.items()}
+
+
+class AgentArrays:
+    """The population's arrays (capacity-sized; rows [0, count) are live) and the tick's output buffers."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.count = 0
+        self.capacity = 0
+        self.fields: dict[str, NDArray[Any]] = {}
+        self.outputs: dict[str, NDArray[Any]] = {}
+        self.counts = np.zeros(4, dtype=np.uint32)
+        self.reason_counts = np.zeros(REASON_COUNT_LEN, dtype=np.uint32)
+        self.tier_counts = np.zeros(TIER_COUNT_LEN, dtype=np.uint32)
+        self.generation = 0  # bumps whenever arrays are reallocated, so the C core re-binds its pointers
+        self._grow_to(capacity)
+
+    def _grow_to(self, capacity: int) -> None:
+        fields = _alloc(AGENT_FIELDS, capacity)
+        for name, old in self.fields.items():
+            fields[name][: self.count] = old[: self.count]
+        self.fields = fields
+        self.outputs = _alloc(OUTPUT_FIELDS, capacity)
+        self.capacity = capacity
+        self.generation += 1
+
+    def add(self, how_many: int) -> int:
+        """Append `how_many` fresh agents (cached action OBSERVE, source CACHED); returns the first slot."""
+        first = self.count
+        needed = first + how_many
+        if needed > self.capacity:
+            self._grow_to(max(needed, self.capacity * 2))
+        self.count = needed
+        self.fields["cached_kind"][first:needed] = action_pb2.ACTION_KIND_OBSERVE
+        self.fields["cached_source"][first:needed] = action_pb2.ACTION_SOURCE_CACHED
+        self.fields["player_proximity_mm"][first:needed] = 2**31 - 1
+        return first
+
+    def live(self, name: str) -> NDArray[Any]:
+        """The live rows of one field (a view, never a copy)."""
+        return self.fields[name][: self.count]
+
+    def snapshot(self) -> dict[str, NDArray[Any]]:
+        """A copy of every live per-agent array."""
+        return {name: self.live(name).copy() for name in AGENT_FIELDS}
+
+    def restore(self, arrays: Mapping[str, NDArray[np.generic]]) -> None:
+        """Replace the population with a snapshot's arrays."""
+        count = len(arrays["tier"])
+        self.count = 0
+        self.fields = {}
+        self._grow_to(max(count, 1024))
+        self.count = count
+        for name, dtype in AGENT_FIELDS.items():
+            self.fields[name][:count] = np.asarray(arrays[name], dtype=dtype)

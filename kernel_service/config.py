@@ -1,0 +1,151 @@
+"""Kernel configuration with the seed's defaults, and its FNV-1a fingerprint."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from egbe.v1 import common_pb2
+
+WORLD_TICK_HZ = 20
+GAME_MINUTE_TICKS = WORLD_TICK_HZ * 60
+GAME_DAY_TICKS = GAME_MINUTE_TICKS * 60 * 24  # 1,728,000: the unit Atropos reasons in
+
+FNV1A64_OFFSET = 0xCBF29CE484222325
+FNV1A64_PRIME = 0x100000001B3
+
+
+def fnv1a64(data: bytes) -> int:
+    """The 64-bit FNV-1a hash, the fingerprint every audit record carries."""
+    value = FNV1A64_OFFSET
+    for byte in data:
+        value = ((value ^ byte) * FNV1A64_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
+class ClassRates(BaseModel):
+    """Micro-USD per 1,000 tokens for each model class: a documented approximation, not a price feed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    opus: int = Field(default=1_500, ge=0, description="Opus-class micro-USD per 1k tokens.")
+    sonnet: int = Field(default=300, ge=0, description="Sonnet-class micro-USD per 1k tokens.")
+    haiku: int = Field(default=75, ge=0, description="Haiku-class micro-USD per 1k tokens.")
+
+
+class ContextChars(BaseModel):
+    """Nominal prompt-context length per call cause; the token estimate is len/4 plus the call overhead."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clotho_live_planning: int = Field(default=12_000, ge=0, description="Chars of a Clotho planning context.")
+    lachesis_reflection: int = Field(default=32_000, ge=0, description="Chars of a Lachesis reflection.")
+    atropos_summary: int = Field(default=10_000, ge=0, description="Chars of an Atropos summary context.")
+    guard_reflection: int = Field(default=16_000, ge=0, description="Chars of a guard-forced reflection.")
+
+
+class KernelConfig(BaseModel):
+    """Every number the tick decides with; one source of truth, fingerprinted into every tick report."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decision_interval_ticks: int = Field(
+        default=5, ge=1, le=65535, description="Clotho plans every N ticks (5 = 4 Hz at 20 Hz)."
+    )
+    transition_damping_ticks: int = Field(
+        default=4, ge=0, le=65535, description="Hold the previous tier this long when a non-urgent change."
+    )
+    deescalation_grace_ticks: int = Field(
+        default=20, ge=0, description="Clotho stays Clotho this many ticks after its last Clotho signal."
+    )
+    clotho_proximity_mm: int = Field(
+        default=2_500, ge=0, le=2**31 - 1, description="A player within this distance promotes to Clotho."
+    )
+    latency_budget_micros: int = Field(default=50_000, gt=0, description="The tick's latency budget.")
+    repeated_action_limit: int = Field(
+        default=3, ge=1, le=255, description="Identical consecutive decided actions that force a reflection."
+    )
+    stale_goal_tick_limit: int = Field(
+        default=6, ge=1, le=255, description="Ticks a goal may be held without progress before a change."
+    )
+    lachesis_step_every_ticks: int = Field(
+        default=2, ge=1, le=65535, description="Lachesis steps cached BT/HTN plans every N ticks (10 Hz)."
+    )
+    reflection_game_minutes: int = Field(
+        default=10, ge=1, description="A Lachesis reflection is due every N game-minutes."
+    )
+    summaries_per_game_day: int = Field(
+        default=4, ge=1, le=GAME_DAY_TICKS, description="Atropos narrative summaries per game-day."
+    )
+    batch_overhead_tokens: int = Field(
+        default=800, ge=0, description="Fixed per-call overhead a coalesced batch pays once."
+    )
+    batch_min_requests: int = Field(
+        default=2, ge=2, description="Cross-tier batching needs at least this many eligible calls."
+    )
+    class_rates: ClassRates = Field(default_factory=ClassRates)
+    context_chars: ContextChars = Field(default_factory=ContextChars)
+    guard_priority_bp: int = Field(
+        default=9_000, ge=0, le=10_000, description="Priority a guard intervention stamps on its action."
+    )
+    max_batch_agents: int = Field(
+        default=2_097_152, ge=1, le=2**31 - 1, description="Largest perception batch accepted, in agents."
+    )
+    tier_models: dict[str, str] = Field(
+        default_factory=lambda: {
+            "clotho": "anthropic:claude-opus-class-latest",
+            "lachesis": "anthropic:claude-sonnet-class-latest",
+            "atropos": "anthropic:claude-haiku-class-latest",
+        },
+        description="Smallest-qualified model class per tier (the gateway's routing decides the real model).",
+    )
+
+    @property
+    def reflection_interval_ticks(self) -> int:
+        return self.reflection_game_minutes * GAME_MINUTE_TICKS
+
+    @property
+    def summary_interval_ticks(self) -> int:
+        return GAME_DAY_TICKS // self.summaries_per_game_day
+
+    def fingerprint(self) -> common_pb2.ConfigFingerprint:
+        """FNV-1a 64 over the canonical JSON (sorted keys, no whitespace) of this config."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return common_pb2.ConfigFingerprint(fnv1a64=f"{fnv1a64(canonical.encode()):016x}", scope="kernel")
+
+    def class_rate(self, tier: int) -> int:
+        """Micro-USD per 1k tokens for the model class a tier routes to."""
+        rates: dict[int, int] = {
+            common_pb2.COGNITION_TIER_CLOTHO: self.class_rates.opus,
+            common_pb2.COGNITION_TIER_LACHESIS: self.class_rates.sonnet,
+            common_pb2.COGNITION_TIER_ATROPOS: self.class_rates.haiku,
+        }
+        return rates[tier]
+
+
+class KernelSettings(BaseModel):
+    """How the kernel service runs: its core, where the dispatcher sends work, and the tick log."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    core: Literal["auto", "c", "numpy"] = Field(
+        default="auto",
+        description="Tick core; EGBE_KERNEL_CORE=c|numpy overrides. auto = C when built, else numpy.",
+    )
+    gateway_target: str | None = Field(
+        default=None, description="Dispatcher forwards candidates to this gateway; unset = report only."
+    )
+    biography_target: str | None = Field(
+        default=None, description="Dispatcher carries lifecycle requests here; unset = report only."
+    )
+    tick_log_path: Path | None = Field(default=None, description="Record every tick to this file.")
+    snapshot_every_ticks: int = Field(
+        default=1_200, ge=1, description="A state snapshot joins the tick log this often (in ticks)."
+    )
+    dispatch_queue_limit: int = Field(
+        default=10_000, ge=1, description="Candidates waiting for the gateway beyond this are shed."
+    )
+    config: KernelConfig = Field(default_factory=KernelConfig)

@@ -1,0 +1,180 @@
+"""The async dispatcher: outside the tick, it forwards candidates and lifecycle work and collects results.
+
+A tick only ever calls `offer` (enqueue, never waits) and `take_results` (drain what has completed),
+so a slow or absent gateway can never delay a tick. Results re-enter the next tick as its input,
+which the tick log records, so replay does not depend on when a result happened to arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+
+from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from services.auth import bearer_metadata
+from services.logging import get_logger
+
+if TYPE_CHECKING:
+    from egbe.v1.biography_pb2_grpc import BiographyServiceAsyncStub
+    from egbe.v1.gateway_pb2_grpc import CognitionGatewayServiceAsyncStub
+
+log = get_logger(__name__)
+
+MODES = {
+    action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING: gateway_pb2.COGNITION_MODE_DECISION,
+    action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION: gateway_pb2.COGNITION_MODE_REFLECTION,
+    action_pb2.COGNITION_CAUSE_GUARD_REFLECTION: gateway_pb2.COGNITION_MODE_REFLECTION,
+    action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY: gateway_pb2.COGNITION_MODE_SUMMARY,
+}
+
+
+@dataclass
+class DispatchStats:
+    """Counters for health and tests: what was offered, sent, shed, answered and failed."""
+
+    candidates_offered: int = 0
+    candidates_reported_only: int = 0
+    candidates_sent: int = 0
+    candidates_shed: int = 0
+    results_received: int = 0
+    failures: int = 0
+    lifecycle_offered: int = 0
+    lifecycle_sent: int = 0
+
+
+class Dispatcher:
+    """Bounded queues drained by background tasks; with no target configured it only reports."""
+
+    def __init__(
+        self,
+        *,
+        gateway_target: str | None = None,
+        biography_target: str | None = None,
+        token: str | None = None,
+        queue_limit: int = 10_000,
+        concurrency: int = 8,
+        call_timeout_seconds: float = 30.0,
+    ) -> None:
+        self.gateway_target = gateway_target
+        self.biography_target = biography_target
+        self.stats = DispatchStats()
+        self._metadata = bearer_metadata(token) if token else ()
+        self._queue_limit = queue_limit
+        self._concurrency = concurrency
+        self._timeout = call_timeout_seconds
+        self._candidates: deque[action_pb2.CognitionCallCandidate] = deque()
+        self._lifecycle: deque[action_pb2.LifecycleRequest] = deque()
+        self._results: list[action_pb2.ActionIntent] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._channels: list[grpc.aio.Channel] = []
+
+    def offer(self, result: action_pb2.TickResult) -> None:
+        """Take a tick's candidates and lifecycle requests; never blocks; sheds the oldest past the limit."""
+        self.stats.candidates_offered += len(result.candidates)
+        self.stats.lifecycle_offered += len(result.lifecycle)
+        if self.gateway_target is None:
+            # No gateway: the candidates are reported in the tick result and the Ori keep their
+            # behaviour-tree or cached actions.
+            self.stats.candidates_reported_only += len(result.candidates)
+        else:
+            self._candidates.extend(result.candidates)
+            while len(self._candidates) > self._queue_limit:
+                self._candidates.popleft()
+                self.stats.candidates_shed += 1
+        if self.biography_target is not None:
+            self._lifecycle.extend(result.lifecycle)
+            while len(self._lifecycle) > self._queue_limit:
+                self._lifecycle.popleft()
+        if self._candidates or self._lifecycle:
+            self._wake.set()
+
+    def take_results(self) -> list[action_pb2.ActionIntent]:
+        """Completed cognition actions, to merge into the next tick."""
+        results, self._results = self._results, []
+        return results
+
+    async def start(self) -> None:
+        if self.gateway_target is not None:
+            channel = grpc.aio.insecure_channel(self.gateway_target)
+            self._channels.append(channel)
+            gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
+            self._tasks += [asyncio.create_task(self._submit_loop(gateway)) for _ in range(self._concurrency)]
+        if self.biography_target is not None:
+            channel = grpc.aio.insecure_channel(self.biography_target)
+            self._channels.append(channel)
+            biography = biography_pb2_grpc.BiographyServiceStub(channel)
+            self._tasks.append(asyncio.create_task(self._lifecycle_loop(biography)))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for channel in self._channels:
+            await channel.close(None)
+        self._tasks.clear()
+        self._channels.clear()
+
+    async def _next(
+        self, queue: deque[action_pb2.CognitionCallCandidate]
+    ) -> action_pb2.CognitionCallCandidate:
+        while not queue:
+            self._wake.clear()
+            await self._wake.wait()
+        return queue.popleft()
+
+    async def _submit_loop(self, gateway: CognitionGatewayServiceAsyncStub) -> None:
+        while True:
+            candidate = await self._next(self._candidates)
+            self.stats.candidates_sent += 1
+            try:
+                response = await gateway.Submit(
+                    gateway_pb2.SubmitRequest(
+                        candidate=candidate, request_id=candidate.call_id, mode=MODES[candidate.cause]
+                    ),
+                    metadata=self._metadata,
+                    timeout=self._timeout,
+                )
+            except grpc.aio.AioRpcError as error:
+                # The Ori keeps its cached action; the tick never learns of the failure except by absence.
+                self.stats.failures += 1
+                log.warning("gateway submit failed", call_id=candidate.call_id, code=error.code().name)
+                continue
+            for action in response.actions:
+                action.slot = candidate.slot
+                self._results.append(action)
+                self.stats.results_received += 1
+
+    async def _lifecycle_loop(self, biography: BiographyServiceAsyncStub) -> None:
+        while True:
+            while not self._lifecycle:
+                self._wake.clear()
+                await self._wake.wait()
+            request = self._lifecycle.popleft()
+            self.stats.lifecycle_sent += 1
+            try:
+                if request.kind == action_pb2.LifecycleRequest.KIND_REHYDRATE:
+                    await biography.Rehydrate(
+                        biography_pb2.RehydrateRequest(ori_id=request.ori.ori_id),
+                        metadata=self._metadata,
+                        timeout=self._timeout,
+                    )
+                else:
+                    await biography.Consolidate(
+                        biography_pb2.ConsolidateRequest(
+                            ori_id=request.ori.ori_id,
+                            request_id=f"{request.ori.world_id}:{request.tick}:{request.slot}:consolidate",
+                        ),
+                        metadata=self._metadata,
+                        timeout=self._timeout,
+                    )
+            except grpc.aio.AioRpcError as error:
+                self.stats.failures += 1
+                log.warning("biography lifecycle call failed", ori=request.ori.ori_id, code=error.code().name)

@@ -1,0 +1,270 @@
+"""The Moirai kernel: registration, one deterministic tick over the agent arrays, and agent state."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from google.protobuf import struct_pb2
+
+from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
+from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION, AgentArrays
+from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
+from kernel_service.config import KernelConfig
+from kernel_service.core_numpy import LACHESIS, CoreParams
+from kernel_service.perception_codec import DecodedBatch, decode_batch
+from kernel_service.tick_core import TickCore
+from kernel_service.tick_result import (
+    Registry,
+    build_actions,
+    build_candidates,
+    build_lifecycle,
+    build_report,
+    guard_payloads,
+)
+from services.errors import InvalidArgument, NotFound
+
+
+class Kernel:
+    """One world's population and its tick. Not thread-safe: one tick at a time, by design."""
+
+    def __init__(
+        self,
+        config: KernelConfig,
+        core: TickCore,
+        behavior: BehaviorLayer | None = None,
+        world_id: str = "",
+    ) -> None:
+        self.config = config
+        self.core = core
+        self.behavior = behavior
+        self.world_id = world_id
+        self.fingerprint = config.fingerprint()
+        self.arrays = AgentArrays()
+        self.ori_ids: list[str] = []
+        self.tenant_ids: list[str] = []
+        self.slot_by_ori: dict[str, int] = {}
+        self.last_tick: int | None = None
+
+    @property
+    def registry(self) -> Registry:
+        return Registry(self.world_id, self.ori_ids, self.tenant_ids)
+
+    def register(self, world_id: str, registrations: Sequence[kernel_pb2.AgentRegistration]) -> list[int]:
+        """Give each new Ori the next dense slot; a known Ori keeps its slot. All or nothing."""
+        if self.world_id and world_id and world_id != self.world_id:
+            raise InvalidArgument.field("world_id", f"this kernel serves world {self.world_id!r}")
+        new: dict[str, int] = {}
+        for index, registration in enumerate(registrations):
+            ori = registration.ori
+            if not ori.ori_id:
+                raise InvalidArgument.field(f"agents[{index}].ori.ori_id", "must be set")
+            if ori.world_id and (world_id or self.world_id) and ori.world_id != (world_id or self.world_id):
+                raise InvalidArgument.field(f"agents[{index}].ori.world_id", "differs from world_id")
+            if ori.ori_id not in self.slot_by_ori and ori.ori_id not in new:
+                new[ori.ori_id] = len(self.ori_ids) + len(new)
+        if len(self.ori_ids) + len(new) > self.config.max_batch_agents:
+            raise InvalidArgument.field("agents", "registration exceeds max_batch_agents")
+        if world_id and not self.world_id:
+            self.world_id = world_id
+        fresh = [r for r in registrations if new.get(r.ori.ori_id) is not None]
+        first = self.arrays.add(len(new))
+        tenants = {r.ori.ori_id: r.ori.tenant_id for r in fresh}
+        for ori_id in new:
+            self.ori_ids.append(ori_id)
+            self.tenant_ids.append(tenants[ori_id])
+        self.slot_by_ori.update(new)
+        if self.behavior is not None and new:
+            first_of: dict[str, kernel_pb2.AgentRegistration] = {}
+            for registration in fresh:
+                first_of.setdefault(registration.ori.ori_id, registration)
+            self.behavior.register(first, list(first_of.values()))
+        return [self.slot_by_ori[r.ori.ori_id] for r in registrations]
+
+    def decode(self, batch: perception_pb2.PerceptionBatch) -> DecodedBatch:
+        """Validate a batch against the current state; raises InvalidArgument and changes nothing."""
+        return decode_batch(
+            batch,
+            world_id=self.world_id,
+            registered=self.arrays.count,
+            last_tick=self.last_tick,
+            max_agents=self.config.max_batch_agents,
+        )
+
+    def tick(
+        self,
+        batch: perception_pb2.PerceptionBatch,
+        merged_results: Sequence[action_pb2.ActionIntent] = (),
+    ) -> action_pb2.TickResult:
+        """Validate, then take the batch whole: signals, merged cognition results, behaviour, core."""
+        decoded = self.decode(batch)
+        merged = self._validate_results(merged_results)
+        started = time.perf_counter_ns()  # measured for the report only; no decision reads it
+        self._apply_signals(decoded)
+        payloads = self._merge_results(merged)
+        self._step_behavior(decoded.tick)
+        self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
+        self.last_tick = decoded.tick
+        payloads.update(guard_payloads(self.config, self.arrays, decoded.tick))
+        registry = self.registry
+        candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
+        report = build_report(
+            self.config,
+            a=self.arrays,
+            registry=registry,
+            tick=decoded.tick,
+            candidates=candidates,
+            core_name=self.core.name,
+            fingerprint=self.fingerprint,
+            merged=len(merged),
+        )
+        result = action_pb2.TickResult(
+            actions=build_actions(self.arrays, registry, decoded, payloads),
+            candidates=candidates,
+            lifecycle=build_lifecycle(self.arrays, registry, decoded.tick),
+        )
+        elapsed = (time.perf_counter_ns() - started) // 1000
+        report.elapsed_micros = elapsed
+        report.over_latency_budget = elapsed > self.config.latency_budget_micros
+        result.report.CopyFrom(report)
+        return result
+
+    def _apply_signals(self, decoded: DecodedBatch) -> None:
+        for name, values in decoded.columns.items():
+            if decoded.slots is None:
+                self.arrays.live(name)[:] = values
+            else:
+                self.arrays.fields[name][decoded.slots] = values
+
+    def _validate_results(
+        self, results: Sequence[action_pb2.ActionIntent]
+    ) -> Sequence[action_pb2.ActionIntent]:
+        for index, intent in enumerate(results):
+            if intent.slot >= self.arrays.count:
+                raise InvalidArgument.field(f"merged_results[{index}].slot", f"unknown slot {intent.slot}")
+            if intent.priority > 10_000:
+                raise InvalidArgument.field(f"merged_results[{index}].priority", "must be within 0..10000")
+        return results
+
+    def _merge_results(self, results: Sequence[action_pb2.ActionIntent]) -> dict[int, struct_pb2.Struct]:
+        """A completed cognition call becomes the Ori's cached action from this tick on."""
+        f = self.arrays.fields
+        payloads: dict[int, struct_pb2.Struct] = {}
+        for intent in results:
+            slot = intent.slot
+            f["cached_kind"][slot] = intent.kind
+            f["cached_source"][slot] = action_pb2.ACTION_SOURCE_COGNITION
+            f["cached_goal_ref"][slot] = intent.goal_ref
+            f["cached_priority"][slot] = intent.priority
+            f["cached_plan_step"][slot] = intent.plan_step
+            f["agent_bits"][slot] |= AGENT_BIT_FRESH_DECISION
+            if intent.HasField("payload"):
+                payloads[slot] = intent.payload
+        return payloads
+
+    def _step_behavior(self, tick: int) -> None:
+        """The one call site of the behaviour layer: Lachesis agents step their cached plans at 10 Hz."""
+        if self.behavior is None or self.arrays.count == 0:
+            return
+        a = self.arrays
+        phase = (np.uint64(tick) + np.arange(a.count, dtype=np.uint64)) % np.uint64(
+            self.config.lachesis_step_every_ticks
+        )
+        slots = np.flatnonzero((a.live("tier") == LACHESIS) & (phase == 0)).astype(np.uint32)
+        if len(slots) == 0:
+            return
+        f = a.fields
+        signals = BehaviorSignals(
+            need_safety_bp=a.live("need_safety_bp"),
+            need_sustaining_bp=a.live("need_sustaining_bp"),
+            need_social_bp=a.live("need_social_bp"),
+            need_purpose_bp=a.live("need_purpose_bp"),
+            fatigue_bp=a.live("fatigue_bp"),
+            signal_flags=a.live("signal_flags"),
+            goal_ref=a.live("goal_ref"),
+        )
+        decisions = BehaviorDecisions(
+            kind=f["cached_kind"],
+            source=f["cached_source"],
+            goal_ref=f["cached_goal_ref"],
+            plan_step=f["cached_plan_step"],
+            priority=f["cached_priority"],
+        )
+        self.behavior.decide(slots, signals, decisions)
+        f["agent_bits"][slots] |= AGENT_BIT_FRESH_DECISION
+
+    def slot_of(self, slot: int | None, ori_id: str | None) -> int:
+        """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""
+        if ori_id is not None:
+            if ori_id not in self.slot_by_ori:
+                raise NotFound(f"ori {ori_id!r} is not registered")
+            return self.slot_by_ori[ori_id]
+        if slot is None or slot >= self.arrays.count:
+            raise NotFound(f"slot {slot} is not registered")
+        return slot
+
+    def agent_state(self, slot: int) -> kernel_pb2.GetAgentStateResponse:
+        """One agent's tier, guard counters, due times and cached action."""
+        f = self.arrays.fields
+        tier = common_pb2.CognitionTier.ValueType(int(f["tier"][slot]))
+        next_call = int(f["next_call_tick"][slot])
+        return kernel_pb2.GetAgentStateResponse(
+            slot=slot,
+            ori=self.registry.ori(slot),
+            tier=tier,
+            tier_reason=action_pb2.TierReason.ValueType(int(f["tier_reason"][slot])),
+            ticks_in_tier=int(f["ticks_in_tier"][slot]),
+            last_clotho_signal_tick=int(f["last_clotho_signal_tick"][slot]),
+            cached_action=action_pb2.ActionIntent(
+                slot=slot,
+                ori_id=self.ori_ids[slot],
+                kind=action_pb2.ActionKind.ValueType(int(f["cached_kind"][slot])),
+                goal_ref=int(f["cached_goal_ref"][slot]),
+                priority=int(f["cached_priority"][slot]),
+                tier=tier,
+                source=action_pb2.ActionSource.ValueType(int(f["cached_source"][slot])),
+                plan_step=int(f["cached_plan_step"][slot]),
+            ),
+            repeated_action_count=int(f["repeated_action_count"][slot]),
+            stale_goal_ticks=int(f["stale_goal_ticks"][slot]),
+            next_reflection_tick=next_call if tier == common_pb2.COGNITION_TIER_LACHESIS else 0,
+            next_summary_tick=next_call if tier == common_pb2.COGNITION_TIER_ATROPOS else 0,
+            core=self.core.name,
+        )
+
+    def snapshot(self) -> kernel_pb2.KernelSnapshot:
+        """The whole state: registry, last tick, every per-agent array (and the behaviour layer's)."""
+        snapshot = kernel_pb2.KernelSnapshot(
+            world_id=self.world_id,
+            last_tick=self.last_tick or 0,
+            has_ticked=self.last_tick is not None,
+            ori_ids=self.ori_ids,
+            tenant_ids=self.tenant_ids,
+            arrays=[_named(name, values) for name, values in self.arrays.snapshot().items()],
+        )
+        if self.behavior is not None:
+            snapshot.behavior_arrays.extend(
+                _named(name, np.asarray(values)) for name, values in self.behavior.snapshot().items()
+            )
+        return snapshot
+
+    def restore(self, snapshot: kernel_pb2.KernelSnapshot) -> None:
+        """Become exactly the kernel that took the snapshot."""
+        self.world_id = snapshot.world_id
+        self.last_tick = snapshot.last_tick if snapshot.has_ticked else None
+        self.ori_ids = list(snapshot.ori_ids)
+        self.tenant_ids = list(snapshot.tenant_ids)
+        self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
+        self.arrays.restore({named.name: _unnamed(named) for named in snapshot.arrays})
+        if self.behavior is not None:
+            self.behavior.restore({named.name: _unnamed(named) for named in snapshot.behavior_arrays})
+
+
+def _named(name: str, values: np.ndarray[tuple[int], np.dtype[np.generic]]) -> kernel_pb2.NamedArray:
+    little = values.astype(values.dtype.newbyteorder("<"), copy=False)
+    return kernel_pb2.NamedArray(name=name, dtype=little.dtype.str, data=little.tobytes())
+
+
+def _unnamed(named: kernel_pb2.NamedArray) -> np.ndarray[tuple[int], np.dtype[np.generic]]:
+    return np.frombuffer(named.data, dtype=np.dtype(named.dtype)).copy()

@@ -1,0 +1,185 @@
+"""Decodes and validates a PerceptionBatch (row or columnar, full or delta) without touching state."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from egbe.v1 import perception_pb2
+from services.errors import InvalidArgument
+
+COLUMNS_LAYOUT_VERSION = 1
+MAX_BASIS_POINTS = 10_000
+NEED_FIELDS = ("need_safety_bp", "need_sustaining_bp", "need_social_bp", "need_purpose_bp", "fatigue_bp")
+
+# Column name -> little-endian dtype, as documented on PerceptionColumns.
+COLUMN_DTYPES: dict[str, np.dtype[np.generic]] = {
+    "signal_flags": np.dtype("<u2"),
+    "visual_lod": np.dtype("u1"),
+    "player_proximity_mm": np.dtype("<i4"),
+    "addressed_by_player_id": np.dtype("<u4"),
+    "goal_ref": np.dtype("<u4"),
+    "goal_progress_signature": np.dtype("<u8"),
+    **{name: np.dtype("<u2") for name in NEED_FIELDS},
+}
+
+# Row booleans -> PerceptionFlagBit.
+ROW_FLAG_BITS = {
+    "on_screen": perception_pb2.PERCEPTION_FLAG_BIT_ON_SCREEN,
+    "open_crossroads": perception_pb2.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS,
+    "imminent_irreversible_action": perception_pb2.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION,
+    "scene_copresence": perception_pb2.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE,
+    "player_nearby_in_world": perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
+    "threat_present": perception_pb2.PERCEPTION_FLAG_BIT_THREAT_PRESENT,
+    "minor_present": perception_pb2.PERCEPTION_FLAG_BIT_MINOR_PRESENT,
+}
+
+
+class Encoding(enum.Enum):
+    """The form a batch arrived in; the answer uses the same one."""
+
+    ROWS = "rows"
+    COLUMNS_FULL = "columns"
+    COLUMNS_DELTA = "delta"
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """A validated batch: which slots it covers (None = every agent, row i = slot i) and its columns."""
+
+    encoding: Encoding
+    tick: int
+    slots: NDArray[np.uint32] | None
+    columns: dict[str, NDArray[Any]]  # only the columns the batch carried
+
+
+def decode_batch(
+    batch: perception_pb2.PerceptionBatch,
+    *,
+    world_id: str,
+    registered: int,
+    last_tick: int | None,
+    max_agents: int,
+) -> DecodedBatch:
+    """Validate the whole batch; raise InvalidArgument naming the field before anything is applied."""
+    if world_id and batch.world_id and batch.world_id != world_id:
+        raise InvalidArgument.field("batch.world_id", f"this kernel serves world {world_id!r}")
+    if last_tick is not None and batch.tick < last_tick:
+        raise InvalidArgument.field("batch.tick", f"tick {batch.tick} goes backwards (last {last_tick})")
+    if batch.frames and batch.HasField("columns"):
+        raise InvalidArgument.field("batch", "set exactly one of frames or columns")
+    if batch.HasField("columns"):
+        return _decode_columns(batch.columns, batch.tick, registered, max_agents)
+    return _decode_rows(batch.frames, batch.tick, registered, max_agents)
+
+
+def _check_slots(
+    slots: NDArray[np.uint32], field: str, registered: int, *, ordered: bool, suffix: str = ""
+) -> None:
+    if len(slots) == 0:
+        return
+    if int(slots.max()) >= registered:
+        bad = int(np.flatnonzero(slots >= registered)[0])
+        raise InvalidArgument.field(f"{field}[{bad}]{suffix}", f"unknown slot {int(slots[bad])}")
+    if ordered:
+        steps = np.diff(slots.astype(np.int64))
+        if len(steps) and int(steps.min()) <= 0:
+            bad = int(np.flatnonzero(steps <= 0)[0]) + 1
+            what = "duplicate slot" if steps[bad - 1] == 0 else "slots must be strictly increasing"
+            raise InvalidArgument.field(f"{field}[{bad}]{suffix}", f"{what} {int(slots[bad])}")
+        return
+    order = np.argsort(slots, kind="stable")
+    sorted_slots = slots[order]
+    duplicates = np.flatnonzero(sorted_slots[1:] == sorted_slots[:-1])
+    if len(duplicates):
+        bad = int(order[duplicates[0] + 1])
+        raise InvalidArgument.field(
+            f"{field}[{bad}]{suffix}", f"duplicate slot {int(slots[bad])} in one batch"
+        )
+
+
+def _check_values(columns: dict[str, NDArray[Any]], prefix: str, indexed: bool) -> None:
+    def name(column: str, row: int) -> str:
+        return f"{prefix}[{row}].{column}" if indexed else f"{prefix}.{column}"
+
+    proximity = columns.get("player_proximity_mm")
+    if proximity is not None and len(proximity) and int(proximity.min()) < 0:
+        row = int(np.flatnonzero(proximity < 0)[0])
+        raise InvalidArgument.field(name("player_proximity_mm", row), "distance must be >= 0")
+    lod = columns.get("visual_lod")
+    if lod is not None and len(lod) and int(lod.max()) > perception_pb2.VISUAL_LOD_NEAR:
+        row = int(np.flatnonzero(lod > perception_pb2.VISUAL_LOD_NEAR)[0])
+        raise InvalidArgument.field(name("visual_lod", row), "unknown VisualLod")
+    for need in NEED_FIELDS:
+        values = columns.get(need)
+        if values is not None and len(values) and int(values.max()) > MAX_BASIS_POINTS:
+            row = int(np.flatnonzero(values > MAX_BASIS_POINTS)[0])
+            raise InvalidArgument.field(name(need, row), "basis points must be within 0..10000")
+
+
+def _decode_columns(
+    columns: perception_pb2.PerceptionColumns, tick: int, registered: int, max_agents: int
+) -> DecodedBatch:
+    if columns.layout_version != COLUMNS_LAYOUT_VERSION:
+        raise InvalidArgument.field("batch.columns.layout_version", f"must be {COLUMNS_LAYOUT_VERSION}")
+    count = columns.count
+    if count > max_agents:
+        raise InvalidArgument.field("batch.columns.count", f"{count} agents exceeds the maximum {max_agents}")
+    slots: NDArray[np.uint32] | None = None
+    if columns.slots:
+        if len(columns.slots) != 4 * count:
+            raise InvalidArgument.field(
+                "batch.columns.slots", f"holds {len(columns.slots) // 4} slots, count is {count}"
+            )
+        slots = np.frombuffer(columns.slots, dtype="<u4")
+        _check_slots(slots, "batch.columns.slots", registered, ordered=True)
+    elif count != registered:
+        raise InvalidArgument.field(
+            "batch.columns.count", f"a full frame covers all {registered} registered agents, got {count}"
+        )
+    decoded: dict[str, NDArray[Any]] = {}
+    for name, dtype in COLUMN_DTYPES.items():
+        raw: bytes = getattr(columns, name)
+        if not raw:
+            continue
+        if len(raw) != count * dtype.itemsize:
+            raise InvalidArgument.field(
+                f"batch.columns.{name}", f"{len(raw)} bytes; {count} agents need {count * dtype.itemsize}"
+            )
+        decoded[name] = np.frombuffer(raw, dtype=dtype)
+    _check_values(decoded, "batch.columns", indexed=False)
+    encoding = Encoding.COLUMNS_FULL if slots is None else Encoding.COLUMNS_DELTA
+    return DecodedBatch(encoding, tick, slots, decoded)
+
+
+def _decode_rows(
+    frames: Sequence[perception_pb2.PerceptionFrame], tick: int, registered: int, max_agents: int
+) -> DecodedBatch:
+    if len(frames) > max_agents:
+        raise InvalidArgument.field("batch.frames", f"{len(frames)} frames exceeds the maximum {max_agents}")
+    count = len(frames)
+    slots = np.fromiter((f.slot for f in frames), dtype=np.uint32, count=count)
+    _check_slots(slots, "batch.frames", registered, ordered=False, suffix=".slot")
+    flags = np.zeros(count, dtype=np.uint16)
+    for attribute, bit in ROW_FLAG_BITS.items():
+        set_rows = np.fromiter((getattr(f, attribute) for f in frames), dtype=bool, count=count)
+        flags[set_rows] |= np.uint16(1 << bit)
+    wide: dict[str, NDArray[Any]] = {
+        name: np.fromiter((getattr(f, name) for f in frames), dtype=np.int64, count=count)
+        for name in COLUMN_DTYPES
+        if name not in ("signal_flags", "goal_progress_signature")
+    }
+    _check_values(wide, "batch.frames", indexed=True)
+    decoded: dict[str, NDArray[Any]] = {
+        name: values.astype(COLUMN_DTYPES[name]) for name, values in wide.items()
+    }
+    decoded["signal_flags"] = flags
+    decoded["goal_progress_signature"] = np.fromiter(
+        (f.goal_progress_signature for f in frames), dtype=np.uint64, count=count
+    )
+    return DecodedBatch(Encoding.ROWS, tick, slots, decoded)

@@ -1,0 +1,51 @@
+"""Chooses the tick core: the C core built by cffi, or the bit-identical numpy fallback."""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+from kernel_service.agent_state import AgentArrays
+from kernel_service.core_numpy import CoreParams, run_core_numpy
+
+CORE_ENV = "EGBE_KERNEL_CORE"
+
+
+class TickCore(Protocol):
+    """One tick over every live agent, in place."""
+
+    name: str
+
+    def run(self, arrays: AgentArrays, params: CoreParams) -> None: ...
+
+
+class NumpyCore:
+    """The pure-numpy fallback."""
+
+    name = "numpy"
+
+    def run(self, arrays: AgentArrays, params: CoreParams) -> None:
+        run_core_numpy(arrays, params)
+
+
+def c_core_available() -> bool:
+    """Whether the install built the C extension."""
+    try:
+        from kernel_service._core import lib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def select_core(name: str | None = None) -> TickCore:
+    """`c`, `numpy`, or (unset) the C core when built, else numpy; EGBE_KERNEL_CORE decides by default."""
+    choice = (name or os.environ.get(CORE_ENV) or "auto").lower()
+    if choice == "numpy":
+        return NumpyCore()
+    if choice == "c" or (choice == "auto" and c_core_available()):
+        from kernel_service.core_c import CCore
+
+        return CCore()
+    if choice == "auto":
+        return NumpyCore()
+    raise ValueError(f"{CORE_ENV} must be 'c' or 'numpy', not {choice!r}")

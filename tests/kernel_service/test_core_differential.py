@@ -1,0 +1,83 @@
+"""The C core and the numpy fallback produce byte-identical results and state (hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from egbe.v1 import action_pb2
+from kernel_service.config import GAME_DAY_TICKS, KernelConfig
+from kernel_service.tick_log import deterministic_digest
+from tests.kernel_service.frames import columns, make_kernel
+
+configs = st.builds(
+    KernelConfig,
+    decision_interval_ticks=st.integers(1, 7),
+    transition_damping_ticks=st.integers(0, 5),
+    deescalation_grace_ticks=st.integers(0, 6),
+    clotho_proximity_mm=st.sampled_from([0, 2_500, 10_000]),
+    repeated_action_limit=st.integers(1, 4),
+    stale_goal_tick_limit=st.integers(1, 7),
+    reflection_game_minutes=st.sampled_from([1, 10]),
+    summaries_per_game_day=st.sampled_from([4, 1_440, GAME_DAY_TICKS]),
+)
+
+
+@st.composite
+def tick_sequences(draw: st.DrawFn) -> tuple[KernelConfig, int, list[dict[str, object]]]:
+    config = draw(configs)
+    agents = draw(st.integers(1, 48))
+    ticks = []
+    tick = draw(st.integers(0, 5))
+    for _ in range(draw(st.integers(1, 10))):
+        tick += draw(st.sampled_from([0, 1, 1, 1, 2, 7, 1_199, 1_200, 500_000]))
+        delta = draw(st.booleans())
+        # An empty delta cannot be columnar (empty slots mean a full frame): at least one slot.
+        count = draw(st.integers(1, agents)) if delta else agents
+        slots = np.sort(draw(st.permutations(range(agents)))[:count]).astype(np.uint32) if delta else None
+        seed = draw(st.integers(0, 2**32 - 1))
+        rng = np.random.default_rng(seed)
+        arrays = {
+            "signal_flags": rng.integers(0, 2**8, count, dtype=np.uint16)
+            & rng.integers(0, 2**8, count, dtype=np.uint16),
+            "player_proximity_mm": rng.choice([0, 2_499, 2_500, 2_501, 9_999, 2**31 - 1], count).astype(
+                np.int32
+            ),
+            "addressed_by_player_id": rng.choice([0, 0, 0, 7], count).astype(np.uint32),
+            "goal_ref": rng.choice([0, 1, 2], count).astype(np.uint32),
+            "goal_progress_signature": rng.choice([0, 1, 2**63], count).astype(np.uint64),
+        }
+        merged = [
+            action_pb2.ActionIntent(
+                slot=int(slot),
+                kind=int(rng.choice([action_pb2.ACTION_KIND_WORK, action_pb2.ACTION_KIND_REST])),
+                goal_ref=int(rng.integers(0, 2)),
+                priority=int(rng.integers(0, 10_001)),
+                plan_step=int(rng.integers(0, 3)),
+            )
+            for slot in rng.choice(agents, int(rng.integers(0, 4)))
+        ]
+        ticks.append({"tick": tick, "slots": slots, "arrays": arrays, "merged": merged})
+    return config, agents, ticks
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tick_sequences())
+def test_c_and_numpy_cores_are_byte_identical(
+    case: tuple[KernelConfig, int, list[dict[str, object]]],
+) -> None:
+    config, agents, ticks = case
+    kernel_c = make_kernel(agents, "c", config)
+    kernel_np = make_kernel(agents, "numpy", config)
+    for step in ticks:
+        batch = columns(step["tick"], slots=step["slots"], **step["arrays"])  # type: ignore[arg-type]
+        result_c = kernel_c.tick(batch, step["merged"])  # type: ignore[arg-type]
+        result_np = kernel_np.tick(batch, step["merged"])  # type: ignore[arg-type]
+        assert result_c.report.core == "c"
+        assert result_np.report.core == "numpy"
+        result_c.report.core = result_np.report.core = ""
+        assert deterministic_digest(result_c) == deterministic_digest(result_np)
+        assert kernel_c.snapshot().SerializeToString(
+            deterministic=True
+        ) == kernel_np.snapshot().SerializeToString(deterministic=True)

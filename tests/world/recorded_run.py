@@ -1,0 +1,175 @@
+"""A small, hand-built run artifact for rendering tests (test data, not the output of a run)."""
+
+from __future__ import annotations
+
+from world.artifact import (
+    Bill,
+    BiographySummary,
+    BudgetTier,
+    CognitionCall,
+    DirectiveRecord,
+    Fingerprint,
+    KillRecord,
+    ReplayCheck,
+    RunArtifact,
+    Saturation,
+    ScenarioRecord,
+    TierSeries,
+    TierSpend,
+)
+from world.scenario import load_scenario
+
+
+def recorded_artifact(ticks: int = 400) -> RunArtifact:
+    scenario = load_scenario("hamlet")
+    span = range(ticks)
+    clotho = [2 + (t // 100) % 3 for t in span]
+    atropos = [2] * ticks
+    lachesis = [12 - c - a for c, a in zip(clotho, atropos, strict=True)]
+    calls = [
+        CognitionCall(
+            call_id=f"hamlet-7:{t}:{t % 12}:clotho_live_planning",
+            tick=t,
+            ori_id="adaeze",
+            tier="clotho",
+            cause="clotho_live_planning",
+            model="offline:deterministic",
+            token_estimate=3_800,
+            input_tokens=3_000,
+            output_tokens=200,
+            cost_micro_usd=5_700,
+            cost_estimated=True,
+            policy_decision="allow",
+            answered_by="offline",
+        )
+        for t in range(0, ticks, 5)
+    ]
+    calls.append(
+        CognitionCall(
+            call_id="hamlet-7:120:5:lachesis_reflection",
+            tick=120,
+            ori_id="olumide",
+            tier="lachesis",
+            cause="lachesis_reflection",
+            model="offline:deterministic",
+            token_estimate=8_800,
+            cost_micro_usd=2_640,
+            cost_estimated=True,
+            policy_decision="not-run",
+            answered_by="not-run",
+        )
+    )
+    issued = [1 if t % 5 == 0 else 0 for t in span]
+    return RunArtifact(
+        run_id="hamlet-s7-recorded",
+        created_at="2026-11-29T00:00:00+00:00",
+        egbe_version="0.1.0",
+        scenario=ScenarioRecord(
+            name=scenario.name,
+            title=scenario.title,
+            fingerprint="0123456789abcdef",
+            document=scenario.model_dump(mode="json"),
+        ),
+        seed=7,
+        ticks_run=ticks,
+        reduced_time=True,
+        answered_by="offline",
+        config_fingerprints=[Fingerprint(scope="kernel", fnv1a64="89abcdef01234567")],
+        population={"total": 12, "clotho": 3, "lachesis": 7, "atropos": 2, "unspecified": 0},
+        featured=["adaeze", "kunle"],
+        tiers=TierSeries(
+            ticks=list(span),
+            clotho=clotho,
+            lachesis=lachesis,
+            atropos=atropos,
+            calls_issued=issued,
+            estimated_tokens=[3_800 * i for i in issued],
+        ),
+        calls=calls,
+        kills=[
+            KillRecord(
+                at_tick=200,
+                kind="kill_ori",
+                target="emeka",
+                reason="demo",
+                control_id="ctl-1",
+                calls_issued_after=3,
+                calls_run_after=0,
+                actions_after=199,
+            )
+        ],
+        directives=[
+            DirectiveRecord(
+                at_tick=300,
+                ori_id="ireti",
+                steward="steward-1",
+                kind="wipe_memory",
+                text="Erase Ireti's memory of the quarrel.",
+                allowed=False,
+                classified_kind="wipe_memory",
+                reclassified=False,
+                policy_ref="policy:steward-not-owner",
+                answer="refuse_objective",
+            )
+        ],
+        biographies=[
+            BiographySummary(
+                ori_id="adaeze",
+                name="Adaeze the smith",
+                featured=True,
+                events=2,
+                by_kind={"reflected": 2},
+                lines=["tick 40: reflected: [offline] The forge was busy.", "tick 300: memory formed"],
+                chain_ok=True,
+            ),
+            BiographySummary(
+                ori_id="kunle", name="Kunle", featured=True, events=0, by_kind={}, lines=[], chain_ok=None
+            ),
+        ],
+        bill=Bill(
+            world_cap_tokens=96_000_000,
+            consumed_tokens=250_000,
+            consumed_micro_usd=380_000,
+            blocked_by_world_cap=0,
+            by_tier=[TierSpend(tier="clotho", calls=80, tokens=250_000, micro_usd=380_000)],
+            calls_issued=len(calls),
+            naive_calls=12 * ticks,
+            naive_tokens=12 * ticks * 3_800,
+            naive_micro_usd=12 * ticks * 5_700,
+            relevance_ratio=len(calls) / (12 * ticks),
+        ),
+        saturation=Saturation(
+            window_ticks=ticks,
+            world_cap_tokens=96_000_000,
+            total_allowed_tokens=96_000_000,
+            total_deferred_tokens=15_000_000,
+            world_cap_held=True,
+            tiers=[
+                BudgetTier(
+                    tier="clotho",
+                    requests=1440,
+                    requested_tokens=72_000_000,
+                    allowed_tokens=72_000_000,
+                    deferred_tokens=0,
+                ),
+                BudgetTier(
+                    tier="lachesis",
+                    requests=2400,
+                    requested_tokens=24_000_000,
+                    allowed_tokens=24_000_000,
+                    deferred_tokens=0,
+                ),
+                BudgetTier(
+                    tier="atropos",
+                    requests=1000,
+                    requested_tokens=15_000_000,
+                    allowed_tokens=0,
+                    deferred_tokens=15_000_000,
+                ),
+            ],
+        ),
+        replay=ReplayCheck(checked=True, matches=True, ticks_compared=ticks),
+        tick_log=None,
+        snapshots=[],
+        wall_seconds=1.5,
+    )

@@ -1,0 +1,213 @@
+"""The run artifact: everything a run produced, validated on write and on read, schema exported."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ARTIFACT_SCHEMA_VERSION: Literal[1] = 1
+Count = Annotated[int, Field(ge=0)]
+TierName = Literal["clotho", "lachesis", "atropos", "unspecified"]
+
+
+class ArtifactError(ValueError):
+    """A run folder or artifact that cannot be trusted: unreadable, invalid, or tampered with."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScenarioRecord(_Strict):
+    name: str
+    title: str
+    fingerprint: str = Field(description="FNV-1a 64 of the canonical scenario JSON.")
+    document: dict[str, object] = Field(description="The scenario exactly as validated.")
+
+
+class Fingerprint(_Strict):
+    scope: str
+    fnv1a64: str
+
+
+class TierSeries(_Strict):
+    """Per-tick tier counts, one entry per tick run (columns, to keep a game-hour compact)."""
+
+    ticks: list[Count]
+    clotho: list[Count]
+    lachesis: list[Count]
+    atropos: list[Count]
+    calls_issued: list[Count]
+    estimated_tokens: list[Count]
+
+
+class CognitionCall(_Strict):
+    """One call the kernel issued, joined with the gateway's audit record when it ran."""
+
+    call_id: str
+    tick: Count
+    ori_id: str
+    tier: TierName
+    cause: str
+    model: str = Field(description="The model the call ran on, or the route the kernel asked for.")
+    token_estimate: Count
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    cost_micro_usd: Count
+    cost_estimated: bool = Field(description="True when the cost is the kernel's class-rate estimate.")
+    policy_decision: str = Field(description="The gate's decision, or 'not-run' when no run was audited.")
+    answered_by: Literal["offline", "model", "not-run"]
+    batch_group: str = ""
+
+
+class KillRecord(_Strict):
+    """An operator kill switch and what it did to the run."""
+
+    at_tick: Count
+    kind: str
+    target: str
+    reason: str
+    control_id: str
+    calls_issued_after: Count = Field(description="Calls the kernel issued for the target after the kill.")
+    calls_run_after: Count = Field(description="Of those, how many a model or the offline adapter answered.")
+    actions_after: Count = Field(
+        description="Ticks on which the target still acted (the believability floor)."
+    )
+
+
+class DirectiveRecord(_Strict):
+    at_tick: Count
+    ori_id: str
+    steward: str
+    kind: str
+    text: str
+    allowed: bool
+    classified_kind: str
+    reclassified: bool
+    policy_ref: str
+    answer: str = Field(description="The Ori's answering action kind.")
+
+
+class BiographySummary(_Strict):
+    ori_id: str
+    name: str
+    featured: bool
+    events: Count
+    by_kind: dict[str, Count]
+    lines: list[str] = Field(description="The Ori's life as its biography tells it, oldest first.")
+    chain_ok: bool | None = Field(description="The stream's hash chain verified; None if not checked.")
+
+
+class TierSpend(_Strict):
+    tier: TierName
+    calls: Count
+    tokens: Count
+    micro_usd: Count
+
+
+class Bill(_Strict):
+    """What the run cost, from the gateway's ledger, and what it would have cost naively."""
+
+    world_cap_tokens: Count
+    consumed_tokens: Count
+    consumed_micro_usd: Count
+    blocked_by_world_cap: Count
+    by_tier: list[TierSpend]
+    calls_issued: Count
+    naive_calls: Count = Field(description="Every Ori thinking on every tick: agents x ticks.")
+    naive_tokens: Count
+    naive_micro_usd: Count
+    relevance_ratio: float = Field(description="calls_issued / naive_calls: what relevance tiering kept.")
+
+
+class BudgetTier(_Strict):
+    tier: TierName
+    requests: Count
+    requested_tokens: Count
+    allowed_tokens: Count
+    deferred_tokens: Count
+
+
+class Saturation(_Strict):
+    """The run's cognition demand over its window, scaled to a game-hour, against the world cap."""
+
+    window_ticks: Count
+    world_cap_tokens: Count
+    total_allowed_tokens: Count
+    total_deferred_tokens: Count
+    world_cap_held: bool
+    tiers: list[BudgetTier]
+
+
+class ReplayCheck(_Strict):
+    checked: bool
+    matches: bool | None = None
+    divergence: str = ""
+    recorded: str = ""
+    fresh: str = ""
+    ticks_compared: Count = 0
+
+
+class TickLogRecord(_Strict):
+    path: str
+    sha256: str
+    frames: Count
+
+
+class SnapshotRecord(_Strict):
+    tick: Count
+    world_path: str
+    kernel_path: str
+
+
+class RunArtifact(_Strict):
+    """One run of a scenario against the services; `schema/run-artifact.schema.json` is this model."""
+
+    schema_version: Literal[1] = ARTIFACT_SCHEMA_VERSION
+    run_id: str
+    created_at: str = Field(description="UTC wall-clock time the run started (not used by the run).")
+    egbe_version: str
+    scenario: ScenarioRecord
+    seed: int
+    ticks_run: Count
+    reduced_time: bool
+    answered_by: Literal["offline", "model"] = Field(
+        description="offline when no ANTHROPIC_API_KEY: the offline adapter answered every call."
+    )
+    config_fingerprints: list[Fingerprint]
+    population: dict[str, Count]
+    featured: list[str]
+    tiers: TierSeries
+    calls: list[CognitionCall]
+    kills: list[KillRecord]
+    directives: list[DirectiveRecord]
+    biographies: list[BiographySummary]
+    bill: Bill
+    saturation: Saturation | None = None
+    replay: ReplayCheck
+    tick_log: TickLogRecord | None
+    snapshots: list[SnapshotRecord]
+    forked_from: dict[str, object] | None = None
+    wall_seconds: float
+
+
+def write_artifact(artifact: RunArtifact, path: Path) -> None:
+    path.write_text(artifact.model_dump_json(indent=1) + "\n")
+
+
+def read_artifact(path: Path) -> RunArtifact:
+    """Load and validate; a corrupted or hand-edited artifact is refused with the fields that are wrong."""
+    try:
+        raw = json.loads(path.read_text())
+    except OSError as exc:
+        raise ArtifactError(f"artifact {path} is unreadable: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"artifact {path} is not valid JSON ({exc}); it is corrupted") from exc
+    try:
+        return RunArtifact.model_validate(raw)
+    except ValidationError as exc:
+        where = "; ".join(".".join(str(p) for p in e["loc"]) + f": {e['msg']}" for e in exc.errors()[:10])
+        raise ArtifactError(f"artifact {path} does not match the run-artifact schema: {where}") from exc

@@ -1,0 +1,95 @@
+"""The world's `egbe` subcommands: demo, replay and fork."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from services.settings import EgbeSettings
+from world.scenario import builtin_scenario_names
+
+DEFAULT_SCENARIO = "hamlet"
+DEFAULT_SEED = 7
+SettingsLoader = Callable[[argparse.Namespace], EgbeSettings]
+
+
+def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """What a user can get wrong or a service can refuse is reported in one clear line, not a traceback."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        from world.artifact import ArtifactError
+        from world.framing import FrameError
+        from world.loop import WorldRunError
+        from world.scenario import ScenarioError
+
+        try:
+            return run(args)
+        except (ScenarioError, ArtifactError, FrameError, WorldRunError) as exc:
+            print(f"egbe {args.command}: {exc}", file=sys.stderr)
+            return 2
+
+    return guarded
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], settings: SettingsLoader) -> None:
+    """Adds `demo`, `replay` and `fork` to the egbe CLI."""
+
+    def cmd_demo(args: argparse.Namespace) -> int:
+        from world.demo import run_demo, summary
+
+        run_dir, artifact = asyncio.run(
+            run_demo(
+                settings(args),
+                args.scenario,
+                args.seed,
+                args.runs_dir,
+                reduced_time=args.reduced_time,
+                realtime=args.realtime,
+                progress=not args.quiet,
+            )
+        )
+        print(summary(run_dir, artifact))
+        return 0
+
+    def cmd_replay(args: argparse.Namespace) -> int:
+        from world.replay import replay_run
+
+        check = asyncio.run(replay_run(args.run, settings(args)))
+        if check.matches:
+            print(f"matches ({check.ticks_compared:,} ticks)")
+            return 0
+        print(f"diverges at {check.divergence}\n  recorded: {check.recorded}\n  replayed: {check.fresh}")
+        return 1
+
+    def cmd_fork(args: argparse.Namespace) -> int:
+        from world.fork import fork_run
+
+        print(asyncio.run(fork_run(args.run, args.at, args.config, settings(args), progress=not args.quiet)))
+        return 0
+
+    demo = commands.add_parser("demo", help="run a scenario against the services; write runs/<run-id>/")
+    demo.add_argument("--scenario", default=DEFAULT_SCENARIO, help=f"{builtin_scenario_names()} or a file")
+    demo.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    demo.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    demo.add_argument("--reduced-time", action="store_true", help="run the scenario's reduced-time length")
+    demo.add_argument("--realtime", action="store_true", help="pace ticks to the wall clock (20 Hz)")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.set_defaults(run=_guarded(cmd_demo))
+
+    replay = commands.add_parser("replay", help="re-run a run's tick log through a fresh kernel")
+    replay.add_argument("run", type=Path, help="the run folder (runs/<run-id>)")
+    replay.set_defaults(run=_guarded(cmd_replay))
+
+    fork = commands.add_parser(
+        "fork", help="resume a run from its snapshot under another config; compare bills"
+    )
+    fork.add_argument("run", type=Path, help="the run folder (runs/<run-id>)")
+    fork.add_argument("--at", type=int, required=True, help="tick of a snapshot to resume from")
+    fork.add_argument(
+        "--config", type=Path, required=True, help="TOML settings for the fork (budget, routing)"
+    )
+    fork.add_argument("--quiet", action="store_true", help="no progress bar")
+    fork.set_defaults(run=_guarded(cmd_fork))

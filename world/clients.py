@@ -1,0 +1,48 @@
+"""The world's gRPC clients: one channel per service, each call carrying the right role's token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from egbe.v1 import biography_pb2_grpc, gateway_pb2_grpc, kernel_pb2_grpc
+from services.auth import Role, TokenStore, bearer_metadata
+
+Metadata = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class ServiceClients:
+    """Stubs for the services a world talks to; the world is a client and nothing more."""
+
+    channels: list[grpc.aio.Channel]
+    kernel: kernel_pb2_grpc.KernelServiceAsyncStub
+    gateway: gateway_pb2_grpc.CognitionGatewayServiceAsyncStub
+    operator: gateway_pb2_grpc.OperatorServiceAsyncStub
+    biography: biography_pb2_grpc.BiographyServiceAsyncStub
+    world_md: Metadata
+    operator_md: Metadata
+
+    @classmethod
+    def dial(cls, targets: dict[str, str], tokens: TokenStore, max_message_bytes: int) -> ServiceClients:
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ]
+        kernel = grpc.aio.insecure_channel(targets["kernel"], options=options)
+        gateway = grpc.aio.insecure_channel(targets["gateway"], options=options)
+        biography = grpc.aio.insecure_channel(targets["biography"], options=options)
+        return cls(
+            channels=[kernel, gateway, biography],
+            kernel=kernel_pb2_grpc.KernelServiceStub(kernel),
+            gateway=gateway_pb2_grpc.CognitionGatewayServiceStub(gateway),
+            operator=gateway_pb2_grpc.OperatorServiceStub(gateway),
+            biography=biography_pb2_grpc.BiographyServiceStub(biography),
+            world_md=bearer_metadata(tokens.token_for(Role.WORLD)),
+            operator_md=bearer_metadata(tokens.token_for(Role.OPERATOR)),
+        )
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close(grace=None)

@@ -1,0 +1,343 @@
+"""After the last tick: the gateway's audit and ledger, the biographies, the bill and the saturation check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import grpc
+import numpy as np
+
+from egbe.v1 import action_pb2, biography_pb2, common_pb2, gateway_pb2
+from world.artifact import (
+    Bill,
+    BiographySummary,
+    BudgetTier,
+    CognitionCall,
+    KillRecord,
+    Saturation,
+    TierName,
+    TierSpend,
+)
+from world.clients import ServiceClients
+from world.loop import Candidate, KillEffect, LoopRecording, WorldRunError, describe_rpc_error
+from world.population import Population
+from world.scenario import TICK_HZ
+
+TIER_NAME: dict[int, TierName] = {
+    common_pb2.COGNITION_TIER_UNSPECIFIED: "unspecified",
+    common_pb2.COGNITION_TIER_CLOTHO: "clotho",
+    common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
+    common_pb2.COGNITION_TIER_ATROPOS: "atropos",
+}
+GAME_HOUR_TICKS = TICK_HZ * 3_600
+ACTIVE_MINUTE_TICKS = TICK_HZ * 60
+REFLECTION_TICKS = TICK_HZ * 600  # a Lachesis reflection is due every 10 game-minutes
+AUDIT_PAGE = 500
+DRAIN_POLL_SECONDS = 0.25
+DRAIN_QUIET_POLLS = 3
+DRAIN_MAX_SECONDS = 30.0
+BIOGRAPHY_LINES = 12
+
+
+def cause_name(cause: int) -> str:
+    name: str = action_pb2.CognitionCause.Name(cause)  # type: ignore[arg-type]
+    return name.removeprefix("COGNITION_CAUSE_").lower()
+
+
+async def wait_for_dispatch(clients: ServiceClients, world_id: str, tenant_id: str) -> None:
+    """Give the kernel's dispatcher time to finish in-flight calls: until the ledger stops moving."""
+    last: tuple[int, int] | None = None
+    quiet = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_MAX_SECONDS
+    while loop.time() < deadline and quiet < DRAIN_QUIET_POLLS:
+        try:
+            spend = await clients.operator.GetSpend(
+                gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id),
+                metadata=clients.operator_md,
+            )
+        except grpc.aio.AioRpcError:
+            return  # no ledger to watch
+        now = (int(spend.admissions), int(spend.consumed_tokens))
+        quiet = quiet + 1 if now == last else 0
+        last = now
+        await asyncio.sleep(DRAIN_POLL_SECONDS)
+
+
+async def audit_records(clients: ServiceClients, world_id: str) -> dict[str, gateway_pb2.AuditRecord]:
+    """Every audited call of this world, by call id (empty when the gateway has no audit log)."""
+    records: dict[str, gateway_pb2.AuditRecord] = {}
+    token = ""
+    for _ in range(100_000):  # bounded: 50 M records
+        try:
+            page = await clients.operator.ListAuditRecords(
+                gateway_pb2.ListAuditRecordsRequest(page_size=AUDIT_PAGE, page_token=token),
+                metadata=clients.operator_md,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return records
+            raise WorldRunError(describe_rpc_error("ListAuditRecords", exc)) from exc
+        for record in page.records:
+            if record.ori.world_id in ("", world_id):
+                records[record.call_id] = record
+        token = page.next_page_token
+        if not token:
+            break
+    return records
+
+
+def joined_calls(
+    candidates: list[Candidate], audit: dict[str, gateway_pb2.AuditRecord], population: Population
+) -> list[CognitionCall]:
+    """Each issued call with what the gateway recorded of it; 'not-run' where nothing was audited."""
+    calls = []
+    for c in candidates:
+        record = audit.get(c.call_id)
+        if record is None:
+            calls.append(
+                CognitionCall(
+                    call_id=c.call_id,
+                    tick=c.tick,
+                    ori_id=population.ids[c.row],
+                    tier=TIER_NAME.get(c.tier, "unspecified"),
+                    cause=cause_name(c.cause),
+                    model=c.model_route,
+                    token_estimate=c.token_estimate,
+                    cost_micro_usd=c.cost_estimate_micro_usd,
+                    cost_estimated=True,
+                    policy_decision="not-run",
+                    answered_by="not-run",
+                    batch_group=c.batch_group,
+                )
+            )
+            continue
+        calls.append(
+            CognitionCall(
+                call_id=c.call_id,
+                tick=c.tick,
+                ori_id=population.ids[c.row],
+                tier=TIER_NAME.get(c.tier, "unspecified"),
+                cause=cause_name(c.cause),
+                model=record.model_ref or c.model_route,
+                token_estimate=c.token_estimate,
+                input_tokens=record.usage.input_tokens,
+                output_tokens=record.usage.output_tokens,
+                cost_micro_usd=record.cost.micro_usd,
+                cost_estimated=record.cost.estimated,
+                policy_decision=record.policy_decision or "none",
+                answered_by="offline" if record.offline else "model",
+                batch_group=c.batch_group,
+            )
+        )
+    return calls
+
+
+def _calls_after_kill(kill: KillEffect, calls: list[CognitionCall]) -> list[CognitionCall]:
+    by_ori = kill.row >= 0
+    return [
+        c
+        for c in calls
+        if c.tick >= kill.action.at_tick and (c.ori_id if by_ori else c.tier) == kill.action.target
+    ]
+
+
+def kill_records(recording: LoopRecording, calls: list[CognitionCall]) -> list[KillRecord]:
+    out = []
+    for kill in recording.kills:
+        after = _calls_after_kill(kill, calls)
+        out.append(
+            KillRecord(
+                at_tick=kill.action.at_tick,
+                kind=kill.action.kind.value,
+                target=kill.action.target,
+                reason=kill.action.reason,
+                control_id=kill.control_id,
+                calls_issued_after=len(after),
+                calls_run_after=sum(1 for c in after if c.answered_by != "not-run"),
+                actions_after=kill.ticks_acting_after,
+            )
+        )
+    return out
+
+
+async def biographies(clients: ServiceClients, population: Population) -> list[BiographySummary]:
+    """Each authored Ori's life as its biography stream tells it, with its hash chain checked."""
+    out = []
+    for i, row in enumerate(population.rows):
+        if not row.name or row.name == row.id:  # generated cohort members are not narrated
+            continue
+        try:
+            page = await clients.biography.Read(
+                biography_pb2.ReadRequest(ori_id=row.id, page_size=1_000), metadata=clients.operator_md
+            )
+            chain = await clients.biography.VerifyChain(
+                biography_pb2.VerifyChainRequest(ori_id=row.id), metadata=clients.operator_md
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.NOT_FOUND):
+                out.append(
+                    BiographySummary(
+                        ori_id=row.id,
+                        name=row.name,
+                        featured=bool(population.featured[i]),
+                        events=0,
+                        by_kind={},
+                        lines=[],
+                        chain_ok=None,
+                    )
+                )
+                continue
+            raise WorldRunError(describe_rpc_error(f"biography of {row.id}", exc)) from exc
+        kinds = Counter(
+            biography_pb2.OriEventKind.Name(e.kind).removeprefix("ORI_EVENT_KIND_").lower()
+            for e in page.events
+        )
+        lines = [_event_line(e) for e in page.events][-BIOGRAPHY_LINES:]
+        out.append(
+            BiographySummary(
+                ori_id=row.id,
+                name=row.name,
+                featured=bool(population.featured[i]),
+                events=len(page.events),
+                by_kind=dict(kinds),
+                lines=lines,
+                chain_ok=chain.intact,
+            )
+        )
+    return out
+
+
+def _event_line(event: biography_pb2.OriEvent) -> str:
+    kind = (
+        biography_pb2.OriEventKind.Name(event.kind).removeprefix("ORI_EVENT_KIND_").lower().replace("_", " ")
+    )
+    fields = event.payload.fields
+    for key in ("text", "summary", "insight", "utterance", "narrative", "reason"):
+        if key in fields and fields[key].string_value:
+            return f"tick {event.world_tick}: {kind}: {fields[key].string_value}"
+    return f"tick {event.world_tick}: {kind}"
+
+
+async def bill(
+    clients: ServiceClients,
+    recording: LoopRecording,
+    calls: list[CognitionCall],
+    population: Population,
+    tenant_id: str,
+) -> Bill:
+    """The ledger's view of the run, beside the naive every-agent-every-tick count for the same run."""
+    try:
+        spend = await clients.operator.GetSpend(
+            gateway_pb2.GetSpendRequest(world_id=recording.world_id, tenant_id=tenant_id),
+            metadata=clients.operator_md,
+        )
+        by_tier = [
+            TierSpend(
+                tier=TIER_NAME.get(t.tier, "unspecified"),
+                calls=t.calls,
+                tokens=t.tokens,
+                micro_usd=t.micro_usd,
+            )
+            for t in spend.by_tier
+        ]
+        ledger = (
+            spend.world_cap_tokens,
+            spend.consumed_tokens,
+            spend.consumed_micro_usd,
+            spend.blocked_by_world_cap,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise WorldRunError(describe_rpc_error("GetSpend", exc)) from exc
+        by_tier, ledger = [], (0, 0, 0, 0)
+    issued = len(calls)
+    naive_calls = population.size * len(recording.ticks)
+    mean_tokens = (sum(c.token_estimate for c in calls) / issued) if issued else 0.0
+    mean_cost = (sum(c.cost_micro_usd for c in calls) / issued) if issued else 0.0
+    return Bill(
+        world_cap_tokens=ledger[0],
+        consumed_tokens=ledger[1],
+        consumed_micro_usd=ledger[2],
+        blocked_by_world_cap=ledger[3],
+        by_tier=by_tier,
+        calls_issued=issued,
+        naive_calls=naive_calls,
+        naive_tokens=round(naive_calls * mean_tokens),
+        naive_micro_usd=round(naive_calls * mean_cost),
+        relevance_ratio=(issued / naive_calls) if naive_calls else 0.0,
+    )
+
+
+def hour_demand(recording: LoopRecording) -> list[gateway_pb2.BudgetRequest]:
+    """Each Ori's tier occupancy, scaled to a game-hour, in the tiers' budget units.
+
+    Clotho budgets per active-minute, Lachesis per reflection (every 10 game-minutes), Atropos per
+    game-day: one request at the tier cap per unit, as the launch-ceiling arithmetic counts them.
+    """
+    window = max(len(recording.ticks), 1)
+    scale = GAME_HOUR_TICKS / window
+    requests = []
+    tier_ticks = recording.tier_ticks
+    for row in range(tier_ticks.shape[0]):
+        clotho = round(tier_ticks[row, common_pb2.COGNITION_TIER_CLOTHO] * scale / ACTIVE_MINUTE_TICKS)
+        lachesis = round(tier_ticks[row, common_pb2.COGNITION_TIER_LACHESIS] * scale / REFLECTION_TICKS)
+        atropos = 1 if tier_ticks[row, common_pb2.COGNITION_TIER_ATROPOS] * 2 >= window else 0
+        for tier, units in (
+            (common_pb2.COGNITION_TIER_CLOTHO, clotho),
+            (common_pb2.COGNITION_TIER_LACHESIS, lachesis),
+            (common_pb2.COGNITION_TIER_ATROPOS, atropos),
+        ):
+            requests += [
+                gateway_pb2.BudgetRequest(ori_id=str(row), tier=tier, requested_tokens=2**62)
+            ] * units
+    return requests
+
+
+async def saturation(clients: ServiceClients, recording: LoopRecording) -> Saturation | None:
+    """Asks the gateway's budget arithmetic whether the run's game-hour demand fits the world cap.
+
+    Each request asks for more than any tier cap, so the gateway clamps it to the cap for its tier.
+    """
+    requests = hour_demand(recording)
+    if not requests:
+        return None
+    try:
+        answer = await clients.gateway.EvaluateBudget(
+            gateway_pb2.EvaluateBudgetRequest(requests=requests), metadata=clients.world_md
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+            return None
+        raise WorldRunError(describe_rpc_error("EvaluateBudget", exc)) from exc
+    tiers: dict[int, list[int]] = {}
+    for allocation in answer.allocations:
+        row = tiers.setdefault(allocation.tier, [0, 0, 0, 0])
+        row[0] += 1
+        row[1] += allocation.tier_capped_tokens
+        row[2] += allocation.allowed_tokens
+        row[3] += allocation.deferred_tokens
+    return Saturation(
+        window_ticks=len(recording.ticks),
+        world_cap_tokens=answer.world_cap_tokens,
+        total_allowed_tokens=answer.total_allowed_tokens,
+        total_deferred_tokens=answer.total_deferred_tokens,
+        world_cap_held=answer.world_cap_held,
+        tiers=[
+            BudgetTier(
+                tier=TIER_NAME[t],
+                requests=v[0],
+                requested_tokens=v[1],
+                allowed_tokens=v[2],
+                deferred_tokens=v[3],
+            )
+            for t, v in sorted(tiers.items())
+        ],
+    )
+
+
+def tier_occupancy(recording: LoopRecording) -> dict[str, int]:
+    """How many Ori spent most of the run in each tier."""
+    usual = np.argmax(recording.tier_ticks, axis=1)
+    return {TIER_NAME[t]: int((usual == t).sum()) for t in TIER_NAME}

@@ -1,0 +1,76 @@
+"""Finds running Egbe services, or starts the embedded ones for one run, wired to each other."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.auth import TokenStore
+from services.runtime import load_tokens, published_targets, start_services, stop_services
+from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint
+
+
+@dataclass
+class Services:
+    """Where the services are, the tokens to reach them, and whether this run started them."""
+
+    targets: dict[str, str]
+    tokens: TokenStore
+    settings: EgbeSettings
+    embedded: bool
+    tick_log: Path | None
+
+
+async def _all_serving(targets: dict[str, str]) -> bool:
+    from services.cli import check_health
+
+    statuses = await check_health(targets, deadline_seconds=1.0)
+    return all(status == "SERVING" for status in statuses.values())
+
+
+def _wired(
+    settings: EgbeSettings, socket_dir: Path, data_dir: Path, tick_log: Path, snapshot_every: int
+) -> EgbeSettings:
+    """Unix sockets named in advance, so each service can be told where the others are before any starts."""
+    endpoints = {name: Endpoint(port=0, unix_socket=socket_dir / f"{name}.sock") for name in SERVICE_NAMES}
+    targets = {name: endpoint.target() for name, endpoint in endpoints.items()}
+    update: dict[str, object] = {"endpoints": endpoints, "data_dir": data_dir}
+    kernel = getattr(settings, "kernel", None)
+    if kernel is not None:
+        update["kernel"] = kernel.model_copy(
+            update={
+                "tick_log_path": tick_log,
+                "snapshot_every_ticks": snapshot_every,
+                "gateway_target": targets["gateway"],
+                "biography_target": targets["biography"],
+            }
+        )
+    return settings.model_copy(update=update)
+
+
+@asynccontextmanager
+async def services_for_run(
+    settings: EgbeSettings, run_dir: Path, snapshot_every: int, reuse_running: bool = True
+) -> AsyncIterator[Services]:
+    """The running services when every one answers SERVING, else embedded ones private to this run."""
+    targets = published_targets(settings)
+    if reuse_running and await _all_serving(targets):
+        yield Services(targets, load_tokens(settings), settings, embedded=False, tick_log=None)
+        return
+    tick_log = run_dir / "tick-log.bin"
+    with tempfile.TemporaryDirectory(prefix="egbe-") as socket_dir:
+        wired = _wired(settings, Path(socket_dir), run_dir / "services", tick_log, snapshot_every)
+        running = await start_services(SERVICE_NAMES, wired)
+        try:
+            yield Services(
+                {r.bundle.name: r.target for r in running},
+                load_tokens(wired),
+                wired,
+                embedded=True,
+                tick_log=tick_log if getattr(wired, "kernel", None) is not None else None,
+            )
+        finally:
+            await stop_services(running, wired)

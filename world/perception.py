@@ -1,0 +1,193 @@
+"""Turns the world's geometry and script into the kernel's perception batches: rows, columns or deltas."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from egbe.v1 import perception_pb2
+from world.population import Population
+from world.scenario import Scenario
+from world.simulation import WorldState
+
+NO_PLAYER_MM = 2_147_483_647
+COLUMN_LAYOUT_VERSION = 1
+NEAR_LOD_MM = 5_000
+
+_BIT = {
+    "on_screen": perception_pb2.PERCEPTION_FLAG_BIT_ON_SCREEN,
+    "open_crossroads": perception_pb2.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS,
+    "imminent_irreversible_action": perception_pb2.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION,
+    "scene_copresence": perception_pb2.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE,
+    "player_nearby_in_world": perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
+    "threat_present": perception_pb2.PERCEPTION_FLAG_BIT_THREAT_PRESENT,
+    "minor_present": perception_pb2.PERCEPTION_FLAG_BIT_MINOR_PRESENT,
+}
+# Column name -> (numpy little-endian dtype); the order and widths of PerceptionColumns layout 1.
+COLUMNS: dict[str, str] = {
+    "signal_flags": "<u2",
+    "visual_lod": "u1",
+    "player_proximity_mm": "<i4",
+    "addressed_by_player_id": "<u4",
+    "goal_ref": "<u4",
+    "goal_progress_signature": "<u8",
+    "need_safety_bp": "<u2",
+    "need_sustaining_bp": "<u2",
+    "need_social_bp": "<u2",
+    "need_purpose_bp": "<u2",
+    "fatigue_bp": "<u2",
+}
+
+
+@dataclass
+class Perception:
+    """One tick's signals for every Ori, as arrays in row (= slot) order."""
+
+    tick: int
+    arrays: dict[str, npt.NDArray[np.generic]]
+
+    def flag(self, name: str) -> npt.NDArray[np.bool_]:
+        bits = self.arrays["signal_flags"].astype(np.uint32)
+        return ((bits >> _BIT[name]) & 1).astype(np.bool_)
+
+
+@dataclass
+class ScriptIndex:
+    """The player script keyed by tick and Ori row, so building a tick's signals is a lookup."""
+
+    addressed: dict[int, list[int]] = field(default_factory=dict)
+    crossroads: list[tuple[int, int, int]] = field(default_factory=list)  # (row, first tick, last tick)
+    irreversible: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, scenario: Scenario, population: Population) -> ScriptIndex:
+        index = cls()
+        script = scenario.player
+        for address in script.addresses:
+            index.addressed.setdefault(address.at_tick, []).append(population.index_of(address.ori))
+        for c in script.crossroads:
+            index.crossroads.append((population.index_of(c.ori), c.at_tick, c.at_tick + c.duration_ticks - 1))
+        for a in script.irreversible_actions:
+            index.irreversible.append((population.index_of(a.ori), a.at_tick - a.lead_ticks, a.at_tick))
+        return index
+
+
+def build_perception(
+    scenario: Scenario, population: Population, script: ScriptIndex, state: WorldState
+) -> Perception:
+    """Signals for `state.tick`: distances to the player in millimetres, flags from the script."""
+    senses = scenario.senses
+    tick = state.tick
+    delta = state.ori_xy - state.player_xy
+    dist = np.hypot(delta[:, 0], delta[:, 1])
+    on_screen = dist <= senses.on_screen_mm
+    scene = dist <= senses.scene_mm
+    nearby = dist <= senses.resident_mm
+    proximity = np.where(nearby, np.minimum(np.rint(dist), NO_PLAYER_MM - 1), NO_PLAYER_MM).astype("<i4")
+    flags = np.zeros(population.size, dtype="<u2")
+
+    def put(name: str, mask: npt.NDArray[np.bool_]) -> None:
+        nonlocal flags
+        flags |= (mask.astype(np.uint16) << _BIT[name]).astype("<u2")
+
+    put("on_screen", on_screen)
+    put("scene_copresence", scene)
+    put("player_nearby_in_world", nearby)
+    if (population.minor & scene).any():
+        put("minor_present", scene)
+    crossroads = np.zeros(population.size, dtype=np.bool_)
+    for row, first, last in script.crossroads:
+        if first <= tick <= last:
+            crossroads[row] = True
+    put("open_crossroads", crossroads)
+    imminent = np.zeros(population.size, dtype=np.bool_)
+    for row, first, last in script.irreversible:
+        if first <= tick <= last:
+            imminent[row] = True
+    put("imminent_irreversible_action", imminent)
+    addressed = np.zeros(population.size, dtype="<u4")
+    for row in script.addressed.get(tick, []):
+        addressed[row] = scenario.player.player_id
+    lod = np.full(population.size, perception_pb2.VISUAL_LOD_CULLED, dtype="u1")
+    lod[nearby] = perception_pb2.VISUAL_LOD_FAR
+    lod[on_screen] = perception_pb2.VISUAL_LOD_MID
+    lod[dist <= NEAR_LOD_MM] = perception_pb2.VISUAL_LOD_NEAR
+    needs = state.needs
+    return Perception(
+        tick,
+        {
+            "signal_flags": flags,
+            "visual_lod": lod,
+            "player_proximity_mm": proximity,
+            "addressed_by_player_id": addressed,
+            "goal_ref": state.kind.astype("<u4"),
+            "goal_progress_signature": state.progress.astype("<u8"),
+            "need_safety_bp": needs[:, 0].astype("<u2"),
+            "need_sustaining_bp": needs[:, 1].astype("<u2"),
+            "need_social_bp": needs[:, 2].astype("<u2"),
+            "need_purpose_bp": needs[:, 3].astype("<u2"),
+            "fatigue_bp": needs[:, 4].astype("<u2"),
+        },
+    )
+
+
+def to_rows(perception: Perception, slots: npt.NDArray[np.uint32]) -> list[perception_pb2.PerceptionFrame]:
+    """Row form, for small worlds and simple engine clients."""
+    a = perception.arrays
+    frames = []
+    for i in range(len(slots)):
+        bits = int(a["signal_flags"][i])
+        frames.append(
+            perception_pb2.PerceptionFrame(
+                slot=int(slots[i]),
+                visual_lod=int(a["visual_lod"][i]),  # type: ignore[arg-type]
+                player_proximity_mm=int(a["player_proximity_mm"][i]),
+                addressed_by_player_id=int(a["addressed_by_player_id"][i]),
+                on_screen=bool(bits >> _BIT["on_screen"] & 1),
+                open_crossroads=bool(bits >> _BIT["open_crossroads"] & 1),
+                imminent_irreversible_action=bool(bits >> _BIT["imminent_irreversible_action"] & 1),
+                scene_copresence=bool(bits >> _BIT["scene_copresence"] & 1),
+                player_nearby_in_world=bool(bits >> _BIT["player_nearby_in_world"] & 1),
+                goal_ref=int(a["goal_ref"][i]),
+                goal_progress_signature=int(a["goal_progress_signature"][i]),
+                need_safety_bp=int(a["need_safety_bp"][i]),
+                need_sustaining_bp=int(a["need_sustaining_bp"][i]),
+                need_social_bp=int(a["need_social_bp"][i]),
+                need_purpose_bp=int(a["need_purpose_bp"][i]),
+                fatigue_bp=int(a["fatigue_bp"][i]),
+                threat_present=bool(bits >> _BIT["threat_present"] & 1),
+                minor_present=bool(bits >> _BIT["minor_present"] & 1),
+            )
+        )
+    return frames
+
+
+def to_columns(
+    perception: Perception, previous: Perception | None = None
+) -> perception_pb2.PerceptionColumns:
+    """Columnar form; with `previous`, a delta frame listing only the rows whose signals changed.
+
+    Rows are slots (the world registers its Ori in row order and checks the kernel agreed).
+    """
+    a = perception.arrays
+    if previous is None:
+        return perception_pb2.PerceptionColumns(
+            layout_version=COLUMN_LAYOUT_VERSION,
+            count=len(a["signal_flags"]),
+            **{name: np.ascontiguousarray(a[name], dtype=dtype).tobytes() for name, dtype in COLUMNS.items()},
+        )
+    changed = np.zeros(len(a["signal_flags"]), dtype=np.bool_)
+    for name in COLUMNS:
+        changed |= a[name] != previous.arrays[name]
+    rows = np.flatnonzero(changed)
+    return perception_pb2.PerceptionColumns(
+        layout_version=COLUMN_LAYOUT_VERSION,
+        count=len(rows),
+        slots=rows.astype("<u4").tobytes(),
+        **{
+            name: np.ascontiguousarray(a[name][rows], dtype=dtype).tobytes()
+            for name, dtype in COLUMNS.items()
+        },
+    )
