@@ -70,7 +70,8 @@ class KillRecord(_Strict):
     kind: str
     target: str
     reason: str
-    control_id: str
+    applied: bool = Field(description="False when the gateway refused or could not throw the switch.")
+    detail: str = Field(description="The control id, or why the switch was not thrown.")
     calls_issued_after: Count = Field(description="Calls the kernel issued for the target after the kill.")
     calls_run_after: Count = Field(description="Of those, how many a model or the offline adapter answered.")
     actions_after: Count = Field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,15 +35,26 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
     return guarded
 
 
+def quiet_services(loaded: EgbeSettings) -> EgbeSettings:
+    """Embedded services log warnings only under a world command, unless EGBE_LOG_LEVEL says otherwise."""
+    if "EGBE_LOG_LEVEL" in os.environ:
+        return loaded
+    from services.logging import configure_logging
+
+    configure_logging(loaded.log_format, "warning")
+    return loaded.model_copy(update={"log_level": "warning"})
+
+
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], settings: SettingsLoader) -> None:
     """Adds `demo`, `replay` and `fork` to the egbe CLI."""
 
     def cmd_demo(args: argparse.Namespace) -> int:
         from world.demo import run_demo, summary
 
+        loaded = quiet_services(settings(args))
         run_dir, artifact = asyncio.run(
             run_demo(
-                settings(args),
+                loaded,
                 args.scenario,
                 args.seed,
                 args.runs_dir,
@@ -57,7 +69,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     def cmd_replay(args: argparse.Namespace) -> int:
         from world.replay import replay_run
 
-        check = asyncio.run(replay_run(args.run, settings(args)))
+        check = asyncio.run(replay_run(args.run, quiet_services(settings(args))))
         if check.matches:
             print(f"matches ({check.ticks_compared:,} ticks)")
             return 0
@@ -67,7 +79,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     def cmd_fork(args: argparse.Namespace) -> int:
         from world.fork import fork_run
 
-        print(asyncio.run(fork_run(args.run, args.at, args.config, settings(args), progress=not args.quiet)))
+        loaded = quiet_services(settings(args))
+        print(asyncio.run(fork_run(args.run, args.at, args.config, loaded, progress=not args.quiet)))
         return 0
 
     demo = commands.add_parser("demo", help="run a scenario against the services; write runs/<run-id>/")

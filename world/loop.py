@@ -60,7 +60,8 @@ class Candidate:
 @dataclass
 class KillEffect:
     action: OperatorAction
-    control_id: str
+    applied: bool
+    detail: str
     row: int  # -1 for a tier kill
     ticks_acting_after: int = 0
 
@@ -137,22 +138,25 @@ async def apply_directive(
     )
 
 
-async def apply_operator_action(clients: ServiceClients, action: OperatorAction) -> str:
-    """Throws an operator kill switch through the gateway's OperatorService; returns the control id."""
+async def apply_operator_action(clients: ServiceClients, action: OperatorAction) -> tuple[bool, str]:
+    """Throws an operator kill switch through the gateway's OperatorService: (applied, control id or why not).
+
+    A refused switch does not stop the world: the run records it and the report says it was not thrown.
+    """
     try:
         if action.kind is OperatorActionKind.KILL_ORI:
             ori_reply = await clients.operator.KillOri(
                 gateway_pb2.KillOriRequest(ori_id=action.target, reason=action.reason),
                 metadata=clients.operator_md,
             )
-            return str(ori_reply.control.control_id)
+            return True, str(ori_reply.control.control_id)
         tier = common_pb2.CognitionTier.Value(f"COGNITION_TIER_{action.target.upper()}")
         tier_reply = await clients.operator.KillTier(
             gateway_pb2.KillTierRequest(tier=tier, reason=action.reason), metadata=clients.operator_md
         )
-        return str(tier_reply.control.control_id)
+        return True, str(tier_reply.control.control_id)
     except grpc.aio.AioRpcError as exc:
-        raise WorldRunError(describe_rpc_error(f"operator {action.kind.value} {action.target}", exc)) from exc
+        return False, describe_rpc_error(f"operator {action.kind.value} {action.target}", exc)
 
 
 async def current_spend(clients: ServiceClients, world_id: str, tenant_id: str) -> tuple[int, int] | None:
@@ -203,10 +207,10 @@ class WorldLoop:
                 )
         for action in script.operator_actions:
             if action.at_tick == tick:
-                control = await apply_operator_action(self.clients, action)
+                applied, detail = await apply_operator_action(self.clients, action)
                 by_ori = action.kind is OperatorActionKind.KILL_ORI
                 row = self.setup.population.index_of(action.target) if by_ori else -1
-                self.recording.kills.append(KillEffect(action, control, row))
+                self.recording.kills.append(KillEffect(action, applied, detail, row))
 
     def _record(self, tick: int, result: action_pb2.TickResult) -> None:
         recording, report = self.recording, result.report

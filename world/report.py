@@ -181,13 +181,20 @@ def _directives(artifact: RunArtifact) -> str:
 def _kills(artifact: RunArtifact) -> str:
     if not artifact.kills:
         return ""
-    cards = "".join(
-        f'<div class="card"><b>{escape(k.kind.replace("_", " "))} {escape(k.target)}</b> at tick '
-        f"{k.at_tick}: {escape(k.reason)}<br>After it: {k.calls_issued_after} calls issued, "
-        f"{k.calls_run_after} run by a model or the offline adapter; the Ori still acted on "
-        f"{k.actions_after} ticks (its behaviour tree).</div>"
-        for k in artifact.kills
-    )
+    cards = ""
+    for k in artifact.kills:
+        what = escape(f"{k.kind.replace('_', ' ')} {k.target}")
+        head = f"<b>{what}</b> at tick {k.at_tick}: {escape(k.reason)}"
+        if not k.applied:
+            cards += (
+                f'<div class="card">{head}<br><span class="bad">not thrown</span>: {escape(k.detail)}</div>'
+            )
+            continue
+        cards += (
+            f'<div class="card">{head}<br>After it: {k.calls_issued_after} calls issued, '
+            f"{k.calls_run_after} run by a model or the offline adapter; "
+            f"the Ori still acted on {k.actions_after} ticks (its behaviour tree).</div>"
+        )
     return f"<h2>Kill switches and their effect</h2>{cards}"
 
 
