@@ -6,14 +6,14 @@ BUF := .tools/node_modules/.bin/buf
 # Type-checked packages (mypy strict); grows as each service lands.
 TYPED := services gateway kernel_service cognition_service policy_service biography_service world scripts
 
-.PHONY: demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean
+.PHONY: demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check
 
 demo: install
 	$(VENV)/bin/egbe demo
 
 test: check pytest
 
-check: lint typecheck protos-check buf-lint
+check: lint typecheck protos-check buf-lint deploy-check
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,25 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy $(TYPED)
+
+# Container and Kubernetes manifests, without a Docker engine or a cluster: hadolint lints the
+# Dockerfile; kubectl's built-in kustomize renders each tree; kubernetes-validate checks every
+# rendered object against the Kubernetes JSON schemas (strict: unknown fields fail) of the oldest
+# and newest versions we support. tests/deploy checks what the manifests promise.
+K8S_TREES := deploy/k8s/base deploy/k8s/overlays/production deploy/k8s/examples/world-server
+K8S_VERSIONS := 1.31.0 1.37.0
+deploy-check: install
+	$(VENV)/bin/hadolint deploy/Dockerfile
+	@command -v kubectl >/dev/null || { echo "deploy-check: kubectl (with its built-in kustomize) is required"; exit 1; }
+	@mkdir -p build/k8s
+	@set -e; for tree in $(K8S_TREES); do \
+	  out=build/k8s/$$(echo $$tree | tr / _).yaml; \
+	  kubectl kustomize $$tree > $$out; \
+	  for version in $(K8S_VERSIONS); do \
+	    $(VENV)/bin/kubernetes-validate --strict --quiet -k $$version $$out; \
+	  done; \
+	  echo "deploy-check: $$tree valid for Kubernetes $(K8S_VERSIONS)"; \
+	done
 
 pytest: install
 	$(VENV)/bin/pytest

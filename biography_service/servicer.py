@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
+from biography_service import wire
+from biography_service.errors import (
+    BiographyError,
+    ConstraintConflict,
+    CorruptEvent,
+    EventIdConflict,
+    StateLossDetected,
+    StorageUnavailable,
+    WrongExpectedVersion,
+)
+from biography_service.service import Biography
 from egbe.v1 import biography_pb2, biography_pb2_grpc
 from services.auth import Role
-from services.errors import NotBuilt
+from services.errors import Aborted, AlreadyExists, EgbeError, FailedPrecondition, Unavailable
 from services.grpc_types import Context
 
 _WRITERS = frozenset({Role.SERVICE})
@@ -23,35 +35,98 @@ METHOD_ROLES = {
     }
 }
 
-EVENT_LOG = "the Ori event log (issue #4)"
+
+def status_error(error: BiographyError) -> EgbeError:
+    """The one mapping from the biography's domain errors to gRPC statuses."""
+    message = str(error)
+    if isinstance(error, WrongExpectedVersion):
+        actual = "no_stream" if error.actual is None else str(error.actual)
+        return Aborted(message, metadata={"ori_id": error.ori_id, "actual_version": actual})
+    if isinstance(error, EventIdConflict):
+        return AlreadyExists(message, metadata={"event_id": error.event_id})
+    if isinstance(error, StateLossDetected):
+        return FailedPrecondition(message, metadata={"missing_fragment_ids": ",".join(error.missing)})
+    if isinstance(error, CorruptEvent):
+        where = {"ori_id": error.ori_id, "stream_version": str(error.stream_version)}
+        return FailedPrecondition(message, metadata=where)
+    plain: dict[type[BiographyError], type[EgbeError]] = {
+        ConstraintConflict: Aborted,
+        StorageUnavailable: Unavailable,
+    }
+    return plain.get(type(error), EgbeError)(message)
+
+
+@contextmanager
+def _mapped() -> Iterator[None]:
+    try:
+        yield
+    except BiographyError as error:
+        raise status_error(error) from error
 
 
 class BiographyServicer(biography_pb2_grpc.BiographyServiceServicer):
+    def __init__(self, biography: Biography) -> None:
+        self._biography = biography
+        self._config = biography.config
+
     async def Append(
         self, request: biography_pb2.AppendRequest, context: Context
     ) -> biography_pb2.AppendResponse:
-        raise NotBuilt(EVENT_LOG)
+        expected, events = wire.append_request(request, self._config)
+        with _mapped():
+            result = await self._biography.append(request.ori_id, expected, events)
+        return biography_pb2.AppendResponse(
+            next_expected_version=result.last_version,
+            first_global_position=result.first_global_position,
+            last_global_position=result.last_global_position,
+            already_recorded=result.already_recorded,
+        )
 
     async def Read(self, request: biography_pb2.ReadRequest, context: Context) -> biography_pb2.ReadResponse:
-        raise NotBuilt(EVENT_LOG)
+        cursor = wire.read_request(request, self._config)
+        with _mapped():
+            page = await self._biography.read(
+                cursor.ori_id, cursor.start, cursor.page_size, backward=cursor.backward
+            )
+        return wire.read_response(page.events, cursor, page.next_from)
 
     async def Subscribe(
         self, request: biography_pb2.SubscribeRequest, context: Context
     ) -> AsyncIterator[biography_pb2.SubscribeResponse]:
-        raise NotBuilt(EVENT_LOG)
-        yield  # type: ignore[unreachable]  # makes this an async generator, as streaming handlers must be
+        from_position, ori_ids = wire.subscribe_request(request, self._config)
+        with _mapped():
+            async for event, live in self._biography.subscribe(from_position, ori_ids):
+                yield biography_pb2.SubscribeResponse(event=wire.event_message(event), live=live)
 
     async def Rehydrate(
         self, request: biography_pb2.RehydrateRequest, context: Context
     ) -> biography_pb2.RehydrateResponse:
-        raise NotBuilt(EVENT_LOG)
+        budget = wire.rehydrate_request(request, self._config)
+        with _mapped():
+            working = await self._biography.rehydrate(request.ori_id, budget)
+        return wire.rehydrate_response(working)
 
     async def Consolidate(
         self, request: biography_pb2.ConsolidateRequest, context: Context
     ) -> biography_pb2.ConsolidateResponse:
-        raise NotBuilt(EVENT_LOG)
+        fragments = wire.consolidate_request(request, self._config)
+        with _mapped():
+            done = await self._biography.consolidate(request.ori_id, fragments, request.request_id)
+        return biography_pb2.ConsolidateResponse(
+            events=[wire.event_message(e) for e in done.events],
+            no_state_loss=done.report.no_state_loss,
+            missing_fragment_ids=done.report.missing_fragment_ids,
+        )
 
     async def VerifyChain(
         self, request: biography_pb2.VerifyChainRequest, context: Context
     ) -> biography_pb2.VerifyChainResponse:
-        raise NotBuilt(EVENT_LOG)
+        ori_id = wire.verify_request(request, self._config)
+        with _mapped():
+            report = await self._biography.verify_chain(ori_id)
+        return biography_pb2.VerifyChainResponse(
+            intact=report.intact,
+            events_checked=report.events_checked,
+            first_broken_version=report.first_broken_version or 0,
+            detail=report.detail,
+        )

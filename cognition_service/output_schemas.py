@@ -41,6 +41,8 @@ class DialogueReply(BaseModel):
     emotion: Annotated[str, Field(min_length=1, max_length=32)]
     cited_memory_refs: list[Ref] = Field(default_factory=list, max_length=8)
     claims: list[StatedClaim] = Field(default_factory=list, max_length=8)
+    # Capabilities the line says the Ori has; Isis refuses any the Ori does not have.
+    claimed_capabilities: list[Ref] = Field(default_factory=list, max_length=8)
 
 
 class DecisionReply(BaseModel):
@@ -52,6 +54,7 @@ class DecisionReply(BaseModel):
     target: Ref
     rationale: Text
     cited_memory_refs: list[Ref] = Field(default_factory=list, max_length=8)
+    claimed_capabilities: list[Ref] = Field(default_factory=list, max_length=8)
 
 
 class ReflectionReply(BaseModel):

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
 from egbe.v1 import cognition_pb2_grpc
-from services.auth import TokenStore
-from services.server import ServiceBundle
+from services.auth import Role, TokenStore
+from services.runtime import published_targets
+from services.server import ServiceBundle, channel_options
 from services.settings import EgbeSettings
 
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+    # Peers are dialled on the first Think: under `egbe up` they publish their ports after we start.
+    peers = GrpcPeers(
+        lambda: published_targets(settings),
+        lambda: tokens.token_for(Role.SERVICE),
+        timeout_seconds=settings.cognition.rpc_timeout_seconds,
+        options=channel_options(settings),
+    )
     return ServiceBundle(
         name="cognition",
-        servicers=[(cognition_pb2_grpc.add_CognitionServiceServicer_to_server, CognitionServicer())],
+        servicers=[
+            (
+                cognition_pb2_grpc.add_CognitionServiceServicer_to_server,
+                CognitionServicer(settings.cognition, peers.peers),
+            )
+        ],
         method_roles=METHOD_ROLES,
+        close=peers.close,
     )

@@ -1,21 +1,85 @@
-"""CognitionService over gRPC: validate, run the pipeline, map errors."""
+"""CognitionService over gRPC: validate the run, run the pipeline, count validation fallbacks."""
 
 from __future__ import annotations
 
-from egbe.v1 import cognition_pb2, cognition_pb2_grpc
+import re
+from collections.abc import Callable
+
+from cognition_service.config import CognitionConfig
+from cognition_service.peers import Peers
+from cognition_service.pipeline import MODE_NAMES, TIER_NAMES, think
+from egbe.v1 import cognition_pb2, cognition_pb2_grpc, policy_pb2
 from services.auth import Role
-from services.errors import NotBuilt
+from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
+from services.logging import get_logger
+
+log = get_logger(__name__)
 
 METHOD_ROLES = {
     cognition_pb2.DESCRIPTOR.services_by_name["CognitionService"].full_name: {
         "Think": frozenset({Role.SERVICE}),
     }
 }
+IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_./#-]{0,127}$")
+
+
+def validate_think(request: cognition_pb2.ThinkRequest, config: CognitionConfig) -> None:
+    """Every field the pipeline relies on, checked at once; INVALID_ARGUMENT names each bad field."""
+    violations: list[FieldViolation] = []
+    if not request.run_id:
+        violations.append(FieldViolation("run_id", "required"))
+    if not IDENTIFIER.match(request.ori.ori_id):
+        violations.append(FieldViolation("ori.ori_id", "required: letters, digits and :_./#- up to 128"))
+    if request.tier not in TIER_NAMES:
+        violations.append(FieldViolation("tier", "must be clotho, lachesis or atropos"))
+    if request.mode not in MODE_NAMES:
+        violations.append(FieldViolation("mode", "must be dialogue, decision, reflection or summary"))
+    if request.locale and request.locale not in config.locales:
+        violations.append(FieldViolation("locale", f"must be one of {list(config.locales)}"))
+    if request.counterpart_id and not IDENTIFIER.match(request.counterpart_id):
+        violations.append(FieldViolation("counterpart_id", "letters, digits and :_./#- up to 128"))
+    violations += _context_violations(request)
+    if violations:
+        raise InvalidArgument(violations)
+
+
+def _context_violations(request: cognition_pb2.ThinkRequest) -> list[FieldViolation]:
+    violations: list[FieldViolation] = []
+    for section in ("perception", "traits", "quirks", "objectives"):
+        for i, item in enumerate(getattr(request, section)):
+            if not item.ref:
+                violations.append(FieldViolation(f"{section}[{i}].ref", "required"))
+            if item.priority_bp > 10_000:
+                violations.append(FieldViolation(f"{section}[{i}].priority_bp", "must be 0..10000"))
+    for i, claim in enumerate(request.claims):
+        if not claim.claim_id:
+            violations.append(FieldViolation(f"claims[{i}].claim_id", "required"))
+        if claim.kind == policy_pb2.CLAIM_KIND_UNSPECIFIED:
+            violations.append(FieldViolation(f"claims[{i}].kind", "must be fact, opinion or backstory"))
+    for i, fact in enumerate(request.world_facts):
+        if not fact.evidence_id:
+            violations.append(FieldViolation(f"world_facts[{i}].evidence_id", "required"))
+    return violations
 
 
 class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
+    def __init__(self, config: CognitionConfig, peers: Callable[[], Peers]) -> None:
+        self._config = config
+        self._peers = peers
+        self.validation_fallbacks_total = 0
+
     async def Think(
         self, request: cognition_pb2.ThinkRequest, context: Context
     ) -> cognition_pb2.ThinkResponse:
-        raise NotBuilt("the cognition pipeline (issue #6)")
+        validate_think(request, self._config)
+        response = await think(request, self._peers(), self._config)
+        if response.validation_fallbacks:
+            self.validation_fallbacks_total += response.validation_fallbacks
+            log.warning(
+                "validation_fallback",
+                run_id=request.run_id,
+                ori_id=request.ori.ori_id,
+                total=self.validation_fallbacks_total,
+            )
+        return response

@@ -1,8 +1,8 @@
-"""Gateway configuration with the seed's defaults: tier budgets and the Solo-world cap."""
+"""Gateway configuration with the seed's defaults: budgets, world cap, routing, prices, storage, adapters."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from egbe.v1 import common_pb2
 
@@ -11,12 +11,18 @@ TIER_NAMES: dict[int, str] = {
     common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
     common_pb2.COGNITION_TIER_ATROPOS: "atropos",
 }
+TIERS_BY_NAME: dict[str, int] = {name: tier for tier, name in TIER_NAMES.items()}
+
+# The eval gate every routing change must re-run (validateMoiraiModelRoutingConfig).
+AGENT_BEHAVIOR_EVAL_GATE = "verify:v6 agent-behavior-evals"
 
 
-class TierTokenBudgets(BaseModel):
-    """Per-tier token caps: Clotho per active-minute, Lachesis per reflection, Atropos per game-day."""
-
+class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TierTokenBudgets(_Frozen):
+    """Per-tier token caps: Clotho per active-minute, Lachesis per reflection, Atropos per game-day."""
 
     clotho: int = Field(default=50_000, gt=0, description="Tokens per Clotho active-minute.")
     lachesis: int = Field(default=10_000, gt=0, description="Tokens per Lachesis reflection.")
@@ -26,12 +32,194 @@ class TierTokenBudgets(BaseModel):
         return int(getattr(self, TIER_NAMES[tier]))
 
 
-class BudgetConfig(BaseModel):
+class BudgetConfig(_Frozen):
     """The two-stage budget: tier clamps, then the per-Solo-world cap."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     tier_budgets: TierTokenBudgets = Field(default_factory=TierTokenBudgets)
     world_cap_tokens_per_hour: int = Field(
         default=96_000_000, gt=0, description="Per-Solo-world cognition cap, tokens per real hour."
     )
+    homestead_rest_bp: int = Field(
+        default=10_000, gt=0, le=10_000, description="Pace multiplier on the cap; can only lower it."
+    )
+
+
+class RunBudget(_Frozen):
+    """One run's agentic budget: model calls, tool calls and tokens (the run's ledger reservation)."""
+
+    max_model_calls: int = Field(gt=0)
+    max_tool_calls: int = Field(ge=0)
+    max_tokens: int = Field(gt=0)
+
+
+class RunBudgets(_Frozen):
+    """Per-tier agentic budgets (MOIRAI_DEFAULT_TIER_BUDGETS): reflexive Clotho to deliberate Atropos."""
+
+    clotho: RunBudget = RunBudget(max_model_calls=2, max_tool_calls=2, max_tokens=4_000)
+    lachesis: RunBudget = RunBudget(max_model_calls=6, max_tool_calls=8, max_tokens=16_000)
+    atropos: RunBudget = RunBudget(max_model_calls=16, max_tool_calls=24, max_tokens=64_000)
+
+    def for_tier(self, tier: int) -> RunBudget:
+        budget: RunBudget = getattr(self, TIER_NAMES[tier])
+        return budget
+
+
+class ModelCandidate(_Frozen):
+    """A routable model class: its size rank, its eval scores (basis points per suite), on or off."""
+
+    model_class: str = Field(min_length=1, description="Class alias, e.g. 'sonnet-class'.")
+    size_rank: int = Field(ge=0, description="Smaller is cheaper; routing picks the smallest qualified.")
+    quality_bp: dict[str, int] = Field(description="Eval suite -> score in basis points (0..10000).")
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _scores_in_range(self) -> ModelCandidate:
+        bad = {suite: bp for suite, bp in self.quality_bp.items() if not 0 <= bp <= 10_000}
+        if bad:
+            raise ValueError(f"quality_bp out of 0..10000 for {self.model_class}: {bad}")
+        return self
+
+
+class TierRoute(_Frozen):
+    """One tier's bar: the eval suite, the score required, and the model class selected for it."""
+
+    eval_suite: str = Field(min_length=1)
+    required_quality_bp: int = Field(ge=0, le=10_000)
+    selected_model_class: str = Field(min_length=1)
+
+
+def _default_candidates() -> list[ModelCandidate]:
+    suites = (
+        "social-judgment-live-dialogue",
+        "offscreen-reflection-coherence",
+        "narrative-summary-continuity",
+    )
+    scores = {"haiku-class": (8_400, 8_700, 8_600), "sonnet-class": (9_300, 9_400, 9_200)}
+    scores["opus-class"] = (9_700, 9_650, 9_500)
+    return [
+        ModelCandidate(model_class=name, size_rank=rank, quality_bp=dict(zip(suites, values, strict=True)))
+        for rank, (name, values) in enumerate(scores.items(), start=1)
+    ]
+
+
+class RoutingConfig(_Frozen):
+    """Smallest-qualified routing: candidates, each tier's bar, re-run scripts, class -> concrete model id."""
+
+    candidates: list[ModelCandidate] = Field(default_factory=_default_candidates)
+    clotho: TierRoute = TierRoute(
+        eval_suite="social-judgment-live-dialogue",
+        required_quality_bp=9_500,
+        selected_model_class="opus-class",
+    )
+    lachesis: TierRoute = TierRoute(
+        eval_suite="offscreen-reflection-coherence",
+        required_quality_bp=9_000,
+        selected_model_class="sonnet-class",
+    )
+    atropos: TierRoute = TierRoute(
+        eval_suite="narrative-summary-continuity",
+        required_quality_bp=8_000,
+        selected_model_class="haiku-class",
+    )
+    rerun_scripts: list[str] = Field(default_factory=lambda: [AGENT_BEHAVIOR_EVAL_GATE])
+    model_ids: dict[str, str] = Field(
+        default_factory=lambda: {
+            "opus-class": "claude-opus-4-5",
+            "sonnet-class": "claude-sonnet-4-6",
+            "haiku-class": "claude-haiku-4-5",
+        },
+        description="Class alias -> concrete Anthropic model id.",
+    )
+
+    def route_for(self, tier: int) -> TierRoute:
+        route: TierRoute = getattr(self, TIER_NAMES[tier])
+        return route
+
+
+class ClassPrice(_Frozen):
+    """Billed price of one model class, micro-USD per million tokens of each kind."""
+
+    input_per_mtok: int = Field(ge=0)
+    output_per_mtok: int = Field(ge=0)
+    cache_read_per_mtok: int = Field(ge=0)
+    cache_write_per_mtok: int = Field(ge=0)
+
+
+def _default_prices() -> dict[str, ClassPrice]:
+    # Anthropic list prices (USD per MTok x 1e6); cache reads 0.1x input, 5-minute cache writes 1.25x.
+    return {
+        "opus-class": ClassPrice(
+            input_per_mtok=5_000_000,
+            output_per_mtok=25_000_000,
+            cache_read_per_mtok=500_000,
+            cache_write_per_mtok=6_250_000,
+        ),
+        "sonnet-class": ClassPrice(
+            input_per_mtok=3_000_000,
+            output_per_mtok=15_000_000,
+            cache_read_per_mtok=300_000,
+            cache_write_per_mtok=3_750_000,
+        ),
+        "haiku-class": ClassPrice(
+            input_per_mtok=1_000_000,
+            output_per_mtok=5_000_000,
+            cache_read_per_mtok=100_000,
+            cache_write_per_mtok=1_250_000,
+        ),
+    }
+
+
+class CostConfig(_Frozen):
+    """Class-rate estimates (micro-USD per 1k tokens over len/4) and the billed price table."""
+
+    class_rates_per_1k: dict[str, int] = Field(
+        default_factory=lambda: {"opus-class": 1_500, "sonnet-class": 300, "haiku-class": 75}
+    )
+    prices: dict[str, ClassPrice] = Field(default_factory=_default_prices)
+    batch_discount_bp: int = Field(
+        default=5_000, ge=0, le=10_000, description="Share of the price a Message Batches call pays."
+    )
+
+
+class AnthropicConfig(_Frozen):
+    """The Anthropic adapter: timeouts, our one retry loop, caching and batches."""
+
+    request_timeout_seconds: float = Field(default=60.0, gt=0)
+    max_attempts: int = Field(default=4, ge=1, description="Attempts per call including the first.")
+    backoff_base_seconds: float = Field(default=0.5, gt=0)
+    backoff_max_seconds: float = Field(default=20.0, gt=0)
+    prompt_caching: bool = Field(default=True, description="cache_control on the stable system block.")
+    batches_enabled: bool = Field(
+        default=False, description="Send deferrable Atropos work through Message Batches (50% price)."
+    )
+    batch_poll_seconds: float = Field(default=5.0, gt=0)
+    batch_max_wait_seconds: float = Field(
+        default=3_600.0, gt=0, description="A batch not ended by then is cancelled."
+    )
+    count_tokens: bool = Field(default=True, description="Exact input counts from count-tokens.")
+
+
+class GatewayConfig(_Frozen):
+    """Everything the gateway reads at start; refused whole when any part is invalid."""
+
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    run_budgets: RunBudgets = Field(default_factory=RunBudgets)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
+    anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
+    ledger_window_seconds: int = Field(default=3_600, gt=0, description="The world cap's accounting window.")
+    run_timeout_seconds: float = Field(
+        default=300.0, gt=0, description="A run not ended by then is timed out and its reservation released."
+    )
+    sweep_interval_seconds: float = Field(default=5.0, gt=0)
+    sqlite_file: str = Field(default="gateway.sqlite3", description="Embedded store under data_dir.")
+    postgres_pool_size: int = Field(default=8, gt=0)
+    store_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="A store operation slower than this fails closed (UNAVAILABLE)."
+    )
+    retention_policy_id: str = "v1:audit-platform:retention:cognition-call"
+    safety_policy_id: str = "v1:isis-behavior-policy"
+    metrics_port: int = Field(
+        default=0, ge=0, le=65_535, description="Serve Prometheus metrics on this port; 0 = not served."
+    )
+    retry_stats_window: int = Field(default=100, gt=0, description="Runs rolled up by GetRetryStats.")

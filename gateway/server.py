@@ -1,24 +1,83 @@
-"""Assembles the gateway's service bundle for the chassis."""
+"""Assembles the gateway's bundle: validated config, store, adapter, controls loaded before serving."""
 
 from __future__ import annotations
 
+import os
+
+from prometheus_client import start_http_server
+
 from egbe.v1 import gateway_pb2_grpc
-from gateway.config import BudgetConfig
-from gateway.servicer import METHOD_ROLES, CognitionGatewayServicer, OperatorServicer
-from services.auth import TokenStore
+from gateway.adapters.base import ModelAdapter
+from gateway.adapters.offline import OfflineAdapter
+from gateway.admission import CognitionGateway
+from gateway.cognition_client import CognitionClient
+from gateway.config import GatewayConfig
+from gateway.routing import validate_config
+from gateway.servicer import METHOD_ROLES, CognitionGatewayServicer, OperatorServicer, refusal_auditor
+from gateway.store.base import GatewayStore
+from gateway.store.postgres import PostgresGatewayStore
+from gateway.store.sqlite import SqliteGatewayStore
+from services.auth import Role, TokenStore
+from services.runtime import published_targets
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
 
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
+
+
+def build_store(settings: EgbeSettings) -> GatewayStore:
+    config = settings.gateway
+    if settings.database_url:
+        return PostgresGatewayStore(
+            settings.database_url,
+            pool_size=config.postgres_pool_size,
+            timeout_seconds=config.store_timeout_seconds,
+        )
+    return SqliteGatewayStore(
+        settings.data_dir / config.sqlite_file, timeout_seconds=config.store_timeout_seconds
+    )
+
+
+def build_adapter(config: GatewayConfig) -> ModelAdapter:
+    """Anthropic when ANTHROPIC_API_KEY is set, else the offline adapter (labelled on every output)."""
+    if os.environ.get(ANTHROPIC_KEY_ENV):
+        from gateway.adapters.anthropic import AnthropicAdapter
+
+        return AnthropicAdapter(config)
+    return OfflineAdapter()
+
+
+async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
+    """A started gateway: config refused whole when invalid, controls loaded before it answers anything."""
+    validate_config(settings.gateway)
+    gateway = CognitionGateway(settings.gateway, build_store(settings), build_adapter(settings.gateway))
+    await gateway.start()
+    return gateway
+
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+    gateway = await build_gateway(settings)
+    cognition = CognitionClient(
+        lambda: published_targets(settings)["cognition"], tokens.token_for(Role.SERVICE)
+    )
+    if settings.gateway.metrics_port:
+        start_http_server(settings.gateway.metrics_port, registry=gateway.metrics.registry)
+
+    async def close() -> None:
+        await cognition.close()
+        await gateway.stop()
+
     return ServiceBundle(
         name="gateway",
         servicers=[
             (
                 gateway_pb2_grpc.add_CognitionGatewayServiceServicer_to_server,
-                CognitionGatewayServicer(BudgetConfig()),
+                CognitionGatewayServicer(gateway, cognition),
             ),
-            (gateway_pb2_grpc.add_OperatorServiceServicer_to_server, OperatorServicer()),
+            (gateway_pb2_grpc.add_OperatorServiceServicer_to_server, OperatorServicer(gateway)),
         ],
         method_roles=METHOD_ROLES,
+        close=close,
+        on_refused=refusal_auditor(gateway),
+        info={"adapter": gateway.adapter.name, "store": type(gateway.store).__name__},
     )

@@ -1,17 +1,34 @@
-"""CognitionGatewayService and OperatorService over gRPC: validate, call the domain, map errors."""
+"""CognitionGatewayService and OperatorService over gRPC: validate, call the domain, map to messages."""
 
 from __future__ import annotations
 
-from egbe.v1 import gateway_pb2, gateway_pb2_grpc
+import asyncio
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from egbe.v1 import cognition_pb2, common_pb2, gateway_pb2, gateway_pb2_grpc
+from gateway.adapters.base import ModelRequest, UntrustedPart
+from gateway.admission import CognitionGateway, Who
 from gateway.budget import TokenRequest, evaluate_budget, resolve_world_cap
-from gateway.config import BudgetConfig
+from gateway.cognition_client import CognitionClient
+from gateway.config import TIER_NAMES
+from gateway.cost import Usage
+from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunStatus
+from gateway.retry_stats import roll_up
+from gateway.routing import select_route
 from services.auth import Role
-from services.errors import NotBuilt
+from services.errors import Aborted, EgbeError, InvalidArgument
 from services.grpc_types import Context
 
 _GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
 _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 _OPERATOR_ONLY = frozenset({Role.OPERATOR})
+# Operators name themselves in this metadata key (the CLI sends $USER); the audit records it.
+OPERATOR_ID_METADATA = "x-egbe-operator"
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1_000
 
 METHOD_ROLES = {
     _GATEWAY: {
@@ -19,6 +36,9 @@ METHOD_ROLES = {
         "Generate": frozenset({Role.SERVICE}),
         "EvaluateBudget": frozenset({Role.SERVICE, Role.WORLD, Role.OPERATOR}),
         "SelectModelRoute": frozenset({Role.SERVICE, Role.OPERATOR}),
+        "AdmitRun": frozenset({Role.SERVICE}),
+        "EndRun": frozenset({Role.SERVICE}),
+        "CheckToolCall": frozenset({Role.SERVICE}),
     },
     _OPERATOR: {
         method.name: _OPERATOR_ONLY
@@ -26,30 +46,215 @@ METHOD_ROLES = {
     },
 }
 
-ADMISSION = "gateway admission, routing and model adapters (issue #5)"
-OPERATOR_CONTROLS = "operator kill switches, spend and audit (issue #5)"
+_OUTCOME_STATUS = {
+    gateway_pb2.RUN_OUTCOME_COMPLETED: RunStatus.COMPLETED,
+    gateway_pb2.RUN_OUTCOME_FALLBACK: RunStatus.FALLBACK,
+    gateway_pb2.RUN_OUTCOME_KILLED: RunStatus.KILLED,
+    gateway_pb2.RUN_OUTCOME_FAILED: RunStatus.FAILED,
+}
+_MODE_NAMES = {
+    gateway_pb2.COGNITION_MODE_DIALOGUE: "dialogue",
+    gateway_pb2.COGNITION_MODE_DECISION: "decision",
+    gateway_pb2.COGNITION_MODE_REFLECTION: "reflection",
+    gateway_pb2.COGNITION_MODE_SUMMARY: "summary",
+}
+
+
+def _usage_message(usage: Usage) -> common_pb2.TokenUsage:
+    return common_pb2.TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+    )
+
+
+def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromMilliseconds(ms)
+    return stamp
+
+
+def control_message(control: Control) -> gateway_pb2.Control:
+    return gateway_pb2.Control(
+        control_id=control.control_id,
+        kind=int(control.kind),  # type: ignore[arg-type]
+        scope=int(control.scope),  # type: ignore[arg-type]
+        target=control.target,
+        reason=control.reason,
+        operator_id=control.operator_id,
+        created_at=_timestamp(control.created_at_ms),
+        active=control.active,
+    )
+
+
+def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
+    context = struct_pb2.Struct()
+    json_format.ParseDict(entry.input_context, context)
+    return gateway_pb2.AuditRecord(
+        call_id=entry.call_id,
+        run_id=entry.run_id,
+        ori=common_pb2.OriRef(tenant_id=entry.tenant_id, world_id=entry.world_id, ori_id=entry.ori_id),
+        tier=entry.tier,  # type: ignore[arg-type]
+        cause=entry.cause,
+        model_ref=entry.model_ref,
+        model_class=entry.model_class,
+        input_context=context,
+        output=entry.output,
+        usage=_usage_message(entry.usage),
+        cost=common_pb2.CostMicroUsd(micro_usd=entry.micro_usd, estimated=entry.cost_estimated),
+        policy_decision=entry.policy_decision,
+        retention_policy_id=entry.retention_policy_id,
+        config_fingerprint=common_pb2.ConfigFingerprint(fnv1a64=entry.config_fingerprint, scope="gateway"),
+        offline=entry.offline,
+        recorded_at=_timestamp(entry.recorded_at_ms),
+    )
+
+
+def _page(page_size: int, page_token: str) -> tuple[int, int]:
+    """(limit, after_seq) from a page size and an opaque token (the last sequence number served)."""
+    if page_size < 0:
+        raise InvalidArgument.field("page_size", "must be >= 0")
+    try:
+        after = int(page_token) if page_token else 0
+    except ValueError:
+        raise InvalidArgument.field("page_token", "is not a token this service issued") from None
+    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
+
+
+def _who(ori: common_pb2.OriRef) -> Who:
+    return Who(tenant_id=ori.tenant_id, world_id=ori.world_id, ori_id=ori.ori_id)
 
 
 class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer):
-    def __init__(self, budget: BudgetConfig) -> None:
-        self._budget = budget
+    def __init__(self, gateway: CognitionGateway, cognition: CognitionClient) -> None:
+        self._gateway = gateway
+        self._cognition = cognition
+
+    def _fingerprint(self) -> common_pb2.ConfigFingerprint:
+        return common_pb2.ConfigFingerprint(fnv1a64=self._gateway.fingerprint, scope="gateway")
 
     async def Submit(
         self, request: gateway_pb2.SubmitRequest, context: Context
     ) -> gateway_pb2.SubmitResponse:
-        raise NotBuilt(ADMISSION)
+        candidate = request.candidate
+        if request.mode not in _MODE_NAMES:
+            raise InvalidArgument.field("mode", "must name a cognition mode")
+        admission = await self._gateway.admit(
+            _who(candidate.ori), candidate.tier, candidate.cause, request_id=request.request_id
+        )
+        route = select_route(self._gateway.config.routing, candidate.tier)
+        reply = gateway_pb2.SubmitResponse(
+            run_id=admission.run.run_id,
+            model_ref=route.model_ref,
+            offline=self._gateway.adapter.offline,
+            config_fingerprint=self._fingerprint(),
+            reserved_tokens=admission.reserved_tokens,
+            detail=admission.detail,
+        )
+        if not admission.admitted:
+            reply.outcome = (
+                gateway_pb2.RUN_OUTCOME_KILLED
+                if admission.stopped_by is not None
+                else gateway_pb2.RUN_OUTCOME_DEFERRED_BY_WORLD_CAP
+            )
+            return reply
+        spec = admission.run
+        think = cognition_pb2.ThinkRequest(
+            run_id=spec.run_id,
+            ori=candidate.ori,
+            tier=candidate.tier,
+            mode=request.mode,
+            cause=candidate.cause,
+            locale=request.locale or "en-US",
+            stimulus=request.stimulus,
+            world_tick=candidate.tick,
+            needs_rehydration=candidate.needs_rehydration,
+            max_model_calls=spec.max_model_calls,
+            max_tool_calls=spec.max_tool_calls,
+            max_tokens=spec.max_tokens,
+        )
+        status, detail = RunStatus.FAILED, ""
+        try:
+            thought = await self._gateway.run_guarded(
+                spec, self._cognition.think(think, deadline_seconds=self._gateway.config.run_timeout_seconds)
+            )
+        except Aborted as error:
+            status, detail = RunStatus.KILLED, error.message
+        except TimeoutError:
+            status, detail = RunStatus.TIMED_OUT, "the run passed its deadline"
+        except grpc.aio.AioRpcError as error:
+            detail = f"cognition Think failed: {error.code().name}: {error.details()}"
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                self._gateway.end_run(spec.run_id, RunStatus.CANCELLED, detail="caller cancelled")
+            )
+            raise
+        except BaseException as error:
+            await asyncio.shield(self._gateway.end_run(spec.run_id, RunStatus.FAILED, detail=repr(error)))
+            raise
+        else:
+            status = RunStatus.FALLBACK if thought.fell_back else RunStatus.COMPLETED
+            reply.actions.extend(thought.actions)
+            reply.committed_event_ids.extend(thought.committed_event_ids)
+            reply.policy_decision = thought.policy_decision
+        tracked = self._gateway.inflight.runs.get(spec.run_id)
+        if tracked is not None:
+            reply.usage.CopyFrom(_usage_message(tracked.usage))
+            reply.cost.CopyFrom(
+                common_pb2.CostMicroUsd(micro_usd=tracked.micro_usd, estimated=tracked.cost_estimated)
+            )
+        fallbacks = 0 if status is not RunStatus.FALLBACK else max(1, thought.validation_fallbacks)
+        await self._gateway.end_run(spec.run_id, status, detail=detail, fallbacks=fallbacks)
+        reply.outcome = {
+            RunStatus.COMPLETED: gateway_pb2.RUN_OUTCOME_COMPLETED,
+            RunStatus.FALLBACK: gateway_pb2.RUN_OUTCOME_FALLBACK,
+            RunStatus.KILLED: gateway_pb2.RUN_OUTCOME_KILLED,
+        }.get(status, gateway_pb2.RUN_OUTCOME_FAILED)
+        reply.detail = detail or "completed"
+        return reply
 
     async def Generate(
         self, request: gateway_pb2.GenerateRequest, context: Context
     ) -> gateway_pb2.GenerateResponse:
-        raise NotBuilt(ADMISSION)
+        mode = _MODE_NAMES.get(request.mode, "")
+        if not mode and not request.output_schema:
+            raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
+        prompt = request.prompt
+        model_request = ModelRequest(
+            system_policy=prompt.system_policy,
+            task_instruction=prompt.task_instruction,
+            tool_grants=tuple(prompt.tool_grants),
+            untrusted=tuple(
+                UntrustedPart(
+                    gateway_pb2.UntrustedZoneKind.Name(zone.kind).removeprefix("UNTRUSTED_ZONE_KIND_"),
+                    zone.content,
+                )
+                for zone in prompt.untrusted
+            ),
+            mode=mode,
+            output_schema=request.output_schema,
+            max_output_tokens=request.max_output_tokens,
+            request_id=request.request_id,
+        )
+        result = await self._gateway.generate(request.run_id, model_request, attempt=request.attempt or 1)
+        return gateway_pb2.GenerateResponse(
+            text=result.reply.text,
+            usage=_usage_message(result.reply.usage),
+            cost=common_pb2.CostMicroUsd(micro_usd=result.micro_usd, estimated=result.cost_estimated),
+            model_ref=result.model_ref,
+            offline=result.reply.offline,
+            call_id=result.call_id,
+            provider_attempts=result.reply.provider_attempts,
+        )
 
     async def EvaluateBudget(
         self, request: gateway_pb2.EvaluateBudgetRequest, context: Context
     ) -> gateway_pb2.EvaluateBudgetResponse:
-        cap = resolve_world_cap(self._budget, request.homestead_rest_bp, request.world_cap_tokens)
+        budget = self._gateway.config.budget
+        cap = resolve_world_cap(budget, request.homestead_rest_bp, request.world_cap_tokens)
         requests = [TokenRequest(r.ori_id, r.tier, r.requested_tokens) for r in request.requests]
-        evaluation = evaluate_budget(requests, self._budget, cap)
+        evaluation = evaluate_budget(requests, budget, cap)
         return gateway_pb2.EvaluateBudgetResponse(
             allocations=[
                 gateway_pb2.BudgetAllocation(
@@ -73,51 +278,217 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     async def SelectModelRoute(
         self, request: gateway_pb2.SelectModelRouteRequest, context: Context
     ) -> gateway_pb2.SelectModelRouteResponse:
-        raise NotBuilt("smallest-qualified model routing (issue #5)")
+        route = select_route(self._gateway.config.routing, request.tier)
+        return gateway_pb2.SelectModelRouteResponse(
+            tier=request.tier,
+            model_ref=route.model_ref,
+            model_class=route.model_class,
+            concrete_model_id=route.concrete_model_id,
+            smallest_qualified=route.smallest_qualified,
+            quality_bp=route.quality_bp,
+            required_quality_bp=route.required_quality_bp,
+            eval_suite=route.eval_suite,
+            config_fingerprint=self._fingerprint(),
+        )
+
+    async def AdmitRun(
+        self, request: gateway_pb2.AdmitRunRequest, context: Context
+    ) -> gateway_pb2.AdmitRunResponse:
+        admission = await self._gateway.admit(
+            _who(request.ori), request.tier, request.cause, request_id=request.request_id
+        )
+        if admission.stopped_by is not None:
+            raise Aborted(admission.detail, metadata={"control_id": admission.stopped_by.control_id})
+        spec = admission.run
+        return gateway_pb2.AdmitRunResponse(
+            run_id=spec.run_id if admission.admitted else "",
+            admitted=admission.admitted,
+            budget=gateway_pb2.RunBudget(
+                max_model_calls=spec.max_model_calls,
+                max_tool_calls=spec.max_tool_calls,
+                max_tokens=spec.max_tokens,
+            ),
+            reserved_tokens=admission.reserved_tokens,
+            config_fingerprint=self._fingerprint(),
+            detail=admission.detail,
+        )
+
+    async def EndRun(
+        self, request: gateway_pb2.EndRunRequest, context: Context
+    ) -> gateway_pb2.EndRunResponse:
+        status = _OUTCOME_STATUS.get(request.outcome)
+        if status is None:
+            raise InvalidArgument.field("outcome", "must be COMPLETED, FALLBACK, KILLED or FAILED")
+        ended = await self._gateway.end_run(request.run_id, status, detail=request.detail)
+        return gateway_pb2.EndRunResponse(
+            used_tokens=ended.used_tokens, released_tokens=ended.released_tokens, ended_now=ended.ended_now
+        )
+
+    async def CheckToolCall(
+        self, request: gateway_pb2.CheckToolCallRequest, context: Context
+    ) -> gateway_pb2.CheckToolCallResponse:
+        used, remaining = await self._gateway.check_tool_call(request.run_id, request.tool_name)
+        return gateway_pb2.CheckToolCallResponse(tool_calls_used=used, tool_calls_remaining=remaining)
+
+
+def _operator_id(context: Context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == OPERATOR_ID_METADATA and isinstance(value, str) and value:
+            return value[:128]
+    return "operator"
+
+
+def _scope(value: int) -> ControlScope:
+    try:
+        return ControlScope(value)
+    except ValueError:
+        raise InvalidArgument.field("scope", "must be ORI, TIER or TENANT") from None
+
+
+def _tier_name(tier: int) -> str:
+    if tier not in TIER_NAMES:
+        raise InvalidArgument.field("tier", "must be CLOTHO, LACHESIS or ATROPOS")
+    return TIER_NAMES[tier]
 
 
 class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
-    """Every operator control; each answers UNIMPLEMENTED until the kill-switch store exists."""
+    """Operator controls; the chassis admits only the operator role, and every attempt is audited."""
+
+    def __init__(self, gateway: CognitionGateway) -> None:
+        self._gateway = gateway
+
+    async def _control(
+        self, kind: ControlKind, scope: ControlScope, target: str, reason: str, context: Context
+    ) -> tuple[Control, int]:
+        return await self._gateway.add_control(
+            kind, scope, target, reason=reason, operator_id=_operator_id(context)
+        )
+
+    async def _audited_read(self, method: str, context: Context, detail: str = "") -> None:
+        await self._gateway.record_operator_attempt(
+            method, role=Role.OPERATOR.value, operator_id=_operator_id(context), allowed=True, detail=detail
+        )
 
     async def KillOri(
         self, request: gateway_pb2.KillOriRequest, context: Context
     ) -> gateway_pb2.KillOriResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        control, ended = await self._control(
+            ControlKind.KILL, ControlScope.ORI, request.ori_id, request.reason, context
+        )
+        return gateway_pb2.KillOriResponse(control=control_message(control), runs_aborted=ended)
 
     async def KillTier(
         self, request: gateway_pb2.KillTierRequest, context: Context
     ) -> gateway_pb2.KillTierResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        control, ended = await self._control(
+            ControlKind.KILL, ControlScope.TIER, _tier_name(request.tier), request.reason, context
+        )
+        return gateway_pb2.KillTierResponse(control=control_message(control), runs_aborted=ended)
 
     async def KillTenant(
         self, request: gateway_pb2.KillTenantRequest, context: Context
     ) -> gateway_pb2.KillTenantResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        control, ended = await self._control(
+            ControlKind.KILL, ControlScope.TENANT, request.tenant_id, request.reason, context
+        )
+        return gateway_pb2.KillTenantResponse(control=control_message(control), runs_aborted=ended)
 
     async def Pause(self, request: gateway_pb2.PauseRequest, context: Context) -> gateway_pb2.PauseResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        control, _ = await self._control(
+            ControlKind.PAUSE, _scope(request.scope), request.target, request.reason, context
+        )
+        return gateway_pb2.PauseResponse(control=control_message(control))
 
     async def Resume(
         self, request: gateway_pb2.ResumeRequest, context: Context
     ) -> gateway_pb2.ResumeResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        lifted = await self._gateway.lift_controls(
+            _scope(request.scope), request.target, reason=request.reason, operator_id=_operator_id(context)
+        )
+        return gateway_pb2.ResumeResponse(lifted=[control_message(c) for c in lifted])
 
     async def Quarantine(
         self, request: gateway_pb2.QuarantineRequest, context: Context
     ) -> gateway_pb2.QuarantineResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        control, _ = await self._control(
+            ControlKind.QUARANTINE, _scope(request.scope), request.target, request.reason, context
+        )
+        return gateway_pb2.QuarantineResponse(control=control_message(control))
 
     async def ListControls(
         self, request: gateway_pb2.ListControlsRequest, context: Context
     ) -> gateway_pb2.ListControlsResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        limit, after = _page(request.page_size, request.page_token)
+        await self._audited_read("ListControls", context)
+        rows = await self._gateway.store.list_controls(
+            include_inactive=request.include_inactive, after_seq=after, limit=limit
+        )
+        return gateway_pb2.ListControlsResponse(
+            controls=[control_message(c) for _, c in rows],
+            next_page_token=str(rows[-1][0]) if len(rows) == limit else "",
+        )
 
     async def GetSpend(
         self, request: gateway_pb2.GetSpendRequest, context: Context
     ) -> gateway_pb2.GetSpendResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        await self._audited_read("GetSpend", context, request.world_id)
+        spend = await self._gateway.store.spend(
+            world_id=request.world_id,
+            tenant_id=request.tenant_id,
+            window_start_ms=self._gateway.spend_window_start_ms(),
+        )
+        return gateway_pb2.GetSpendResponse(
+            world_cap_tokens=spend.world_cap_tokens or self._gateway.world_cap_tokens(),
+            reserved_tokens=spend.reserved_tokens,
+            consumed_tokens=spend.consumed_tokens,
+            consumed_micro_usd=spend.consumed_micro_usd,
+            by_tier=[
+                gateway_pb2.TierSpend(tier=t.tier, tokens=t.tokens, micro_usd=t.micro_usd, calls=t.calls)  # type: ignore[arg-type]
+                for t in spend.by_tier
+            ],
+            admissions=spend.admissions,
+            blocked_by_world_cap=spend.blocked_by_world_cap,
+            killed=spend.killed,
+        )
 
     async def ListAuditRecords(
         self, request: gateway_pb2.ListAuditRecordsRequest, context: Context
     ) -> gateway_pb2.ListAuditRecordsResponse:
-        raise NotBuilt(OPERATOR_CONTROLS)
+        limit, after = _page(request.page_size, request.page_token)
+        await self._audited_read("ListAuditRecords", context)
+        entries = await self._gateway.store.list_audit(
+            ori_id=request.ori_id, tier=request.tier, run_id=request.run_id, after_seq=after, limit=limit
+        )
+        return gateway_pb2.ListAuditRecordsResponse(
+            records=[audit_message(e) for e in entries],
+            next_page_token=str(entries[-1].seq) if len(entries) == limit else "",
+        )
+
+    async def GetRetryStats(
+        self, request: gateway_pb2.GetRetryStatsRequest, context: Context
+    ) -> gateway_pb2.GetRetryStatsResponse:
+        await self._audited_read("GetRetryStats", context)
+        runs = await self._gateway.store.recent_run_stats(
+            limit=request.limit or self._gateway.config.retry_stats_window
+        )
+        stats = struct_pb2.Struct()
+        json_format.ParseDict(roll_up(runs), stats)
+        return gateway_pb2.GetRetryStatsResponse(stats=stats)
+
+
+def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError], None]:
+    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering."""
+    tasks: set[asyncio.Task[None]] = set()
+
+    def audit(method: str, error: EgbeError) -> None:
+        if not method.startswith(f"/{_OPERATOR}/"):
+            return
+        task = asyncio.get_running_loop().create_task(
+            gateway.record_operator_attempt(
+                method.rsplit("/", 1)[-1], role="refused", operator_id="", allowed=False, detail=error.message
+            )
+        )
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return audit

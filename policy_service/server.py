@@ -12,6 +12,6 @@ from services.settings import EgbeSettings
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     return ServiceBundle(
         name="policy",
-        servicers=[(policy_pb2_grpc.add_PolicyServiceServicer_to_server, PolicyServicer())],
+        servicers=[(policy_pb2_grpc.add_PolicyServiceServicer_to_server, PolicyServicer(settings.policy))],
         method_roles=METHOD_ROLES,
     )

@@ -13,8 +13,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.channels import open_channel
 from services.logging import configure_logging
-from services.runtime import published_targets, serve_until_signalled
+from services.runtime import endpoints_path, published_targets, serve_until_signalled
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
 from world import cli as world_cli
 
@@ -43,11 +44,17 @@ def _with_listen_overrides(settings: EgbeSettings, args: argparse.Namespace) -> 
     return settings.model_copy(update={"endpoints": endpoints})
 
 
-async def check_health(targets: dict[str, str], deadline_seconds: float) -> dict[str, str]:
-    """Health status name per service ("SERVING", "NOT_SERVING", "UNREACHABLE: ...")."""
+async def check_health(
+    targets: dict[str, str], deadline_seconds: float, settings: EgbeSettings | None = None
+) -> dict[str, str]:
+    """Health status name per service ("SERVING", "NOT_SERVING", "UNREACHABLE: ...").
+
+    Dials through the channel factory, so TLS/mTLS apply; `settings` defaults to the environment's.
+    """
+    dial_settings = settings if settings is not None else load_settings()
 
     async def one(target: str) -> str:
-        async with grpc.aio.insecure_channel(target) as channel:
+        async with open_channel(target, dial_settings) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             try:
                 reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=deadline_seconds)
@@ -63,10 +70,29 @@ async def check_health(targets: dict[str, str], deadline_seconds: float) -> dict
 def cmd_health(args: argparse.Namespace) -> int:
     settings = _settings(args)
     targets = published_targets(settings)
-    statuses = asyncio.run(check_health(targets, args.timeout))
+    if args.service:
+        targets = {name: targets[name] for name in args.service}
+    statuses = asyncio.run(check_health(targets, args.timeout, settings))
     for name, status in statuses.items():
         print(f"{name:<10} {status:<24} {targets[name]}")
     return 0 if all(s == "SERVING" for s in statuses.values()) else 1
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Container health: every service this data dir's `egbe serve`/`egbe up` published must be SERVING."""
+    settings = _settings(args)
+    path = endpoints_path(settings)
+    if not path.is_file():
+        print(f"NOT STARTED: no endpoints published at {path}")
+        return 1
+    published = json.loads(path.read_text())
+    targets = {name: published[name] for name in SERVICE_NAMES if name in published}
+    statuses = asyncio.run(check_health(targets, args.timeout, settings))
+    failing = {name: status for name, status in statuses.items() if status != "SERVING"}
+    if not targets or failing:
+        print(f"UNHEALTHY: {failing or 'no service published'}")
+        return 1
+    return 0
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -148,7 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
         "health", help="print each service's gRPC health; non-zero unless all SERVING"
     )
     health.add_argument("--timeout", type=float, default=3.0)
+    health.add_argument(
+        "--service", action="append", choices=SERVICE_NAMES, help="check only this service (repeatable)"
+    )
     health.set_defaults(run=cmd_health)
+
+    probe = commands.add_parser(
+        "probe", help="container/pod health check: exit 0 iff every locally served service is SERVING"
+    )
+    probe.add_argument("--timeout", type=float, default=2.0)
+    probe.set_defaults(run=cmd_probe)
 
     commands.add_parser("version", help="print the version").set_defaults(run=cmd_version)
 

@@ -70,7 +70,10 @@ def _publish(settings: EgbeSettings, running: Sequence[RunningService]) -> None:
     path = endpoints_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     existing = json.loads(path.read_text()) if path.is_file() else {}
-    existing.update({r.bundle.name: r.target for r in running})
+    for service in running:
+        existing[service.bundle.name] = service.target
+        # Side listeners (e.g. OperatorService alone) are published under their gRPC service name.
+        existing.update({name: side.target for side in service.listeners[1:] for name in side.exposed})
     existing["pid"] = os.getpid()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(existing, indent=2) + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,18 +16,23 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
+from egbe.v1 import gateway_pb2
 from services.auth import Role, TokenStore, authorize
+from services.channels import channel_options, server_credentials, uses_tls
 from services.errors import EgbeError, to_rpc_status
 from services.grpc_types import Context, MethodHandler, ServerInterceptor
 from services.logging import get_logger
-from services.settings import EgbeSettings, Endpoint
+from services.settings import EgbeSettings, Endpoint, TlsSettings
 
 log = get_logger(__name__)
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+OPERATOR_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 
 # Probes and tooling must reach these without a token.
 PUBLIC_SERVICES = frozenset(
     {
-        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        HEALTH_SERVICE,
         "grpc.reflection.v1alpha.ServerReflection",
         "grpc.reflection.v1.ServerReflection",
     }
@@ -46,6 +52,8 @@ class ServiceBundle:
     close: Callable[[], Awaitable[None]] | None = None
     # Extra metadata shown by health tooling, e.g. {"core": "c"}.
     info: dict[str, str] = field(default_factory=dict)
+    # Told of every call the chassis refuses (no token, wrong role) before it answers, e.g. to audit it.
+    on_refused: Callable[[str, EgbeError], None] | None = None
 
     def roles_for(self, full_method: str) -> frozenset[Role] | None:
         """Roles admitted to `/pkg.Service/Method`, or None when the method is not declared."""
@@ -58,11 +66,18 @@ def _status_for(error: EgbeError) -> grpc.Status:
 
 
 class ChassisInterceptor(ServerInterceptor):
-    """Authenticates, authorizes, binds log context and maps domain errors for every RPC."""
+    """Authenticates, authorizes, binds log context and maps domain errors for every RPC.
 
-    def __init__(self, bundle: ServiceBundle, tokens: TokenStore) -> None:
+    `exposed` limits which of the bundle's gRPC services this listener answers (None: all);
+    the rest answer UNIMPLEMENTED here, as if they were not registered.
+    """
+
+    def __init__(
+        self, bundle: ServiceBundle, tokens: TokenStore, exposed: frozenset[str] | None = None
+    ) -> None:
         self._bundle = bundle
         self._tokens = tokens
+        self._exposed = exposed
 
     async def intercept_service(
         self,
@@ -74,15 +89,22 @@ class ChassisInterceptor(ServerInterceptor):
         service = method.split("/")[1] if method.count("/") >= 2 else ""
         if handler is None or service in PUBLIC_SERVICES:
             return handler
+        if self._exposed is not None and service not in self._exposed:
+            # None is gRPC's documented "no such method" (UNIMPLEMENTED); grpc-stubs omit it.
+            return None  # type: ignore[return-value]
         return _wrap_handler(handler, self._guard(method, handler_call_details.invocation_metadata))
 
     def _guard(self, method: str, metadata: Any) -> Callable[[], None]:
         def check() -> None:
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(service=self._bundle.name)
-            role = self._tokens.role_of({k: v for k, v in metadata or () if isinstance(v, str)})
-            admitted = self._bundle.roles_for(method)
-            authorize(role, admitted or frozenset(), method)
+            try:
+                role = self._tokens.role_of({k: v for k, v in metadata or () if isinstance(v, str)})
+                authorize(role, self._bundle.roles_for(method) or frozenset(), method)
+            except EgbeError as refusal:
+                if self._bundle.on_refused is not None:
+                    self._bundle.on_refused(method, refusal)
+                raise
 
         return check
 
@@ -150,34 +172,41 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
     )
 
 
-def channel_options(settings: EgbeSettings) -> list[tuple[str, Any]]:
-    """Message-size limits shared by servers and clients."""
-    return [
-        ("grpc.max_send_message_length", settings.max_message_bytes),
-        ("grpc.max_receive_message_length", settings.max_message_bytes),
-    ]
+@dataclass
+class Listener:
+    """One gRPC server of a service: the address it listens on and the services it exposes."""
+
+    server: grpc.aio.Server
+    health: HealthServicer
+    target: str
+    exposed: frozenset[str]
 
 
 @dataclass
 class RunningService:
-    """A started server: where it listens and how to stop it gracefully."""
+    """A started service: its listeners (the first is its own endpoint) and how to stop it gracefully."""
 
     bundle: ServiceBundle
-    server: grpc.aio.Server
-    health: HealthServicer
-    target: str
+    listeners: list[Listener]
     grace_seconds: float
+
+    @property
+    def target(self) -> str:
+        """Where the service's own endpoint listens."""
+        return self.listeners[0].target
 
     async def stop(self) -> None:
         """Report NOT_SERVING, drain in-flight calls for the grace period, then close the service."""
-        await self.health.enter_graceful_shutdown()
-        await self.server.stop(self.grace_seconds)
+        for listener in self.listeners:
+            await listener.health.enter_graceful_shutdown()
+        await asyncio.gather(*(listener.server.stop(self.grace_seconds) for listener in self.listeners))
         if self.bundle.close is not None:
             await self.bundle.close()
         log.info("service stopped", service=self.bundle.name)
 
 
-def _bind(server: grpc.aio.Server, endpoint: Endpoint) -> str:
+def _bind(server: grpc.aio.Server, endpoint: Endpoint, tls: TlsSettings) -> str:
+    """Listen on the endpoint: a unix socket in plaintext, TCP with TLS/mTLS when configured."""
     if endpoint.unix_socket is not None:
         path = Path(endpoint.unix_socket)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,28 +214,72 @@ def _bind(server: grpc.aio.Server, endpoint: Endpoint) -> str:
             path.unlink()  # a stale socket from a killed process
         server.add_insecure_port(f"unix:{path}")
         return f"unix:{path}"
-    port = server.add_insecure_port(f"{endpoint.host}:{endpoint.port}")
+    address = f"{endpoint.host}:{endpoint.port}"
+    if uses_tls(address, tls):
+        port = server.add_secure_port(address, server_credentials(tls))
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"could not bind {endpoint.host}:{endpoint.port}")
     return f"{endpoint.host}:{port}"
 
 
-async def start_service(
-    bundle: ServiceBundle, endpoint: Endpoint, tokens: TokenStore, settings: EgbeSettings
-) -> RunningService:
-    """Serve one bundle on its endpoint with health and reflection; returns once it is SERVING."""
+def listener_plan(
+    bundle: ServiceBundle, endpoint: Endpoint, settings: EgbeSettings
+) -> list[tuple[Endpoint, frozenset[str]]]:
+    """Which gRPC services each listener exposes.
+
+    With `operator_endpoint` set, OperatorService moves to that listener alone, so a network
+    policy can admit operators to its port and nobody else (gRPC methods share a port otherwise).
+    """
+    services = frozenset(bundle.method_roles)
+    if settings.operator_endpoint is None or OPERATOR_SERVICE not in services:
+        return [(endpoint, services)]
+    reserved = frozenset({OPERATOR_SERVICE})
+    return [(endpoint, services - reserved), (settings.operator_endpoint, reserved)]
+
+
+async def _listen(
+    bundle: ServiceBundle,
+    endpoint: Endpoint,
+    exposed: frozenset[str],
+    tokens: TokenStore,
+    settings: EgbeSettings,
+) -> Listener:
     server = grpc.aio.server(
-        interceptors=[ChassisInterceptor(bundle, tokens)], options=channel_options(settings)
+        interceptors=[ChassisInterceptor(bundle, tokens, exposed)], options=channel_options(settings)
     )
     for add, servicer in bundle.servicers:
         add(servicer, server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    names = [*bundle.method_roles, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+    names = [*sorted(exposed), HEALTH_SERVICE]
     reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], server)
-    target = _bind(server, endpoint)
+    target = _bind(server, endpoint, settings.tls)
     await server.start()
-    for name in ["", *bundle.method_roles]:
+    for name in ["", *sorted(exposed)]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("service serving", service=bundle.name, target=target, **bundle.info)
-    return RunningService(bundle, server, health, target, settings.shutdown_grace_seconds)
+    transport = settings.tls.mode.value if uses_tls(target, settings.tls) else "plaintext"
+    log.info(
+        "service serving",
+        service=bundle.name,
+        target=target,
+        transport=transport,
+        exposes=sorted(exposed),
+        **bundle.info,
+    )
+    return Listener(server, health, target, exposed)
+
+
+async def start_service(
+    bundle: ServiceBundle, endpoint: Endpoint, tokens: TokenStore, settings: EgbeSettings
+) -> RunningService:
+    """Serve one bundle on its endpoint(s) with health and reflection; returns once it is SERVING."""
+    listeners: list[Listener] = []
+    try:
+        for listen_on, exposed in listener_plan(bundle, endpoint, settings):
+            listeners.append(await _listen(bundle, listen_on, exposed, tokens, settings))
+    except BaseException:
+        await asyncio.gather(*(listener.server.stop(None) for listener in listeners))
+        raise
+    return RunningService(bundle, listeners, settings.shutdown_grace_seconds)

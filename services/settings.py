@@ -7,7 +7,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, FilePath, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -15,7 +15,11 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from biography_service.config import BiographyConfig
+from cognition_service.config import CognitionConfig
+from gateway.config import GatewayConfig
 from kernel_service.config import KernelSettings
+from policy_service.config import PolicyConfig
 
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 
@@ -49,6 +53,45 @@ class Endpoint(BaseModel):
         return f"{self.host}:{self.port}"
 
 
+class TlsMode(StrEnum):
+    """How gRPC connections are secured."""
+
+    OFF = "off"  # plaintext: loopback and embedded use only
+    TLS = "tls"  # servers prove who they are; clients verify them against ca_file (or system roots)
+    MTLS = "mtls"  # both sides present certificates signed by ca_file
+
+
+class TlsSettings(BaseModel):
+    """Certificates mounted into a process; one identity both serves and dials.
+
+    A certificate used in mTLS must allow serverAuth and clientAuth (as SPIFFE/cert-manager
+    workload certificates do), because every Egbe service is both a server and a client.
+    Unix-domain sockets are never wrapped in TLS: the socket file's permissions are the boundary.
+    """
+
+    model_config = {"extra": "forbid"}
+
+    mode: TlsMode = Field(default=TlsMode.OFF, description="off, tls or mtls.")
+    cert_file: FilePath | None = Field(
+        default=None, description="PEM certificate chain this process presents (server; client in mTLS)."
+    )
+    key_file: FilePath | None = Field(default=None, description="PEM private key of cert_file.")
+    ca_file: FilePath | None = Field(
+        default=None,
+        description="PEM roots peers' certificates must chain to; unset in tls mode = system roots.",
+    )
+
+    @model_validator(mode="after")
+    def _files_the_mode_needs(self) -> TlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("tls.cert_file and tls.key_file must be set together")
+        if self.mode is TlsMode.MTLS:
+            missing = [name for name in ("cert_file", "key_file", "ca_file") if getattr(self, name) is None]
+            if missing:
+                raise ValueError(f"tls.mode=mtls needs {', '.join('tls.' + m for m in missing)}")
+        return self
+
+
 def _default_endpoints() -> dict[str, Endpoint]:
     return {name: Endpoint(port=50051 + i) for i, name in enumerate(SERVICE_NAMES)}
 
@@ -77,6 +120,13 @@ class EgbeSettings(BaseSettings):
     endpoints: dict[str, Endpoint] = Field(
         default_factory=_default_endpoints, description="Listen/dial address per service name."
     )
+    operator_endpoint: Endpoint | None = Field(
+        default=None,
+        description=(
+            "Serve OperatorService only on this separate listener of the gateway, so network policy "
+            "can reserve its port for operators; unset = on the gateway's own endpoint."
+        ),
+    )
     max_message_bytes: int = Field(
         default=64 * 1024 * 1024, gt=0, description="Largest gRPC message sent or received."
     )
@@ -93,6 +143,22 @@ class EgbeSettings(BaseSettings):
     database_url: str | None = Field(
         default=None,
         description="postgresql://... for production storage; unset = SQLite files under data_dir.",
+    )
+    tls: TlsSettings = Field(
+        default_factory=TlsSettings, description="TLS / mTLS certificates for serving and dialling."
+    )
+
+    biography: BiographyConfig = Field(
+        default_factory=BiographyConfig, description="The Ori event log's limits and defaults."
+    )
+    gateway: GatewayConfig = Field(
+        default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
+    )
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="Isis, Sophia, cultural review and minor protection."
+    )
+    cognition: CognitionConfig = Field(
+        default_factory=CognitionConfig, description="Assembly limits, mode budgets, retries, Psyche plan."
     )
 
     @field_validator("endpoints")

@@ -30,6 +30,8 @@ class EmbeddedEgbe:
 def start_embedded(data_dir: Path, *extra_args: str, timeout: float = 30.0) -> EmbeddedEgbe:
     """Start `python -m services.cli up` and wait until it has published every endpoint."""
     env = {**os.environ, "EGBE_LOG_FORMAT": "json"}
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "egbe-up.log"  # a file, not a pipe: a chatty server never blocks on a full pipe
     process = subprocess.Popen(
         [
             sys.executable,
@@ -44,14 +46,13 @@ def start_embedded(data_dir: Path, *extra_args: str, timeout: float = 30.0) -> E
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log_path.open("ab"),
     )
     endpoints = data_dir / "endpoints.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            stderr = process.stderr.read().decode() if process.stderr else ""
-            raise RuntimeError(f"egbe up exited with {process.returncode}: {stderr}")
+            raise RuntimeError(f"egbe up exited with {process.returncode}: {log_path.read_text()[-4000:]}")
         if endpoints.is_file():
             published = json.loads(endpoints.read_text())
             if published.get("pid") == process.pid:

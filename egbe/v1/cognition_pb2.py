@@ -25,20 +25,37 @@ _sym_db = _symbol_database.Default()
 from egbe.v1 import action_pb2 as egbe_dot_v1_dot_action__pb2
 from egbe.v1 import common_pb2 as egbe_dot_v1_dot_common__pb2
 from egbe.v1 import gateway_pb2 as egbe_dot_v1_dot_gateway__pb2
+from egbe.v1 import policy_pb2 as egbe_dot_v1_dot_policy__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65gbe/v1/cognition.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/action.proto\x1a\x14\x65gbe/v1/common.proto\x1a\x15\x65gbe/v1/gateway.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc6\x02\n\x0cThinkRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x1c\n\x03ori\x18\x02 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x03 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12$\n\x04mode\x18\x04 \x01(\x0e\x32\x16.egbe.v1.CognitionMode\x12&\n\x05\x63\x61use\x18\x05 \x01(\x0e\x32\x17.egbe.v1.CognitionCause\x12\x0e\n\x06locale\x18\x06 \x01(\t\x12\x10\n\x08stimulus\x18\x07 \x01(\t\x12\x12\n\nworld_tick\x18\x08 \x01(\x04\x12\x19\n\x11needs_rehydration\x18\t \x01(\x08\x12\x17\n\x0fmax_model_calls\x18\n \x01(\r\x12\x16\n\x0emax_tool_calls\x18\x0b \x01(\r\x12\x12\n\nmax_tokens\x18\x0c \x01(\x04\"\x90\x02\n\rThinkResponse\x12&\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x1b\n\x13\x63ommitted_event_ids\x18\x02 \x03(\t\x12&\n\x05\x61udit\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tfell_back\x18\x04 \x01(\x08\x12\x1c\n\x14validation_fallbacks\x18\x05 \x01(\r\x12\x17\n\x0fpolicy_decision\x18\x06 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x07 \x01(\t\x12\"\n\x05usage\x18\x08 \x01(\x0b\x32\x13.egbe.v1.TokenUsage\x12\x0f\n\x07offline\x18\t \x01(\x08\x32J\n\x10\x43ognitionService\x12\x36\n\x05Think\x12\x15.egbe.v1.ThinkRequest\x1a\x16.egbe.v1.ThinkResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65gbe/v1/cognition.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/action.proto\x1a\x14\x65gbe/v1/common.proto\x1a\x15\x65gbe/v1/gateway.proto\x1a\x14\x65gbe/v1/policy.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc5\x05\n\x0cThinkRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x1c\n\x03ori\x18\x02 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x03 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12$\n\x04mode\x18\x04 \x01(\x0e\x32\x16.egbe.v1.CognitionMode\x12&\n\x05\x63\x61use\x18\x05 \x01(\x0e\x32\x17.egbe.v1.CognitionCause\x12\x0e\n\x06locale\x18\x06 \x01(\t\x12\x10\n\x08stimulus\x18\x07 \x01(\t\x12\x12\n\nworld_tick\x18\x08 \x01(\x04\x12\x19\n\x11needs_rehydration\x18\t \x01(\x08\x12\x17\n\x0fmax_model_calls\x18\n \x01(\r\x12\x16\n\x0emax_tool_calls\x18\x0b \x01(\r\x12\x12\n\nmax_tokens\x18\x0c \x01(\x04\x12(\n\nperception\x18\r \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12$\n\x06traits\x18\x0e \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12$\n\x06quirks\x18\x0f \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12(\n\nobjectives\x18\x10 \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12\x0f\n\x07\x65motion\x18\x11 \x01(\t\x12\x11\n\tarc_state\x18\x12 \x01(\t\x12\x0f\n\x07persona\x18\x13 \x01(\t\x12\x14\n\x0cori_is_minor\x18\x14 \x01(\x08\x12\x1c\n\x14\x63ounterpart_is_minor\x18\x15 \x01(\x08\x12\x16\n\x0e\x63ounterpart_id\x18\x16 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x17 \x03(\t\x12\x1e\n\x06\x63laims\x18\x18 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12&\n\x0bworld_facts\x18\x19 \x03(\x0b\x32\x11.egbe.v1.Evidence\"=\n\x0b\x43ontextItem\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bpriority_bp\x18\x03 \x01(\r\"\xbc\x01\n\rLocalizedLine\x12\x0e\n\x06locale\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12#\n\x06source\x18\x03 \x01(\x0e\x32\x13.egbe.v1.LineSource\x12\x1a\n\x12generated_natively\x18\x04 \x01(\x08\x12\x10\n\x08\x61pproved\x18\x05 \x01(\x08\x12\x16\n\x0equality_status\x18\x06 \x01(\t\x12\x11\n\tmodel_ref\x18\x07 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\"B\n\tVisemeCue\x12\x0e\n\x06viseme\x18\x01 \x01(\t\x12\x10\n\x08start_ms\x18\x02 \x01(\r\x12\x13\n\x0b\x64uration_ms\x18\x03 \x01(\r\"V\n\x0cLatencyStage\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x11\n\tbudget_ms\x18\x02 \x01(\r\x12\x13\n\x0bmeasured_ms\x18\x03 \x01(\r\x12\x0f\n\x07overran\x18\x04 \x01(\x08\"\x9a\x02\n\x0fSpokenReplyPlan\x12\r\n\x05\x63odec\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\x10\n\x08\x63hannels\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06locale\x18\x05 \x01(\t\x12#\n\x07visemes\x18\x06 \x03(\x0b\x32\x12.egbe.v1.VisemeCue\x12\x1c\n\x14\x65nd_to_end_budget_ms\x18\x07 \x01(\r\x12%\n\x06stages\x18\x08 \x03(\x0b\x32\x15.egbe.v1.LatencyStage\x12\x17\n\x0fstages_total_ms\x18\t \x01(\r\x12\x16\n\x0eoverran_stages\x18\n \x03(\t\x12\x15\n\rwithin_budget\x18\x0b \x01(\x08\"\x86\x04\n\rThinkResponse\x12&\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x1b\n\x13\x63ommitted_event_ids\x18\x02 \x03(\t\x12&\n\x05\x61udit\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tfell_back\x18\x04 \x01(\x08\x12\x1c\n\x14validation_fallbacks\x18\x05 \x01(\r\x12\x17\n\x0fpolicy_decision\x18\x06 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x07 \x01(\t\x12\"\n\x05usage\x18\x08 \x01(\x0b\x32\x13.egbe.v1.TokenUsage\x12\x0f\n\x07offline\x18\t \x01(\x08\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x0f\n\x07\x63lipped\x18\x0b \x01(\x08\x12\x34\n\x07omitted\x18\x0c \x03(\x0b\x32#.egbe.v1.ThinkResponse.OmittedEntry\x12$\n\x04line\x18\r \x01(\x0b\x32\x16.egbe.v1.LocalizedLine\x12.\n\x0cspoken_reply\x18\x0e \x01(\x0b\x32\x18.egbe.v1.SpokenReplyPlan\x12\x13\n\x0bmodel_calls\x18\x0f \x01(\r\x1a.\n\x0cOmittedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01*c\n\nLineSource\x12\x1b\n\x17LINE_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n\x11LINE_SOURCE_MODEL\x10\x01\x12!\n\x1dLINE_SOURCE_TEMPLATE_FALLBACK\x10\x02\x32J\n\x10\x43ognitionService\x12\x36\n\x05Think\x12\x15.egbe.v1.ThinkRequest\x1a\x16.egbe.v1.ThinkResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'egbe.v1.cognition_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_THINKREQUEST']._serialized_start=134
-  _globals['_THINKREQUEST']._serialized_end=460
-  _globals['_THINKRESPONSE']._serialized_start=463
-  _globals['_THINKRESPONSE']._serialized_end=735
-  _globals['_COGNITIONSERVICE']._serialized_start=737
-  _globals['_COGNITIONSERVICE']._serialized_end=811
+  _globals['_THINKRESPONSE_OMITTEDENTRY']._loaded_options = None
+  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_options = b'8\001'
+  _globals['_LINESOURCE']._serialized_start=2083
+  _globals['_LINESOURCE']._serialized_end=2182
+  _globals['_THINKREQUEST']._serialized_start=156
+  _globals['_THINKREQUEST']._serialized_end=865
+  _globals['_CONTEXTITEM']._serialized_start=867
+  _globals['_CONTEXTITEM']._serialized_end=928
+  _globals['_LOCALIZEDLINE']._serialized_start=931
+  _globals['_LOCALIZEDLINE']._serialized_end=1119
+  _globals['_VISEMECUE']._serialized_start=1121
+  _globals['_VISEMECUE']._serialized_end=1187
+  _globals['_LATENCYSTAGE']._serialized_start=1189
+  _globals['_LATENCYSTAGE']._serialized_end=1275
+  _globals['_SPOKENREPLYPLAN']._serialized_start=1278
+  _globals['_SPOKENREPLYPLAN']._serialized_end=1560
+  _globals['_THINKRESPONSE']._serialized_start=1563
+  _globals['_THINKRESPONSE']._serialized_end=2081
+  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_start=2035
+  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_end=2081
+  _globals['_COGNITIONSERVICE']._serialized_start=2184
+  _globals['_COGNITIONSERVICE']._serialized_end=2258
 # @@protoc_insertion_point(module_scope)

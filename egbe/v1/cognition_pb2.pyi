@@ -7,10 +7,12 @@ from collections import abc as _abc
 from egbe.v1 import action_pb2 as _action_pb2
 from egbe.v1 import common_pb2 as _common_pb2
 from egbe.v1 import gateway_pb2 as _gateway_pb2
+from egbe.v1 import policy_pb2 as _policy_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -21,6 +23,24 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _LineSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LineSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LineSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINE_SOURCE_UNSPECIFIED: _LineSource.ValueType  # 0
+    LINE_SOURCE_MODEL: _LineSource.ValueType  # 1
+    LINE_SOURCE_TEMPLATE_FALLBACK: _LineSource.ValueType  # 2
+
+class LineSource(_LineSource, metaclass=_LineSourceEnumTypeWrapper):
+    """Where a localized line came from; there is no translation source by construction."""
+
+LINE_SOURCE_UNSPECIFIED: LineSource.ValueType  # 0
+LINE_SOURCE_MODEL: LineSource.ValueType  # 1
+LINE_SOURCE_TEMPLATE_FALLBACK: LineSource.ValueType  # 2
+Global___LineSource: _TypeAlias = LineSource  # noqa: Y015
 
 @_typing.final
 class ThinkRequest(_message.Message):
@@ -38,6 +58,19 @@ class ThinkRequest(_message.Message):
     MAX_MODEL_CALLS_FIELD_NUMBER: _builtins.int
     MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    PERCEPTION_FIELD_NUMBER: _builtins.int
+    TRAITS_FIELD_NUMBER: _builtins.int
+    QUIRKS_FIELD_NUMBER: _builtins.int
+    OBJECTIVES_FIELD_NUMBER: _builtins.int
+    EMOTION_FIELD_NUMBER: _builtins.int
+    ARC_STATE_FIELD_NUMBER: _builtins.int
+    PERSONA_FIELD_NUMBER: _builtins.int
+    ORI_IS_MINOR_FIELD_NUMBER: _builtins.int
+    COUNTERPART_IS_MINOR_FIELD_NUMBER: _builtins.int
+    COUNTERPART_ID_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
+    CLAIMS_FIELD_NUMBER: _builtins.int
+    WORLD_FACTS_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
     mode: _gateway_pb2.CognitionMode.ValueType
@@ -50,8 +83,38 @@ class ThinkRequest(_message.Message):
     """The per-run agentic budget granted at admission."""
     max_tool_calls: _builtins.int
     max_tokens: _builtins.int
+    emotion: _builtins.str
+    arc_state: _builtins.str
+    persona: _builtins.str
+    """Who the Ori is, in its own words; untrusted prompt content."""
+    ori_is_minor: _builtins.bool
+    counterpart_is_minor: _builtins.bool
+    counterpart_id: _builtins.str
+    """Whom the Ori answers in dialogue (a player or another Ori)."""
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def perception(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]:
+        """What the kernel and world know now; the biography supplies memories, relationships, values, arcs."""
+
+    @_builtins.property
+    def traits(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]: ...
+    @_builtins.property
+    def quirks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]: ...
+    @_builtins.property
+    def objectives(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]: ...
+    @_builtins.property
+    def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the Ori can do; a claimed capability outside this list is fabricated."""
+
+    @_builtins.property
+    def claims(self) -> _containers.RepeatedCompositeFieldContainer[_policy_pb2.Claim]:
+        """Claims the stimulus puts to the Ori, grounded before dispatch."""
+
+    @_builtins.property
+    def world_facts(self) -> _containers.RepeatedCompositeFieldContainer[_policy_pb2.Evidence]:
+        """Established world facts: evidence for grounding, beside the Ori's own memories and perception."""
+
     def __init__(
         self,
         *,
@@ -67,18 +130,228 @@ class ThinkRequest(_message.Message):
         max_model_calls: _builtins.int = ...,
         max_tool_calls: _builtins.int = ...,
         max_tokens: _builtins.int = ...,
+        perception: _abc.Iterable[Global___ContextItem] | None = ...,
+        traits: _abc.Iterable[Global___ContextItem] | None = ...,
+        quirks: _abc.Iterable[Global___ContextItem] | None = ...,
+        objectives: _abc.Iterable[Global___ContextItem] | None = ...,
+        emotion: _builtins.str = ...,
+        arc_state: _builtins.str = ...,
+        persona: _builtins.str = ...,
+        ori_is_minor: _builtins.bool = ...,
+        counterpart_is_minor: _builtins.bool = ...,
+        counterpart_id: _builtins.str = ...,
+        capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        claims: _abc.Iterable[_policy_pb2.Claim] | None = ...,
+        world_facts: _abc.Iterable[_policy_pb2.Evidence] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "locale", b"locale", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "mode", b"mode", "needs_rehydration", b"needs_rehydration", "ori", b"ori", "run_id", b"run_id", "stimulus", b"stimulus", "tier", b"tier", "world_tick", b"world_tick"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_state", b"arc_state", "capabilities", b"capabilities", "cause", b"cause", "claims", b"claims", "counterpart_id", b"counterpart_id", "counterpart_is_minor", b"counterpart_is_minor", "emotion", b"emotion", "locale", b"locale", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "mode", b"mode", "needs_rehydration", b"needs_rehydration", "objectives", b"objectives", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "perception", b"perception", "persona", b"persona", "quirks", b"quirks", "run_id", b"run_id", "stimulus", b"stimulus", "tier", b"tier", "traits", b"traits", "world_facts", b"world_facts", "world_tick", b"world_tick"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ThinkRequest: _TypeAlias = ThinkRequest  # noqa: Y015
 
 @_typing.final
+class ContextItem(_message.Message):
+    """One ranked item of context: its priority (salience) in basis points orders truncation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REF_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    PRIORITY_BP_FIELD_NUMBER: _builtins.int
+    ref: _builtins.str
+    text: _builtins.str
+    priority_bp: _builtins.int
+    def __init__(
+        self,
+        *,
+        ref: _builtins.str = ...,
+        text: _builtins.str = ...,
+        priority_bp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["priority_bp", b"priority_bp", "ref", b"ref", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextItem: _TypeAlias = ContextItem  # noqa: Y015
+
+@_typing.final
+class LocalizedLine(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCALE_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    GENERATED_NATIVELY_FIELD_NUMBER: _builtins.int
+    APPROVED_FIELD_NUMBER: _builtins.int
+    QUALITY_STATUS_FIELD_NUMBER: _builtins.int
+    MODEL_REF_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    locale: _builtins.str
+    text: _builtins.str
+    source: Global___LineSource.ValueType
+    generated_natively: _builtins.bool
+    approved: _builtins.bool
+    """False when the line is withheld (a blocked quality verdict); the text is then not spoken."""
+    quality_status: _builtins.str
+    model_ref: _builtins.str
+    call_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        locale: _builtins.str = ...,
+        text: _builtins.str = ...,
+        source: Global___LineSource.ValueType = ...,
+        generated_natively: _builtins.bool = ...,
+        approved: _builtins.bool = ...,
+        quality_status: _builtins.str = ...,
+        model_ref: _builtins.str = ...,
+        call_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved", b"approved", "call_id", b"call_id", "generated_natively", b"generated_natively", "locale", b"locale", "model_ref", b"model_ref", "quality_status", b"quality_status", "source", b"source", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalizedLine: _TypeAlias = LocalizedLine  # noqa: Y015
+
+@_typing.final
+class VisemeCue(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VISEME_FIELD_NUMBER: _builtins.int
+    START_MS_FIELD_NUMBER: _builtins.int
+    DURATION_MS_FIELD_NUMBER: _builtins.int
+    viseme: _builtins.str
+    start_ms: _builtins.int
+    duration_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        viseme: _builtins.str = ...,
+        start_ms: _builtins.int = ...,
+        duration_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "start_ms", b"start_ms", "viseme", b"viseme"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___VisemeCue: _TypeAlias = VisemeCue  # noqa: Y015
+
+@_typing.final
+class LatencyStage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    BUDGET_MS_FIELD_NUMBER: _builtins.int
+    MEASURED_MS_FIELD_NUMBER: _builtins.int
+    OVERRAN_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    budget_ms: _builtins.int
+    measured_ms: _builtins.int
+    overran: _builtins.bool
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        budget_ms: _builtins.int = ...,
+        measured_ms: _builtins.int = ...,
+        overran: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_ms", b"budget_ms", "measured_ms", b"measured_ms", "overran", b"overran", "stage", b"stage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyStage: _TypeAlias = LatencyStage  # noqa: Y015
+
+@_typing.final
+class SpokenReplyPlan(_message.Message):
+    """Psyche's spoken-reply plan for a dialogue line."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODEC_FIELD_NUMBER: _builtins.int
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _builtins.int
+    CHANNELS_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    LOCALE_FIELD_NUMBER: _builtins.int
+    VISEMES_FIELD_NUMBER: _builtins.int
+    END_TO_END_BUDGET_MS_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
+    STAGES_TOTAL_MS_FIELD_NUMBER: _builtins.int
+    OVERRAN_STAGES_FIELD_NUMBER: _builtins.int
+    WITHIN_BUDGET_FIELD_NUMBER: _builtins.int
+    codec: _builtins.str
+    sample_rate_hz: _builtins.int
+    channels: _builtins.int
+    text: _builtins.str
+    locale: _builtins.str
+    end_to_end_budget_ms: _builtins.int
+    stages_total_ms: _builtins.int
+    within_budget: _builtins.bool
+    @_builtins.property
+    def visemes(self) -> _containers.RepeatedCompositeFieldContainer[Global___VisemeCue]: ...
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyStage]: ...
+    @_builtins.property
+    def overran_stages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Names of stages whose measured time exceeded their budget."""
+
+    def __init__(
+        self,
+        *,
+        codec: _builtins.str = ...,
+        sample_rate_hz: _builtins.int = ...,
+        channels: _builtins.int = ...,
+        text: _builtins.str = ...,
+        locale: _builtins.str = ...,
+        visemes: _abc.Iterable[Global___VisemeCue] | None = ...,
+        end_to_end_budget_ms: _builtins.int = ...,
+        stages: _abc.Iterable[Global___LatencyStage] | None = ...,
+        stages_total_ms: _builtins.int = ...,
+        overran_stages: _abc.Iterable[_builtins.str] | None = ...,
+        within_budget: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channels", b"channels", "codec", b"codec", "end_to_end_budget_ms", b"end_to_end_budget_ms", "locale", b"locale", "overran_stages", b"overran_stages", "sample_rate_hz", b"sample_rate_hz", "stages", b"stages", "stages_total_ms", b"stages_total_ms", "text", b"text", "visemes", b"visemes", "within_budget", b"within_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpokenReplyPlan: _TypeAlias = SpokenReplyPlan  # noqa: Y015
+
+@_typing.final
 class ThinkResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class OmittedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     ACTIONS_FIELD_NUMBER: _builtins.int
     COMMITTED_EVENT_IDS_FIELD_NUMBER: _builtins.int
@@ -89,11 +362,22 @@ class ThinkResponse(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     USAGE_FIELD_NUMBER: _builtins.int
     OFFLINE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    CLIPPED_FIELD_NUMBER: _builtins.int
+    OMITTED_FIELD_NUMBER: _builtins.int
+    LINE_FIELD_NUMBER: _builtins.int
+    SPOKEN_REPLY_FIELD_NUMBER: _builtins.int
+    MODEL_CALLS_FIELD_NUMBER: _builtins.int
     fell_back: _builtins.bool
     validation_fallbacks: _builtins.int
     policy_decision: _builtins.str
     fingerprint: _builtins.str
     offline: _builtins.bool
+    request_id: _builtins.str
+    """"psyche:<ori>:<mode>:<fingerprint>"."""
+    clipped: _builtins.bool
+    model_calls: _builtins.int
+    """Model calls made in this run, retries included."""
     @_builtins.property
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[_action_pb2.ActionIntent]: ...
     @_builtins.property
@@ -104,6 +388,14 @@ class ThinkResponse(_message.Message):
 
     @_builtins.property
     def usage(self) -> _common_pb2.TokenUsage: ...
+    @_builtins.property
+    def omitted(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Context items dropped to fit the limits, by section."""
+
+    @_builtins.property
+    def line(self) -> Global___LocalizedLine: ...
+    @_builtins.property
+    def spoken_reply(self) -> Global___SpokenReplyPlan: ...
     def __init__(
         self,
         *,
@@ -116,10 +408,16 @@ class ThinkResponse(_message.Message):
         fingerprint: _builtins.str = ...,
         usage: _common_pb2.TokenUsage | None = ...,
         offline: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+        clipped: _builtins.bool = ...,
+        omitted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        line: Global___LocalizedLine | None = ...,
+        spoken_reply: Global___SpokenReplyPlan | None = ...,
+        model_calls: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["audit", b"audit", "line", b"line", "spoken_reply", b"spoken_reply", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "audit", b"audit", "committed_event_ids", b"committed_event_ids", "fell_back", b"fell_back", "fingerprint", b"fingerprint", "offline", b"offline", "policy_decision", b"policy_decision", "usage", b"usage", "validation_fallbacks", b"validation_fallbacks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "audit", b"audit", "clipped", b"clipped", "committed_event_ids", b"committed_event_ids", "fell_back", b"fell_back", "fingerprint", b"fingerprint", "line", b"line", "model_calls", b"model_calls", "offline", b"offline", "omitted", b"omitted", "policy_decision", b"policy_decision", "request_id", b"request_id", "spoken_reply", b"spoken_reply", "usage", b"usage", "validation_fallbacks", b"validation_fallbacks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -329,6 +329,195 @@ class GenerateRequest(_message.Message):
 Global___GenerateRequest: _TypeAlias = GenerateRequest  # noqa: Y015
 
 @_typing.final
+class AdmitRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    TIER_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    tier: _common_pb2.CognitionTier.ValueType
+    cause: _action_pb2.CognitionCause.ValueType
+    request_id: _builtins.str
+    """Optional idempotency key; a repeat answers the first admission."""
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        tier: _common_pb2.CognitionTier.ValueType = ...,
+        cause: _action_pb2.CognitionCause.ValueType = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "ori", b"ori", "request_id", b"request_id", "tier", b"tier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdmitRunRequest: _TypeAlias = AdmitRunRequest  # noqa: Y015
+
+@_typing.final
+class RunBudget(_message.Message):
+    """The per-run agentic budget a run was granted at admission."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_MODEL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    max_model_calls: _builtins.int
+    max_tool_calls: _builtins.int
+    max_tokens: _builtins.int
+    def __init__(
+        self,
+        *,
+        max_model_calls: _builtins.int = ...,
+        max_tool_calls: _builtins.int = ...,
+        max_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunBudget: _TypeAlias = RunBudget  # noqa: Y015
+
+@_typing.final
+class AdmitRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
+    RESERVED_TOKENS_FIELD_NUMBER: _builtins.int
+    CONFIG_FINGERPRINT_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    admitted: _builtins.bool
+    """False when the world cap could not hold the run's reservation (the work defers)."""
+    reserved_tokens: _builtins.int
+    detail: _builtins.str
+    @_builtins.property
+    def budget(self) -> Global___RunBudget: ...
+    @_builtins.property
+    def config_fingerprint(self) -> _common_pb2.ConfigFingerprint: ...
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        admitted: _builtins.bool = ...,
+        budget: Global___RunBudget | None = ...,
+        reserved_tokens: _builtins.int = ...,
+        config_fingerprint: _common_pb2.ConfigFingerprint | None = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "config_fingerprint", b"config_fingerprint"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "budget", b"budget", "config_fingerprint", b"config_fingerprint", "detail", b"detail", "reserved_tokens", b"reserved_tokens", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdmitRunResponse: _TypeAlias = AdmitRunResponse  # noqa: Y015
+
+@_typing.final
+class EndRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    outcome: Global___RunOutcome.ValueType
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        outcome: Global___RunOutcome.ValueType = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "outcome", b"outcome", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndRunRequest: _TypeAlias = EndRunRequest  # noqa: Y015
+
+@_typing.final
+class EndRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USED_TOKENS_FIELD_NUMBER: _builtins.int
+    RELEASED_TOKENS_FIELD_NUMBER: _builtins.int
+    ENDED_NOW_FIELD_NUMBER: _builtins.int
+    used_tokens: _builtins.int
+    released_tokens: _builtins.int
+    ended_now: _builtins.bool
+    """False when the run had already ended (the call is idempotent)."""
+    def __init__(
+        self,
+        *,
+        used_tokens: _builtins.int = ...,
+        released_tokens: _builtins.int = ...,
+        ended_now: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended_now", b"ended_now", "released_tokens", b"released_tokens", "used_tokens", b"used_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndRunResponse: _TypeAlias = EndRunResponse  # noqa: Y015
+
+@_typing.final
+class CheckToolCallRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    tool_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckToolCallRequest: _TypeAlias = CheckToolCallRequest  # noqa: Y015
+
+@_typing.final
+class CheckToolCallResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_CALLS_USED_FIELD_NUMBER: _builtins.int
+    TOOL_CALLS_REMAINING_FIELD_NUMBER: _builtins.int
+    tool_calls_used: _builtins.int
+    tool_calls_remaining: _builtins.int
+    def __init__(
+        self,
+        *,
+        tool_calls_used: _builtins.int = ...,
+        tool_calls_remaining: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tool_calls_remaining", b"tool_calls_remaining", "tool_calls_used", b"tool_calls_used"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckToolCallResponse: _TypeAlias = CheckToolCallResponse  # noqa: Y015
+
+@_typing.final
 class GenerateResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -339,11 +528,14 @@ class GenerateResponse(_message.Message):
     OFFLINE_FIELD_NUMBER: _builtins.int
     CALL_ID_FIELD_NUMBER: _builtins.int
     PROVIDER_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    QUALITY_STATUS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     model_ref: _builtins.str
     offline: _builtins.bool
     call_id: _builtins.str
     provider_attempts: _builtins.int
+    quality_status: _builtins.str
+    """Dialogue-quality verdict of a judged run: "passed", "needs-refinement" or "blocked"; empty = not judged."""
     @_builtins.property
     def usage(self) -> _common_pb2.TokenUsage: ...
     @_builtins.property
@@ -358,10 +550,11 @@ class GenerateResponse(_message.Message):
         offline: _builtins.bool = ...,
         call_id: _builtins.str = ...,
         provider_attempts: _builtins.int = ...,
+        quality_status: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "text", b"text", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "quality_status", b"quality_status", "text", b"text", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1131,3 +1324,47 @@ class ListAuditRecordsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListAuditRecordsResponse: _TypeAlias = ListAuditRecordsResponse  # noqa: Y015
+
+@_typing.final
+class GetRetryStatsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """How many of the most recent ended runs to roll up; 0 = the configured window (100)."""
+    def __init__(
+        self,
+        *,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRetryStatsRequest: _TypeAlias = GetRetryStatsRequest  # noqa: Y015
+
+@_typing.final
+class GetRetryStatsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def stats(self) -> _struct_pb2.Struct:
+        """{"runCount", "schemas": {name: {calls, attempts, fallbacks, avgAttempts, fallbackRate}},
+         "providerErrors": {class: count, "total"}, "caches": {totalReadTokens, totalCreationTokens, readRatio}}
+        """
+
+    def __init__(
+        self,
+        *,
+        stats: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["stats", b"stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stats", b"stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRetryStatsResponse: _TypeAlias = GetRetryStatsResponse  # noqa: Y015

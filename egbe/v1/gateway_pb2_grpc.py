@@ -55,6 +55,21 @@ class CognitionGatewayServiceStub:
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.SelectModelRouteRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.SelectModelRouteResponse.FromString,
                 _registered_method=True)
+        self.AdmitRun = channel.unary_unary(
+                '/egbe.v1.CognitionGatewayService/AdmitRun',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.AdmitRunRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.AdmitRunResponse.FromString,
+                _registered_method=True)
+        self.EndRun = channel.unary_unary(
+                '/egbe.v1.CognitionGatewayService/EndRun',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.EndRunRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.EndRunResponse.FromString,
+                _registered_method=True)
+        self.CheckToolCall = channel.unary_unary(
+                '/egbe.v1.CognitionGatewayService/CheckToolCall',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallResponse.FromString,
+                _registered_method=True)
 
 
 class CognitionGatewayServiceServicer:
@@ -89,6 +104,28 @@ class CognitionGatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AdmitRun(self, request, context):
+        """Admits a run without running it (kill switches, world-cap reservation, tier budget); the caller
+        then calls Generate with its run id and must end it with EndRun.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndRun(self, request, context):
+        """Ends an admitted run: reconciles the ledger and releases what the run reserved but did not use.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckToolCall(self, request, context):
+        """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CognitionGatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +148,21 @@ def add_CognitionGatewayServiceServicer_to_server(servicer, server):
                     servicer.SelectModelRoute,
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.SelectModelRouteRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.SelectModelRouteResponse.SerializeToString,
+            ),
+            'AdmitRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdmitRun,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.AdmitRunRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.AdmitRunResponse.SerializeToString,
+            ),
+            'EndRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndRun,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.EndRunRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.EndRunResponse.SerializeToString,
+            ),
+            'CheckToolCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckToolCall,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -232,6 +284,87 @@ class CognitionGatewayService:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def AdmitRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionGatewayService/AdmitRun',
+            egbe_dot_v1_dot_gateway__pb2.AdmitRunRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.AdmitRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionGatewayService/EndRun',
+            egbe_dot_v1_dot_gateway__pb2.EndRunRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.EndRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckToolCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionGatewayService/CheckToolCall',
+            egbe_dot_v1_dot_gateway__pb2.CheckToolCallRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.CheckToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class OperatorServiceStub:
     """Operator controls: only the operator role may call these, and every attempt is audited.
@@ -287,6 +420,11 @@ class OperatorServiceStub:
                 '/egbe.v1.OperatorService/ListAuditRecords',
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.ListAuditRecordsRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.ListAuditRecordsResponse.FromString,
+                _registered_method=True)
+        self.GetRetryStats = channel.unary_unary(
+                '/egbe.v1.OperatorService/GetRetryStats',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsResponse.FromString,
                 _registered_method=True)
 
 
@@ -348,6 +486,14 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRetryStats(self, request, context):
+        """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
+        provider errors by class, cache read ratio.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -395,6 +541,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.ListAuditRecords,
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.ListAuditRecordsRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.ListAuditRecordsResponse.SerializeToString,
+            ),
+            'GetRetryStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRetryStats,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -641,6 +792,33 @@ class OperatorService:
             '/egbe.v1.OperatorService/ListAuditRecords',
             egbe_dot_v1_dot_gateway__pb2.ListAuditRecordsRequest.SerializeToString,
             egbe_dot_v1_dot_gateway__pb2.ListAuditRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRetryStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.OperatorService/GetRetryStats',
+            egbe_dot_v1_dot_gateway__pb2.GetRetryStatsRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.GetRetryStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,14 @@ class CognitionGatewayServiceStub:
     """Pure budget arithmetic: tier clamps then the world cap in tier priority order."""
     SelectModelRoute: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SelectModelRouteRequest, _gateway_pb2.SelectModelRouteResponse]
     """The smallest enabled model that clears the tier's quality bar."""
+    AdmitRun: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.AdmitRunRequest, _gateway_pb2.AdmitRunResponse]
+    """Admits a run without running it (kill switches, world-cap reservation, tier budget); the caller
+    then calls Generate with its run id and must end it with EndRun.
+    """
+    EndRun: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.EndRunRequest, _gateway_pb2.EndRunResponse]
+    """Ends an admitted run: reconciles the ledger and releases what the run reserved but did not use."""
+    CheckToolCall: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CheckToolCallRequest, _gateway_pb2.CheckToolCallResponse]
+    """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches."""
 
 @_typing.type_check_only
 class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
@@ -55,6 +63,14 @@ class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
     """Pure budget arithmetic: tier clamps then the world cap in tier priority order."""
     SelectModelRoute: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SelectModelRouteRequest, _gateway_pb2.SelectModelRouteResponse]  # type: ignore[assignment]
     """The smallest enabled model that clears the tier's quality bar."""
+    AdmitRun: _aio.UnaryUnaryMultiCallable[_gateway_pb2.AdmitRunRequest, _gateway_pb2.AdmitRunResponse]  # type: ignore[assignment]
+    """Admits a run without running it (kill switches, world-cap reservation, tier budget); the caller
+    then calls Generate with its run id and must end it with EndRun.
+    """
+    EndRun: _aio.UnaryUnaryMultiCallable[_gateway_pb2.EndRunRequest, _gateway_pb2.EndRunResponse]  # type: ignore[assignment]
+    """Ends an admitted run: reconciles the ledger and releases what the run reserved but did not use."""
+    CheckToolCall: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CheckToolCallRequest, _gateway_pb2.CheckToolCallResponse]  # type: ignore[assignment]
+    """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches."""
 
 class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     """Admission, routing and model calls."""
@@ -91,6 +107,32 @@ class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.SelectModelRouteResponse, _abc.Awaitable[_gateway_pb2.SelectModelRouteResponse]]:
         """The smallest enabled model that clears the tier's quality bar."""
 
+    @_abc_1.abstractmethod
+    def AdmitRun(
+        self,
+        request: _gateway_pb2.AdmitRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.AdmitRunResponse, _abc.Awaitable[_gateway_pb2.AdmitRunResponse]]:
+        """Admits a run without running it (kill switches, world-cap reservation, tier budget); the caller
+        then calls Generate with its run id and must end it with EndRun.
+        """
+
+    @_abc_1.abstractmethod
+    def EndRun(
+        self,
+        request: _gateway_pb2.EndRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.EndRunResponse, _abc.Awaitable[_gateway_pb2.EndRunResponse]]:
+        """Ends an admitted run: reconciles the ledger and releases what the run reserved but did not use."""
+
+    @_abc_1.abstractmethod
+    def CheckToolCall(
+        self,
+        request: _gateway_pb2.CheckToolCallRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.CheckToolCallResponse, _abc.Awaitable[_gateway_pb2.CheckToolCallResponse]]:
+        """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches."""
+
 def add_CognitionGatewayServiceServicer_to_server(servicer: CognitionGatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class OperatorServiceStub:
@@ -109,6 +151,10 @@ class OperatorServiceStub:
     ListControls: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListControlsRequest, _gateway_pb2.ListControlsResponse]
     GetSpend: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetSpendRequest, _gateway_pb2.GetSpendResponse]
     ListAuditRecords: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListAuditRecordsRequest, _gateway_pb2.ListAuditRecordsResponse]
+    GetRetryStats: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetRetryStatsRequest, _gateway_pb2.GetRetryStatsResponse]
+    """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
+    provider errors by class, cache read ratio.
+    """
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
@@ -124,6 +170,10 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     ListControls: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListControlsRequest, _gateway_pb2.ListControlsResponse]  # type: ignore[assignment]
     GetSpend: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetSpendRequest, _gateway_pb2.GetSpendResponse]  # type: ignore[assignment]
     ListAuditRecords: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListAuditRecordsRequest, _gateway_pb2.ListAuditRecordsResponse]  # type: ignore[assignment]
+    GetRetryStats: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetRetryStatsRequest, _gateway_pb2.GetRetryStatsResponse]  # type: ignore[assignment]
+    """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
+    provider errors by class, cache read ratio.
+    """
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator controls: only the operator role may call these, and every attempt is audited."""
@@ -190,5 +240,15 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _gateway_pb2.ListAuditRecordsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.ListAuditRecordsResponse, _abc.Awaitable[_gateway_pb2.ListAuditRecordsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetRetryStats(
+        self,
+        request: _gateway_pb2.GetRetryStatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.GetRetryStatsResponse, _abc.Awaitable[_gateway_pb2.GetRetryStatsResponse]]:
+        """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
+        provider errors by class, cache read ratio.
+        """
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

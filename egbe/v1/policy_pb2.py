@@ -25,45 +25,45 @@ _sym_db = _symbol_database.Default()
 from egbe.v1 import common_pb2 as egbe_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65gbe/v1/policy.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/common.proto\"<\n\x0bPolicyCheck\x12\r\n\x05\x63heck\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xf2\x01\n\x0bGateRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x02 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12\x11\n\toutput_id\x18\x03 \x01(\t\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x11\n\tutterance\x18\x05 \x01(\t\x12\x19\n\x11\x63ited_memory_refs\x18\x06 \x03(\t\x12\x1c\n\x14\x63laimed_capabilities\x18\x07 \x03(\t\x12\x14\n\x0cori_is_minor\x18\x08 \x01(\x08\x12\x1c\n\x14\x63ounterpart_is_minor\x18\t \x01(\x08\"\x86\x01\n\x0cGateResponse\x12)\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x17.egbe.v1.PolicyDecision\x12\x11\n\toutput_id\x18\x02 \x01(\t\x12$\n\x06\x63hecks\x18\x03 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck\x12\x12\n\npolicy_ref\x18\x04 \x01(\t\"p\n\x05\x43laim\x12\x10\n\x08\x63laim_id\x18\x01 \x01(\t\x12 \n\x04kind\x18\x02 \x01(\x0e\x32\x12.egbe.v1.ClaimKind\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rrequired_tags\x18\x04 \x03(\t\x12\x0e\n\x06locale\x18\x05 \x01(\t\";\n\x08\x45vidence\x12\x13\n\x0b\x65vidence_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\"r\n\rGroundRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x1e\n\x06\x63laims\x18\x02 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12#\n\x08\x65vidence\x18\x03 \x03(\x0b\x32\x11.egbe.v1.Evidence\"K\n\x0e\x43laimGrounding\x12\x10\n\x08\x63laim_id\x18\x01 \x01(\t\x12\x11\n\tsupported\x18\x02 \x01(\x08\x12\x14\n\x0c\x65vidence_ids\x18\x03 \x03(\t\"\x93\x01\n\x0eGroundResponse\x12\x0e\n\x06passed\x18\x01 \x01(\x08\x12+\n\ngroundings\x18\x02 \x03(\x0b\x32\x17.egbe.v1.ClaimGrounding\x12\x1f\n\x17unsupported_claim_count\x18\x03 \x01(\r\x12#\n\x1b\x66\x61\x62ricated_world_fact_count\x18\x04 \x01(\r\"^\n\x13ReviewerAttestation\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x13\n\x0breviewer_id\x18\x02 \x01(\t\x12\x0e\n\x06passed\x18\x03 \x01(\x08\x12\x14\n\x0c\x65vidence_ids\x18\x04 \x03(\t\"\xe5\x01\n\x1eReviewCulturalBackstoryRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x0e\n\x06locale\x18\x02 \x01(\t\x12\x1e\n\x06\x63laims\x18\x03 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12#\n\x08\x65vidence\x18\x04 \x03(\x0b\x32\x11.egbe.v1.Evidence\x12\x32\n\x0c\x61ttestations\x18\x05 \x03(\x0b\x32\x1c.egbe.v1.ReviewerAttestation\x12\x1c\n\x14review_source_locale\x18\x06 \x01(\t\"\xd4\x01\n\x1fReviewCulturalBackstoryResponse\x12\x1b\n\x13\x61pproved_for_locale\x18\x01 \x01(\x08\x12\x17\n\x0f\x61\x63\x63uracy_passed\x18\x02 \x01(\x08\x12\x1a\n\x12sensitivity_passed\x18\x03 \x01(\x08\x12\x1c\n\x14role_coverage_passed\x18\x04 \x01(\x08\x12\x1b\n\x13\x62locked_terms_found\x18\x05 \x03(\t\x12$\n\x06\x63hecks\x18\x06 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck\"\xaa\x01\n\x1b\x43heckMinorProtectionRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x14\n\x0cori_is_minor\x18\x02 \x01(\x08\x12+\n\x07surface\x18\x03 \x01(\x0e\x32\x1a.egbe.v1.ProtectionSurface\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12\x1c\n\x14\x63ounterpart_is_minor\x18\x05 \x01(\x08\"U\n\x1c\x43heckMinorProtectionResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12$\n\x06\x63hecks\x18\x02 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck*m\n\x0ePolicyDecision\x12\x1f\n\x1bPOLICY_DECISION_UNSPECIFIED\x10\x00\x12\x1c\n\x18POLICY_DECISION_APPROVED\x10\x01\x12\x1c\n\x18POLICY_DECISION_REJECTED\x10\x02*n\n\tClaimKind\x12\x1a\n\x16\x43LAIM_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43LAIM_KIND_FACT\x10\x01\x12\x16\n\x12\x43LAIM_KIND_OPINION\x10\x02\x12\x18\n\x14\x43LAIM_KIND_BACKSTORY\x10\x03*\xc9\x01\n\x11ProtectionSurface\x12\"\n\x1ePROTECTION_SURFACE_UNSPECIFIED\x10\x00\x12!\n\x1dPROTECTION_SURFACE_DEATH_PATH\x10\x01\x12(\n$PROTECTION_SURFACE_RELATIONSHIP_EDGE\x10\x02\x12\x1f\n\x1bPROTECTION_SURFACE_SCENARIO\x10\x03\x12\"\n\x1ePROTECTION_SURFACE_INCARNATION\x10\x04\x32\xd2\x02\n\rPolicyService\x12\x33\n\x04Gate\x12\x14.egbe.v1.GateRequest\x1a\x15.egbe.v1.GateResponse\x12\x39\n\x06Ground\x12\x16.egbe.v1.GroundRequest\x1a\x17.egbe.v1.GroundResponse\x12l\n\x17ReviewCulturalBackstory\x12\'.egbe.v1.ReviewCulturalBackstoryRequest\x1a(.egbe.v1.ReviewCulturalBackstoryResponse\x12\x63\n\x14\x43heckMinorProtection\x12$.egbe.v1.CheckMinorProtectionRequest\x1a%.egbe.v1.CheckMinorProtectionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65gbe/v1/policy.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/common.proto\"<\n\x0bPolicyCheck\x12\r\n\x05\x63heck\x18\x01 \x01(\t\x12\x0e\n\x06passed\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\xc7\x02\n\x0bGateRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x02 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12\x11\n\toutput_id\x18\x03 \x01(\t\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x11\n\tutterance\x18\x05 \x01(\t\x12\x19\n\x11\x63ited_memory_refs\x18\x06 \x03(\t\x12\x1c\n\x14\x63laimed_capabilities\x18\x07 \x03(\t\x12\x14\n\x0cori_is_minor\x18\x08 \x01(\x08\x12\x1c\n\x14\x63ounterpart_is_minor\x18\t \x01(\x08\x12\x1f\n\x17\x65stablished_memory_refs\x18\n \x03(\t\x12 \n\x18\x65stablished_capabilities\x18\x0b \x03(\t\x12\x10\n\x08stimulus\x18\x0c \x01(\t\"\x9f\x01\n\x0cGateResponse\x12)\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x17.egbe.v1.PolicyDecision\x12\x11\n\toutput_id\x18\x02 \x01(\t\x12$\n\x06\x63hecks\x18\x03 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck\x12\x12\n\npolicy_ref\x18\x04 \x01(\t\x12\x17\n\x0f\x63risis_detected\x18\x05 \x01(\x08\"p\n\x05\x43laim\x12\x10\n\x08\x63laim_id\x18\x01 \x01(\t\x12 \n\x04kind\x18\x02 \x01(\x0e\x32\x12.egbe.v1.ClaimKind\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rrequired_tags\x18\x04 \x03(\t\x12\x0e\n\x06locale\x18\x05 \x01(\t\";\n\x08\x45vidence\x12\x13\n\x0b\x65vidence_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\"r\n\rGroundRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x1e\n\x06\x63laims\x18\x02 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12#\n\x08\x65vidence\x18\x03 \x03(\x0b\x32\x11.egbe.v1.Evidence\"K\n\x0e\x43laimGrounding\x12\x10\n\x08\x63laim_id\x18\x01 \x01(\t\x12\x11\n\tsupported\x18\x02 \x01(\x08\x12\x14\n\x0c\x65vidence_ids\x18\x03 \x03(\t\"\xb9\x01\n\x0eGroundResponse\x12\x0e\n\x06passed\x18\x01 \x01(\x08\x12+\n\ngroundings\x18\x02 \x03(\x0b\x32\x17.egbe.v1.ClaimGrounding\x12\x1f\n\x17unsupported_claim_count\x18\x03 \x01(\r\x12#\n\x1b\x66\x61\x62ricated_world_fact_count\x18\x04 \x01(\r\x12$\n\x06\x63hecks\x18\x05 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck\"^\n\x13ReviewerAttestation\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x13\n\x0breviewer_id\x18\x02 \x01(\t\x12\x0e\n\x06passed\x18\x03 \x01(\x08\x12\x14\n\x0c\x65vidence_ids\x18\x04 \x03(\t\"\xe5\x01\n\x1eReviewCulturalBackstoryRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x0e\n\x06locale\x18\x02 \x01(\t\x12\x1e\n\x06\x63laims\x18\x03 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12#\n\x08\x65vidence\x18\x04 \x03(\x0b\x32\x11.egbe.v1.Evidence\x12\x32\n\x0c\x61ttestations\x18\x05 \x03(\x0b\x32\x1c.egbe.v1.ReviewerAttestation\x12\x1c\n\x14review_source_locale\x18\x06 \x01(\t\"\xd4\x01\n\x1fReviewCulturalBackstoryResponse\x12\x1b\n\x13\x61pproved_for_locale\x18\x01 \x01(\x08\x12\x17\n\x0f\x61\x63\x63uracy_passed\x18\x02 \x01(\x08\x12\x1a\n\x12sensitivity_passed\x18\x03 \x01(\x08\x12\x1c\n\x14role_coverage_passed\x18\x04 \x01(\x08\x12\x1b\n\x13\x62locked_terms_found\x18\x05 \x03(\t\x12$\n\x06\x63hecks\x18\x06 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck\"\xaa\x01\n\x1b\x43heckMinorProtectionRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x14\n\x0cori_is_minor\x18\x02 \x01(\x08\x12+\n\x07surface\x18\x03 \x01(\x0e\x32\x1a.egbe.v1.ProtectionSurface\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12\x1c\n\x14\x63ounterpart_is_minor\x18\x05 \x01(\x08\"U\n\x1c\x43heckMinorProtectionResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12$\n\x06\x63hecks\x18\x02 \x03(\x0b\x32\x14.egbe.v1.PolicyCheck*m\n\x0ePolicyDecision\x12\x1f\n\x1bPOLICY_DECISION_UNSPECIFIED\x10\x00\x12\x1c\n\x18POLICY_DECISION_APPROVED\x10\x01\x12\x1c\n\x18POLICY_DECISION_REJECTED\x10\x02*n\n\tClaimKind\x12\x1a\n\x16\x43LAIM_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x43LAIM_KIND_FACT\x10\x01\x12\x16\n\x12\x43LAIM_KIND_OPINION\x10\x02\x12\x18\n\x14\x43LAIM_KIND_BACKSTORY\x10\x03*\xc9\x01\n\x11ProtectionSurface\x12\"\n\x1ePROTECTION_SURFACE_UNSPECIFIED\x10\x00\x12!\n\x1dPROTECTION_SURFACE_DEATH_PATH\x10\x01\x12(\n$PROTECTION_SURFACE_RELATIONSHIP_EDGE\x10\x02\x12\x1f\n\x1bPROTECTION_SURFACE_SCENARIO\x10\x03\x12\"\n\x1ePROTECTION_SURFACE_INCARNATION\x10\x04\x32\xd2\x02\n\rPolicyService\x12\x33\n\x04Gate\x12\x14.egbe.v1.GateRequest\x1a\x15.egbe.v1.GateResponse\x12\x39\n\x06Ground\x12\x16.egbe.v1.GroundRequest\x1a\x17.egbe.v1.GroundResponse\x12l\n\x17ReviewCulturalBackstory\x12\'.egbe.v1.ReviewCulturalBackstoryRequest\x1a(.egbe.v1.ReviewCulturalBackstoryResponse\x12\x63\n\x14\x43heckMinorProtection\x12$.egbe.v1.CheckMinorProtectionRequest\x1a%.egbe.v1.CheckMinorProtectionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'egbe.v1.policy_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_POLICYDECISION']._serialized_start=1820
-  _globals['_POLICYDECISION']._serialized_end=1929
-  _globals['_CLAIMKIND']._serialized_start=1931
-  _globals['_CLAIMKIND']._serialized_end=2041
-  _globals['_PROTECTIONSURFACE']._serialized_start=2044
-  _globals['_PROTECTIONSURFACE']._serialized_end=2245
+  _globals['_POLICYDECISION']._serialized_start=1968
+  _globals['_POLICYDECISION']._serialized_end=2077
+  _globals['_CLAIMKIND']._serialized_start=2079
+  _globals['_CLAIMKIND']._serialized_end=2189
+  _globals['_PROTECTIONSURFACE']._serialized_start=2192
+  _globals['_PROTECTIONSURFACE']._serialized_end=2393
   _globals['_POLICYCHECK']._serialized_start=55
   _globals['_POLICYCHECK']._serialized_end=115
   _globals['_GATEREQUEST']._serialized_start=118
-  _globals['_GATEREQUEST']._serialized_end=360
-  _globals['_GATERESPONSE']._serialized_start=363
-  _globals['_GATERESPONSE']._serialized_end=497
-  _globals['_CLAIM']._serialized_start=499
-  _globals['_CLAIM']._serialized_end=611
-  _globals['_EVIDENCE']._serialized_start=613
-  _globals['_EVIDENCE']._serialized_end=672
-  _globals['_GROUNDREQUEST']._serialized_start=674
-  _globals['_GROUNDREQUEST']._serialized_end=788
-  _globals['_CLAIMGROUNDING']._serialized_start=790
-  _globals['_CLAIMGROUNDING']._serialized_end=865
-  _globals['_GROUNDRESPONSE']._serialized_start=868
-  _globals['_GROUNDRESPONSE']._serialized_end=1015
-  _globals['_REVIEWERATTESTATION']._serialized_start=1017
-  _globals['_REVIEWERATTESTATION']._serialized_end=1111
-  _globals['_REVIEWCULTURALBACKSTORYREQUEST']._serialized_start=1114
-  _globals['_REVIEWCULTURALBACKSTORYREQUEST']._serialized_end=1343
-  _globals['_REVIEWCULTURALBACKSTORYRESPONSE']._serialized_start=1346
-  _globals['_REVIEWCULTURALBACKSTORYRESPONSE']._serialized_end=1558
-  _globals['_CHECKMINORPROTECTIONREQUEST']._serialized_start=1561
-  _globals['_CHECKMINORPROTECTIONREQUEST']._serialized_end=1731
-  _globals['_CHECKMINORPROTECTIONRESPONSE']._serialized_start=1733
-  _globals['_CHECKMINORPROTECTIONRESPONSE']._serialized_end=1818
-  _globals['_POLICYSERVICE']._serialized_start=2248
-  _globals['_POLICYSERVICE']._serialized_end=2586
+  _globals['_GATEREQUEST']._serialized_end=445
+  _globals['_GATERESPONSE']._serialized_start=448
+  _globals['_GATERESPONSE']._serialized_end=607
+  _globals['_CLAIM']._serialized_start=609
+  _globals['_CLAIM']._serialized_end=721
+  _globals['_EVIDENCE']._serialized_start=723
+  _globals['_EVIDENCE']._serialized_end=782
+  _globals['_GROUNDREQUEST']._serialized_start=784
+  _globals['_GROUNDREQUEST']._serialized_end=898
+  _globals['_CLAIMGROUNDING']._serialized_start=900
+  _globals['_CLAIMGROUNDING']._serialized_end=975
+  _globals['_GROUNDRESPONSE']._serialized_start=978
+  _globals['_GROUNDRESPONSE']._serialized_end=1163
+  _globals['_REVIEWERATTESTATION']._serialized_start=1165
+  _globals['_REVIEWERATTESTATION']._serialized_end=1259
+  _globals['_REVIEWCULTURALBACKSTORYREQUEST']._serialized_start=1262
+  _globals['_REVIEWCULTURALBACKSTORYREQUEST']._serialized_end=1491
+  _globals['_REVIEWCULTURALBACKSTORYRESPONSE']._serialized_start=1494
+  _globals['_REVIEWCULTURALBACKSTORYRESPONSE']._serialized_end=1706
+  _globals['_CHECKMINORPROTECTIONREQUEST']._serialized_start=1709
+  _globals['_CHECKMINORPROTECTIONREQUEST']._serialized_end=1879
+  _globals['_CHECKMINORPROTECTIONRESPONSE']._serialized_start=1881
+  _globals['_CHECKMINORPROTECTIONRESPONSE']._serialized_end=1966
+  _globals['_POLICYSERVICE']._serialized_start=2396
+  _globals['_POLICYSERVICE']._serialized_end=2734
 # @@protoc_insertion_point(module_scope)

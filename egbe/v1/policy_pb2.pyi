@@ -115,6 +115,9 @@ class GateRequest(_message.Message):
     CLAIMED_CAPABILITIES_FIELD_NUMBER: _builtins.int
     ORI_IS_MINOR_FIELD_NUMBER: _builtins.int
     COUNTERPART_IS_MINOR_FIELD_NUMBER: _builtins.int
+    ESTABLISHED_MEMORY_REFS_FIELD_NUMBER: _builtins.int
+    ESTABLISHED_CAPABILITIES_FIELD_NUMBER: _builtins.int
+    STIMULUS_FIELD_NUMBER: _builtins.int
     tier: _common_pb2.CognitionTier.ValueType
     output_id: _builtins.str
     """Id of the output being judged; echoed so commit can check attribution."""
@@ -122,12 +125,22 @@ class GateRequest(_message.Message):
     utterance: _builtins.str
     ori_is_minor: _builtins.bool
     counterpart_is_minor: _builtins.bool
+    stimulus: _builtins.str
+    """What the Ori is answering (the addressed line), scanned for crisis signals; untrusted."""
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
     @_builtins.property
     def cited_memory_refs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def claimed_capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def established_memory_refs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Memory event ids established in the Ori's biography; every cited ref must be one of them."""
+
+    @_builtins.property
+    def established_capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Capabilities the Ori has; every claimed capability must be one of them."""
+
     def __init__(
         self,
         *,
@@ -140,10 +153,13 @@ class GateRequest(_message.Message):
         claimed_capabilities: _abc.Iterable[_builtins.str] | None = ...,
         ori_is_minor: _builtins.bool = ...,
         counterpart_is_minor: _builtins.bool = ...,
+        established_memory_refs: _abc.Iterable[_builtins.str] | None = ...,
+        established_capabilities: _abc.Iterable[_builtins.str] | None = ...,
+        stimulus: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cited_memory_refs", b"cited_memory_refs", "claimed_capabilities", b"claimed_capabilities", "counterpart_is_minor", b"counterpart_is_minor", "mode", b"mode", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "output_id", b"output_id", "tier", b"tier", "utterance", b"utterance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cited_memory_refs", b"cited_memory_refs", "claimed_capabilities", b"claimed_capabilities", "counterpart_is_minor", b"counterpart_is_minor", "established_capabilities", b"established_capabilities", "established_memory_refs", b"established_memory_refs", "mode", b"mode", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "output_id", b"output_id", "stimulus", b"stimulus", "tier", b"tier", "utterance", b"utterance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -157,9 +173,12 @@ class GateResponse(_message.Message):
     OUTPUT_ID_FIELD_NUMBER: _builtins.int
     CHECKS_FIELD_NUMBER: _builtins.int
     POLICY_REF_FIELD_NUMBER: _builtins.int
+    CRISIS_DETECTED_FIELD_NUMBER: _builtins.int
     decision: Global___PolicyDecision.ValueType
     output_id: _builtins.str
     policy_ref: _builtins.str
+    crisis_detected: _builtins.bool
+    """True when the stimulus or output carried a crisis signal, so the reply had to route to support."""
     @_builtins.property
     def checks(self) -> _containers.RepeatedCompositeFieldContainer[Global___PolicyCheck]: ...
     def __init__(
@@ -169,10 +188,11 @@ class GateResponse(_message.Message):
         output_id: _builtins.str = ...,
         checks: _abc.Iterable[Global___PolicyCheck] | None = ...,
         policy_ref: _builtins.str = ...,
+        crisis_detected: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "decision", b"decision", "output_id", b"output_id", "policy_ref", b"policy_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "crisis_detected", b"crisis_detected", "decision", b"decision", "output_id", b"output_id", "policy_ref", b"policy_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -298,11 +318,16 @@ class GroundResponse(_message.Message):
     GROUNDINGS_FIELD_NUMBER: _builtins.int
     UNSUPPORTED_CLAIM_COUNT_FIELD_NUMBER: _builtins.int
     FABRICATED_WORLD_FACT_COUNT_FIELD_NUMBER: _builtins.int
+    CHECKS_FIELD_NUMBER: _builtins.int
     passed: _builtins.bool
     unsupported_claim_count: _builtins.int
     fabricated_world_fact_count: _builtins.int
     @_builtins.property
     def groundings(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClaimGrounding]: ...
+    @_builtins.property
+    def checks(self) -> _containers.RepeatedCompositeFieldContainer[Global___PolicyCheck]:
+        """Set when grounding could not run; the answer is then a failure carrying the reason."""
+
     def __init__(
         self,
         *,
@@ -310,10 +335,11 @@ class GroundResponse(_message.Message):
         groundings: _abc.Iterable[Global___ClaimGrounding] | None = ...,
         unsupported_claim_count: _builtins.int = ...,
         fabricated_world_fact_count: _builtins.int = ...,
+        checks: _abc.Iterable[Global___PolicyCheck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fabricated_world_fact_count", b"fabricated_world_fact_count", "groundings", b"groundings", "passed", b"passed", "unsupported_claim_count", b"unsupported_claim_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checks", b"checks", "fabricated_world_fact_count", b"fabricated_world_fact_count", "groundings", b"groundings", "passed", b"passed", "unsupported_claim_count", b"unsupported_claim_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -156,14 +156,41 @@ def test_sigterm_drains_and_exits_cleanly(tmp_path: Path) -> None:
 
 
 async def test_unbuilt_rpc_answers_unimplemented_naming_the_capability(embedded_egbe: EmbeddedEgbe) -> None:
+    from egbe.v1 import policy_pb2, policy_pb2_grpc
+
+    async with grpc.aio.insecure_channel(embedded_egbe.targets["policy"]) as channel:
+        stub = policy_pb2_grpc.PolicyServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Gate(
+                policy_pb2.GateRequest(), metadata=bearer_metadata(embedded_egbe.tokens["service"])
+            )
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "is not built yet" in (caught.value.details() or "")
+
+
+async def test_biography_serves_from_sqlite_under_the_data_dir(embedded_egbe: EmbeddedEgbe) -> None:
     from egbe.v1 import biography_pb2, biography_pb2_grpc
 
     async with grpc.aio.insecure_channel(embedded_egbe.targets["biography"]) as channel:
         stub = biography_pb2_grpc.BiographyServiceStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.VerifyChain(
-                biography_pb2.VerifyChainRequest(ori_id="ori-1"),
-                metadata=bearer_metadata(embedded_egbe.tokens["service"]),
-            )
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "is not built yet" in (caught.value.details() or "")
+        report = await stub.VerifyChain(
+            biography_pb2.VerifyChainRequest(ori_id="ori-1"),
+            metadata=bearer_metadata(embedded_egbe.tokens["service"]),
+        )
+    assert report.intact
+    assert report.events_checked == 0
+    assert (embedded_egbe.data_dir / "biography.sqlite3").is_file()
+
+
+async def test_up_serves_on_unix_sockets(tmp_path: Path) -> None:
+    egbe = start_embedded(tmp_path / "data", "--unix-socket-dir", str(tmp_path / "sock"))
+    try:
+        assert all(target.startswith("unix:") for target in egbe.targets.values())
+        for target in egbe.targets.values():
+            async with grpc.aio.insecure_channel(target) as channel:
+                reply = await health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5
+                )
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        assert stop_embedded(egbe) == 0

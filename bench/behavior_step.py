@@ -1,0 +1,152 @@
+"""Behaviour-layer speed: stepping 10,000 cached HTN plans and re-evaluating 10,000 personality trees.
+
+Prints one JSON object. Slots are a scattered half of a 20,000-agent population (the kernel's
+Lachesis set is rarely one contiguous run); the contiguous figures are reported beside them. The
+baseline is the scalar reference tree, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from egbe.v1 import kernel_pb2
+from kernel_service.behavior import PersonalityBehaviorLayer
+from kernel_service.behavior.goal_refs import encode_goal_ref
+from kernel_service.behavior.personality_tree import TreeInputs, evaluate_personality_tree
+from kernel_service.behavior.profile import profile_from_registration
+from kernel_service.behavior.vocabulary import TRAIT_FIELDS, GoalFamily
+from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals
+
+POPULATION = 20_000
+AGENTS = 10_000
+
+
+def _registrations(rng: np.random.Generator, count: int) -> list[kernel_pb2.AgentRegistration]:
+    regs = []
+    for _ in range(count):
+        traits = kernel_pb2.PersonalityTraits(**{f: int(rng.integers(0, 10_001)) for f in TRAIT_FIELDS})
+        domains = rng.choice(np.arange(1, 10), size=4, replace=False)
+        values = [
+            kernel_pb2.RankedValue(domain=int(d), weight_bp=int(rng.integers(0, 10_001))) for d in domains
+        ]
+        regs.append(
+            kernel_pb2.AgentRegistration(
+                traits=traits, values=values, quirks=["hums"], vocation_ref=int(rng.integers(0, 3))
+            )
+        )
+    return regs
+
+
+def _signals(rng: np.random.Generator, layer: PersonalityBehaviorLayer) -> BehaviorSignals:
+    def bp() -> np.ndarray:
+        return rng.integers(0, 6_000, POPULATION).astype(np.uint16)
+
+    station = layer.library.tag_bit("station-known")
+    goals = np.array(
+        [
+            encode_goal_ref(GoalFamily.VOCATION, station, 1),
+            encode_goal_ref(GoalFamily.VOCATION, 0, 2),
+            encode_goal_ref(GoalFamily.SOCIAL, layer.library.tag_bit("relationship-repair"), 3),
+            encode_goal_ref(GoalFamily.TRAVEL, layer.library.tag_bit("route-known"), 4),
+        ],
+        dtype=np.uint32,
+    )
+    return BehaviorSignals(
+        need_safety_bp=bp(),
+        need_sustaining_bp=bp(),
+        need_social_bp=bp(),
+        need_purpose_bp=bp(),
+        fatigue_bp=bp(),
+        signal_flags=np.zeros(POPULATION, dtype=np.uint16),
+        goal_ref=goals[rng.integers(0, len(goals), POPULATION)],
+    )
+
+
+def _decisions() -> BehaviorDecisions:
+    return BehaviorDecisions(
+        kind=np.zeros(POPULATION, np.uint8),
+        source=np.zeros(POPULATION, np.uint8),
+        goal_ref=np.zeros(POPULATION, np.uint32),
+        plan_step=np.zeros(POPULATION, np.uint16),
+        priority=np.zeros(POPULATION, np.uint16),
+    )
+
+
+def _ns_per_agent(run: Callable[[], None], agents: int, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        run()
+        samples.append((time.perf_counter_ns() - start) / agents)
+    return round(statistics.median(samples), 1)
+
+
+def measure(repeats: int) -> dict[str, object]:
+    rng = np.random.default_rng(7)
+    layer = PersonalityBehaviorLayer(capacity=POPULATION)
+    regs = _registrations(rng, POPULATION)
+    layer.register(0, regs)
+    signals = _signals(rng, layer)
+    out = _decisions()
+    scattered = np.sort(rng.choice(POPULATION, AGENTS, replace=False)).astype(np.uint32)
+    contiguous = np.arange(AGENTS, dtype=np.uint32)
+    layer.decide(np.arange(POPULATION, dtype=np.uint32), signals, out)  # plans compiled and cached
+
+    def step(slots: np.ndarray) -> Callable[[], None]:
+        return lambda: layer.decide(slots, signals, out)
+
+    def reevaluate(slots: np.ndarray) -> Callable[[], None]:
+        def run() -> None:
+            signals.fatigue_bp[slots] ^= 1  # every row's inputs changed: full tree, emotion, needs
+            layer.decide(slots, signals, out)
+
+        return run
+
+    profiles = [profile_from_registration(r) for r in regs[:1_000]]
+    inputs = [
+        TreeInputs(
+            int(signals.need_safety_bp[i]),
+            int(signals.need_sustaining_bp[i]),
+            int(signals.need_social_bp[i]),
+            int(signals.need_purpose_bp[i]),
+            int(signals.fatigue_bp[i]),
+        )
+        for i in range(1_000)
+    ]
+
+    def scalar() -> None:
+        for profile, row in zip(profiles, inputs, strict=True):
+            evaluate_personality_tree(profile, row, layer.config)
+
+    return {
+        "benchmark": "behavior_step",
+        "agents": AGENTS,
+        "population": POPULATION,
+        "repeats": repeats,
+        "lachesis_step_ns_per_agent": _ns_per_agent(step(scattered), AGENTS, repeats),
+        "bt_eval_ns_per_agent": _ns_per_agent(reevaluate(scattered), AGENTS, repeats),
+        "lachesis_step_contiguous_ns_per_agent": _ns_per_agent(step(contiguous), AGENTS, repeats),
+        "bt_eval_contiguous_ns_per_agent": _ns_per_agent(reevaluate(contiguous), AGENTS, repeats),
+        "baseline_scalar_bt_eval_ns_per_agent": _ns_per_agent(scalar, 1_000, max(3, repeats // 10)),
+        "targets": {"lachesis_step_ns_per_agent": 50, "bt_eval_ns_per_agent": 500},
+        "note": "shared 2-core machine; medians of repeats",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print the JSON object (the only output)")
+    parser.add_argument("--repeats", type=int, default=50)
+    args = parser.parse_args()
+    result = measure(args.repeats)
+    print(json.dumps(result, indent=None if args.json else 2))
+
+
+if __name__ == "__main__":
+    main()

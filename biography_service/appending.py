@@ -1,0 +1,116 @@
+"""The append decision both backends share: expected-version check, idempotent repeats, chaining."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from biography_service.chain import GENESIS_HASH, canonical_json, chain_hash
+from biography_service.errors import EventIdConflict, WrongExpectedVersion
+from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
+from biography_service.projections import ProjectionOp, projection_ops
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """A stream's last version (None = no stream) and the hash the next event chains from."""
+
+    version: int | None
+    hash: str = GENESIS_HASH
+
+
+@dataclass(frozen=True)
+class AppendPlan:
+    """The rows and projection changes one append writes, and what it answers."""
+
+    events: list[RecordedEvent]
+    payload_json: list[str]
+    projection_ops: list[ProjectionOp]
+    result: AppendResult
+
+
+def plan_append(
+    ori_id: str,
+    expected: ExpectedVersion,
+    proposed: Sequence[NewEvent],
+    *,
+    head: StreamHead,
+    already: Sequence[RecordedEvent],
+    next_global_position: int,
+    recorded_at_us: int,
+) -> AppendPlan | AppendResult:
+    """Decide an append under the store's write lock.
+
+    `already` holds the recorded events whose ids appear in `proposed`. Returns the plan to write, or
+    the earlier result when the call repeats an append that was recorded (nothing to write). Raises
+    WrongExpectedVersion or EventIdConflict; in every case the caller writes nothing else.
+    """
+    if already:
+        return _repeat_result(ori_id, expected, proposed, head, already)
+    if not expected.admits(head.version):
+        raise WrongExpectedVersion(ori_id, expected.describe(), head.version)
+    version = -1 if head.version is None else head.version
+    previous = head.hash
+    events: list[RecordedEvent] = []
+    payloads: list[str] = []
+    ops: list[ProjectionOp] = []
+    for offset, new in enumerate(proposed, start=1):
+        payload_json = canonical_json(new.payload)
+        unhashed = RecordedEvent(
+            event_id=new.event_id,
+            ori_id=ori_id,
+            stream_version=version + offset,
+            global_position=next_global_position + offset - 1,
+            kind=new.kind,
+            payload=new.payload,
+            world_tick=new.world_tick,
+            recorded_at_us=recorded_at_us,
+            provenance_ref=new.provenance_ref,
+            previous_hash=previous,
+            hash="",
+        )
+        event = replace(unhashed, hash=chain_hash(unhashed, payload_json))
+        events.append(event)
+        payloads.append(payload_json)
+        ops.extend(projection_ops(event))
+        previous = event.hash
+    result = AppendResult(
+        last_version=events[-1].stream_version,
+        first_global_position=events[0].global_position,
+        last_global_position=events[-1].global_position,
+        already_recorded=False,
+    )
+    return AppendPlan(events, payloads, ops, result)
+
+
+def _repeat_result(
+    ori_id: str,
+    expected: ExpectedVersion,
+    proposed: Sequence[NewEvent],
+    head: StreamHead,
+    already: Sequence[RecordedEvent],
+) -> AppendResult:
+    by_id = {event.event_id: event for event in already}
+    recorded = [by_id.get(new.event_id) for new in proposed]
+    for new, event in zip(proposed, recorded, strict=True):
+        if event is None:
+            raise EventIdConflict(
+                already[0].event_id, "already recorded; a repeat must re-send exactly the recorded batch"
+            )
+        if event.ori_id != ori_id:
+            raise EventIdConflict(event.event_id, f"already recorded in another stream ({event.ori_id!r})")
+        if not event.same_content(new):
+            raise EventIdConflict(event.event_id, "already recorded with different content")
+    placed = [event for event in recorded if event is not None]
+    first = placed[0].stream_version
+    if [event.stream_version for event in placed] != list(range(first, first + len(placed))):
+        raise EventIdConflict(placed[0].event_id, "already recorded, but not as one contiguous batch")
+    if not expected.admits(first - 1 if first > 0 else None):
+        # The same events sit elsewhere than the caller expects: report it as the conflict it is.
+        raise WrongExpectedVersion(ori_id, expected.describe(), head.version)
+    return AppendResult(
+        last_version=placed[-1].stream_version,
+        first_global_position=placed[0].global_position,
+        last_global_position=placed[-1].global_position,
+        already_recorded=True,
+    )

@@ -1,0 +1,110 @@
+"""The Ori event model: kinds, events as proposed and as recorded, and expected-version rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any
+
+ALL_STREAMS = "$all"
+
+JsonObject = dict[str, Any]
+
+
+class EventKind(StrEnum):
+    """What happened in an Ori's life; the names are the stored form."""
+
+    MEMORY_FORMED = "MemoryFormed"
+    REFLECTED = "Reflected"
+    RELATIONSHIP_CHANGED = "RelationshipChanged"
+    ARC_ADVANCED = "ArcAdvanced"
+    PERSONALITY_EVENT = "PersonalityEvent"
+    VALUE_SHIFT = "ValueShift"
+    GOAL_ARC_ADVANCED = "GoalArcAdvanced"
+    CONSOLIDATED = "Consolidated"
+    DIRECTIVE_REFUSED = "DirectiveRefused"
+
+
+class ExpectedKind(Enum):
+    ANY = "any"
+    NO_STREAM = "no stream"
+    STREAM_EXISTS = "stream exists"
+    EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class ExpectedVersion:
+    """The optimistic-concurrency condition an Append is made under."""
+
+    kind: ExpectedKind
+    version: int = 0
+
+    def describe(self) -> str:
+        return f"version {self.version}" if self.kind is ExpectedKind.EXACT else self.kind.value
+
+    def admits(self, actual: int | None) -> bool:
+        """Whether a stream whose last version is `actual` (None = no stream) satisfies this condition."""
+        if self.kind is ExpectedKind.ANY:
+            return True
+        if self.kind is ExpectedKind.NO_STREAM:
+            return actual is None
+        if self.kind is ExpectedKind.STREAM_EXISTS:
+            return actual is not None
+        return actual == self.version
+
+
+ANY = ExpectedVersion(ExpectedKind.ANY)
+NO_STREAM = ExpectedVersion(ExpectedKind.NO_STREAM)
+STREAM_EXISTS = ExpectedVersion(ExpectedKind.STREAM_EXISTS)
+
+
+def exact(version: int) -> ExpectedVersion:
+    return ExpectedVersion(ExpectedKind.EXACT, version)
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event as a client proposes it; `event_id` is the idempotency key."""
+
+    event_id: str
+    kind: EventKind
+    payload: JsonObject
+    world_tick: int
+    provenance_ref: str = ""
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as the log holds it: placed in its stream and in the global order, and chained."""
+
+    event_id: str
+    ori_id: str
+    stream_version: int
+    global_position: int
+    kind: EventKind
+    payload: JsonObject
+    world_tick: int
+    recorded_at_us: int
+    provenance_ref: str
+    previous_hash: str
+    hash: str
+
+    def same_content(self, proposed: NewEvent) -> bool:
+        """Whether `proposed` is this event re-sent (the client-supplied fields all match)."""
+        return (
+            self.event_id == proposed.event_id
+            and self.kind == proposed.kind
+            and self.payload == proposed.payload
+            and self.world_tick == proposed.world_tick
+            and self.provenance_ref == proposed.provenance_ref
+        )
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an Append's events landed; `already_recorded` marks an idempotent repeat."""
+
+    last_version: int
+    first_global_position: int
+    last_global_position: int
+    already_recorded: bool

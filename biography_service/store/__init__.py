@@ -1,0 +1,1 @@
+"""Storage for the Ori event log: one store interface, one module per backend."""

@@ -1,0 +1,100 @@
+"""The one interface every backend implements, and the wake-up signal subscriptions wait on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
+from biography_service.projections import (
+    SECTIONS,
+    MemoryView,
+    ProjectionSnapshot,
+    RelationshipView,
+    ValueView,
+)
+
+
+class AppendSignal:
+    """Wakes caught-up subscribers after a commit; a token taken before a read cannot miss a later one."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def token(self) -> asyncio.Event:
+        return self._event
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    @staticmethod
+    async def wait(token: asyncio.Event, poll_seconds: float) -> None:
+        """Return when something was appended after `token` was taken, or after `poll_seconds`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(token.wait(), poll_seconds)
+
+
+class BiographyStore(ABC):
+    """The Ori event log and its projections; every method is atomic on its own."""
+
+    def __init__(self) -> None:
+        self.appended = AppendSignal()
+
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and run pending schema migrations."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def append(
+        self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
+    ) -> AppendResult:
+        """Append all of `events` or none (WrongExpectedVersion, EventIdConflict, StorageUnavailable)."""
+
+    @abstractmethod
+    async def read_stream(
+        self, ori_id: str, from_version: int, limit: int, *, backward: bool = False
+    ) -> list[RecordedEvent]: ...
+
+    @abstractmethod
+    async def read_all(
+        self, from_position: int, limit: int, ori_ids: Sequence[str] = ()
+    ) -> list[RecordedEvent]:
+        """Events with global position >= `from_position` in global order, optionally only some streams."""
+
+    @abstractmethod
+    async def stream_version(self, ori_id: str) -> int | None: ...
+
+    @abstractmethod
+    async def snapshot(self, ori_id: str, *, limit: int, memory_window: int) -> ProjectionSnapshot:
+        """The Ori's projections, at most `limit` items per section, ranked best-first."""
+
+
+def build_snapshot(
+    ori_id: str,
+    *,
+    totals: Sequence[Any],
+    memories: Sequence[Sequence[Any]],
+    relationships: Sequence[Sequence[Any]],
+    arcs: Sequence[Sequence[Any]],
+    personality: Sequence[Sequence[Any]],
+    values: Sequence[Sequence[Any]],
+) -> ProjectionSnapshot:
+    """Assemble the rows of the snapshot queries (same shape on every backend)."""
+    version = None if totals[0] is None else int(totals[0])
+    return ProjectionSnapshot(
+        ori_id=ori_id,
+        stream_version=version,
+        memories=[MemoryView(r[0], r[1], int(r[2]), int(r[3])) for r in memories],
+        relationships=[RelationshipView(r[0], int(r[1]), int(r[2]), r[3]) for r in relationships],
+        arc_refs=[r[0] for r in arcs],
+        personality_events=[r[0] for r in personality],
+        values=[ValueView(r[0], int(r[1])) for r in values],
+        totals={name: int(count) for name, count in zip(SECTIONS, totals[1:], strict=True)},
+    )

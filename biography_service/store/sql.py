@@ -1,0 +1,257 @@
+"""The SQL both backends speak: schema migrations, statements (`?` placeholders) and row decoding."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from biography_service.errors import CorruptEvent
+from biography_service.events import EventKind, RecordedEvent
+from biography_service.projections import (
+    ArcUpsert,
+    MemoryRow,
+    PersonalityRow,
+    ProjectionOp,
+    RelationshipUpsert,
+)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ( version BIGINT PRIMARY KEY, description TEXT NOT NULL)"
+)
+
+# Append-only: a later schema change is a new Migration, never an edit of an applied one.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "event log, global head, projections",
+        (
+            # (ori_id, stream_version) as primary key: two writers can never both hold a version.
+            "CREATE TABLE events ("
+            " ori_id TEXT NOT NULL,"
+            " stream_version BIGINT NOT NULL,"
+            " global_position BIGINT NOT NULL UNIQUE,"
+            " event_id TEXT NOT NULL UNIQUE,"
+            " kind TEXT NOT NULL,"
+            " payload TEXT NOT NULL,"
+            " world_tick BIGINT NOT NULL,"
+            " recorded_at_us BIGINT NOT NULL,"
+            " provenance_ref TEXT NOT NULL,"
+            " previous_hash TEXT NOT NULL,"
+            " hash TEXT NOT NULL,"
+            " PRIMARY KEY (ori_id, stream_version))",
+            # One row whose lock serializes appends, so global positions commit in order with no gap.
+            "CREATE TABLE log_head (id BIGINT PRIMARY KEY CHECK (id = 1), position BIGINT NOT NULL)",
+            "INSERT INTO log_head (id, position) VALUES (1, 0)",
+            "CREATE TABLE memories ("
+            " ori_id TEXT NOT NULL, ref TEXT NOT NULL, stream_version BIGINT NOT NULL, seq BIGINT NOT NULL,"
+            " text TEXT NOT NULL, salience_bp BIGINT NOT NULL, world_tick BIGINT NOT NULL,"
+            " PRIMARY KEY (ori_id, ref))",
+            "CREATE INDEX memories_recent ON memories (ori_id, stream_version, seq)",
+            "CREATE TABLE relationships ("
+            " ori_id TEXT NOT NULL, other_ori_id TEXT NOT NULL,"
+            " bond BIGINT NOT NULL, respect BIGINT NOT NULL,"
+            " summary TEXT NOT NULL, ended BIGINT NOT NULL, stream_version BIGINT NOT NULL,"
+            " PRIMARY KEY (ori_id, other_ori_id))",
+            "CREATE TABLE arcs ("
+            " ori_id TEXT NOT NULL, arc_ref TEXT NOT NULL, status TEXT NOT NULL,"
+            " stream_version BIGINT NOT NULL, PRIMARY KEY (ori_id, arc_ref))",
+            "CREATE TABLE personality_events ("
+            " ori_id TEXT NOT NULL, ref TEXT NOT NULL, stream_version BIGINT NOT NULL, seq BIGINT NOT NULL,"
+            " summary TEXT NOT NULL, PRIMARY KEY (ori_id, ref))",
+            "CREATE TABLE ori_values ("
+            " ori_id TEXT NOT NULL, value_ref TEXT NOT NULL, weight_bp BIGINT NOT NULL,"
+            " stream_version BIGINT NOT NULL, PRIMARY KEY (ori_id, value_ref))",
+        ),
+    ),
+)
+
+# Statements below interpolate only these constant column lists and placeholder counts, never input.
+EVENT_COLUMNS = (
+    "event_id, ori_id, stream_version, global_position, kind, payload, world_tick,"
+    " recorded_at_us, provenance_ref, previous_hash, hash"
+)
+
+INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
+STREAM_HEAD = "SELECT stream_version, hash FROM events WHERE ori_id = ? ORDER BY stream_version DESC LIMIT 1"
+LOG_HEAD = "SELECT position FROM log_head WHERE id = 1"
+SET_LOG_HEAD = "UPDATE log_head SET position = ? WHERE id = 1"
+READ_FORWARD = (
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE ori_id = ? AND stream_version >= ?"  # noqa: S608
+    " ORDER BY stream_version LIMIT ?"
+)
+READ_BACKWARD = (
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE ori_id = ? AND stream_version <= ?"  # noqa: S608
+    " ORDER BY stream_version DESC LIMIT ?"
+)
+READ_ALL = (
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position >= ?"  # noqa: S608
+    " ORDER BY global_position LIMIT ?"
+)
+
+
+def events_by_ids(count: int) -> str:
+    marks = ", ".join("?" * count)
+    return f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({marks})"  # noqa: S608
+
+
+def read_all_for(ori_count: int) -> str:
+    """$all restricted to some streams."""
+    marks = ", ".join("?" * ori_count)
+    return (
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE global_position >= ? AND ori_id IN ({marks})"  # noqa: S608
+        " ORDER BY global_position LIMIT ?"
+    )
+
+
+def event_row(event: RecordedEvent, payload_json: str) -> tuple[Any, ...]:
+    return (
+        event.event_id,
+        event.ori_id,
+        event.stream_version,
+        event.global_position,
+        event.kind.value,
+        payload_json,
+        event.world_tick,
+        event.recorded_at_us,
+        event.provenance_ref,
+        event.previous_hash,
+        event.hash,
+    )
+
+
+def decode_event(row: Sequence[Any]) -> RecordedEvent:
+    try:
+        return _decode(row)
+    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise CorruptEvent(str(row[1]), int(row[2]), str(exc)) from exc
+
+
+def _decode(row: Sequence[Any]) -> RecordedEvent:
+    payload = json.loads(row[5])
+    if not isinstance(payload, dict):
+        raise TypeError("payload is not a JSON object")
+    return RecordedEvent(
+        event_id=row[0],
+        ori_id=row[1],
+        stream_version=int(row[2]),
+        global_position=int(row[3]),
+        kind=EventKind(row[4]),
+        payload=payload,
+        world_tick=int(row[6]),
+        recorded_at_us=int(row[7]),
+        provenance_ref=row[8],
+        previous_hash=row[9],
+        hash=row[10],
+    )
+
+
+_UPSERT_MEMORY = (
+    "INSERT INTO memories (ori_id, ref, stream_version, seq, text, salience_bp, world_tick)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ori_id, ref) DO UPDATE SET"
+    " stream_version = excluded.stream_version, seq = excluded.seq, text = excluded.text,"
+    " salience_bp = excluded.salience_bp, world_tick = excluded.world_tick"
+)
+# Absent bond/respect/summary keep the values already projected.
+_UPSERT_RELATIONSHIP = (
+    "INSERT INTO relationships (ori_id, other_ori_id, bond, respect, summary, ended, stream_version)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ori_id, other_ori_id) DO UPDATE SET"
+    " bond = COALESCE(?, relationships.bond), respect = COALESCE(?, relationships.respect),"
+    " summary = COALESCE(?, relationships.summary), ended = excluded.ended,"
+    " stream_version = excluded.stream_version"
+)
+_UPSERT_ARC = (
+    "INSERT INTO arcs (ori_id, arc_ref, status, stream_version) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (ori_id, arc_ref) DO UPDATE SET status = excluded.status,"
+    " stream_version = excluded.stream_version"
+)
+_UPSERT_PERSONALITY = (
+    "INSERT INTO personality_events (ori_id, ref, stream_version, seq, summary) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (ori_id, ref) DO UPDATE SET stream_version = excluded.stream_version,"
+    " seq = excluded.seq, summary = excluded.summary"
+)
+_UPSERT_VALUE = (
+    "INSERT INTO ori_values (ori_id, value_ref, weight_bp, stream_version) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (ori_id, value_ref) DO UPDATE SET weight_bp = excluded.weight_bp,"
+    " stream_version = excluded.stream_version"
+)
+
+
+def projection_statements(ori_id: str, ops: Sequence[ProjectionOp]) -> dict[str, list[tuple[Any, ...]]]:
+    """Parameter rows per statement, in op order within each statement (each statement owns one table)."""
+    grouped: dict[str, list[tuple[Any, ...]]] = {}
+    for op in ops:
+        statement, params = _statement(ori_id, op)
+        grouped.setdefault(statement, []).append(params)
+    return grouped
+
+
+def _statement(ori_id: str, op: ProjectionOp) -> tuple[str, tuple[Any, ...]]:
+    if isinstance(op, MemoryRow):
+        return _UPSERT_MEMORY, (
+            ori_id,
+            op.ref,
+            op.stream_version,
+            op.seq,
+            op.text,
+            op.salience_bp,
+            op.world_tick,
+        )
+    if isinstance(op, RelationshipUpsert):
+        return _UPSERT_RELATIONSHIP, (
+            ori_id,
+            op.other_ori_id,
+            op.bond or 0,
+            op.respect or 0,
+            op.summary or "",
+            int(op.ended),
+            op.stream_version,
+            op.bond,
+            op.respect,
+            op.summary,
+        )
+    if isinstance(op, ArcUpsert):
+        return _UPSERT_ARC, (ori_id, op.arc_ref, op.status, op.stream_version)
+    if isinstance(op, PersonalityRow):
+        return _UPSERT_PERSONALITY, (ori_id, op.ref, op.stream_version, op.seq, op.summary)
+    return _UPSERT_VALUE, (ori_id, op.value_ref, op.weight_bp, op.stream_version)
+
+
+SNAPSHOT_TOTALS = (
+    "SELECT"
+    " (SELECT MAX(stream_version) FROM events WHERE ori_id = ?),"
+    " (SELECT COUNT(*) FROM memories WHERE ori_id = ?),"
+    " (SELECT COUNT(*) FROM relationships WHERE ori_id = ? AND ended = 0),"
+    " (SELECT COUNT(*) FROM arcs WHERE ori_id = ? AND status = 'active'),"
+    " (SELECT COUNT(*) FROM personality_events WHERE ori_id = ?),"
+    " (SELECT COUNT(*) FROM ori_values WHERE ori_id = ?)"
+)
+SNAPSHOT_MEMORIES = (
+    "SELECT ref, text, salience_bp, world_tick FROM"
+    " (SELECT ref, text, salience_bp, world_tick, stream_version, seq FROM memories WHERE ori_id = ?"
+    "  ORDER BY stream_version DESC, seq DESC LIMIT ?) AS recent"
+    " ORDER BY salience_bp DESC, stream_version DESC, seq DESC LIMIT ?"
+)
+SNAPSHOT_RELATIONSHIPS = (
+    "SELECT other_ori_id, bond, respect, summary FROM relationships WHERE ori_id = ? AND ended = 0"
+    " ORDER BY ABS(bond) + ABS(respect) DESC, stream_version DESC, other_ori_id LIMIT ?"
+)
+SNAPSHOT_ARCS = (
+    "SELECT arc_ref FROM arcs WHERE ori_id = ? AND status = 'active'"
+    " ORDER BY stream_version DESC, arc_ref LIMIT ?"
+)
+SNAPSHOT_PERSONALITY = (
+    "SELECT summary FROM personality_events WHERE ori_id = ? ORDER BY stream_version DESC, seq DESC LIMIT ?"
+)
+SNAPSHOT_VALUES = (
+    "SELECT value_ref, weight_bp FROM ori_values WHERE ori_id = ? ORDER BY weight_bp DESC, value_ref LIMIT ?"
+)

@@ -1,0 +1,200 @@
+"""SQLite backend (the embedded default): WAL, synchronous=FULL, blocking work kept off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from biography_service.appending import AppendPlan, StreamHead, plan_append
+from biography_service.errors import ConstraintConflict, StorageUnavailable
+from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
+from biography_service.projections import ProjectionSnapshot
+from biography_service.store import sql
+from biography_service.store.base import BiographyStore, build_snapshot
+
+T = TypeVar("T")
+
+READER_THREADS = 2
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    # Autocommit mode: transactions are opened explicitly. Each connection is used by one thread only;
+    # check_same_thread is off so close() can run after that thread's pool has shut down.
+    connection = sqlite3.connect(path, isolation_level=None, timeout=30.0, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    return connection
+
+
+class SqliteStore(BiographyStore):
+    """One writer thread owning one connection (SQLite has one writer), readers on their own threads."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._path = path
+        self._writer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="biography-sqlite-w")
+        self._reader_pool = ThreadPoolExecutor(
+            max_workers=READER_THREADS, thread_name_prefix="biography-sqlite-r"
+        )
+        self._local = threading.local()
+        self._writer: sqlite3.Connection | None = None
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+
+    async def _on(self, pool: ThreadPoolExecutor, work: Callable[[], T]) -> T:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, work)
+        except sqlite3.IntegrityError as exc:
+            raise ConstraintConflict(f"sqlite: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StorageUnavailable(f"sqlite: {exc}") from exc
+
+    def _write_connection(self) -> sqlite3.Connection:
+        if self._writer is None:
+            self._writer = _connect(self._path)
+        return self._writer
+
+    def _read_connection(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = _connect(self._path)
+            self._local.connection = connection
+            with self._readers_lock:
+                self._readers.append(connection)
+        return connection
+
+    async def open(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        await self._on(self._writer_pool, self._migrate)
+
+    def _migrate(self) -> None:
+        connection = self._write_connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            connection.execute(sql.MIGRATIONS_TABLE)
+            applied = {row[0] for row in connection.execute("SELECT version FROM schema_migrations")}
+            for migration in sql.MIGRATIONS:
+                if migration.version in applied:
+                    continue
+                for statement in migration.statements:
+                    connection.execute(statement)
+                connection.execute(
+                    "INSERT INTO schema_migrations (version, description) VALUES (?, ?)",
+                    (migration.version, migration.description),
+                )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    async def close(self) -> None:
+        def close_writer() -> None:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+        await asyncio.get_running_loop().run_in_executor(self._writer_pool, close_writer)
+        self._writer_pool.shutdown(wait=True)
+        self._reader_pool.shutdown(wait=True)
+        with self._readers_lock:
+            for connection in self._readers:
+                connection.close()
+            self._readers.clear()
+
+    async def append(
+        self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
+    ) -> AppendResult:
+        result = await self._on(self._writer_pool, lambda: self._append(ori_id, expected, events))
+        if not result.already_recorded:
+            self.appended.notify()
+        return result
+
+    def _append(self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]) -> AppendResult:
+        connection = self._write_connection()
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
+            head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
+            ids = [event.event_id for event in events]
+            already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
+            position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
+            plan = plan_append(
+                ori_id,
+                expected,
+                events,
+                head=head,
+                already=already,
+                next_global_position=position + 1,
+                recorded_at_us=time.time_ns() // 1000,
+            )
+            if isinstance(plan, AppendPlan):
+                self._write(connection, ori_id, plan)
+                connection.execute("COMMIT")
+                return plan.result
+            connection.execute("ROLLBACK")
+            return plan
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _write(connection: sqlite3.Connection, ori_id: str, plan: AppendPlan) -> None:
+        rows = [sql.event_row(e, p) for e, p in zip(plan.events, plan.payload_json, strict=True)]
+        connection.executemany(sql.INSERT_EVENT, rows)
+        connection.execute(sql.SET_LOG_HEAD, (plan.result.last_global_position,))
+        for statement, params in sql.projection_statements(ori_id, plan.projection_ops).items():
+            connection.executemany(statement, params)
+
+    async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
+        def work() -> list[RecordedEvent]:
+            return [sql.decode_event(r) for r in self._read_connection().execute(query, params)]
+
+        return await self._on(self._reader_pool, work)
+
+    async def read_stream(
+        self, ori_id: str, from_version: int, limit: int, *, backward: bool = False
+    ) -> list[RecordedEvent]:
+        query = sql.READ_BACKWARD if backward else sql.READ_FORWARD
+        return await self._read(query, (ori_id, from_version, limit))
+
+    async def read_all(
+        self, from_position: int, limit: int, ori_ids: Sequence[str] = ()
+    ) -> list[RecordedEvent]:
+        if ori_ids:
+            return await self._read(sql.read_all_for(len(ori_ids)), (from_position, *ori_ids, limit))
+        return await self._read(sql.READ_ALL, (from_position, limit))
+
+    async def stream_version(self, ori_id: str) -> int | None:
+        def work() -> int | None:
+            row = self._read_connection().execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._on(self._reader_pool, work)
+
+    async def snapshot(self, ori_id: str, *, limit: int, memory_window: int) -> ProjectionSnapshot:
+        def work() -> ProjectionSnapshot:
+            connection = self._read_connection()
+            # One read transaction, so every section reflects the same appends.
+            connection.execute("BEGIN")
+            try:
+                return build_snapshot(
+                    ori_id,
+                    totals=connection.execute(sql.SNAPSHOT_TOTALS, (ori_id,) * 6).fetchone(),
+                    memories=connection.execute(
+                        sql.SNAPSHOT_MEMORIES, (ori_id, memory_window, limit)
+                    ).fetchall(),
+                    relationships=connection.execute(sql.SNAPSHOT_RELATIONSHIPS, (ori_id, limit)).fetchall(),
+                    arcs=connection.execute(sql.SNAPSHOT_ARCS, (ori_id, limit)).fetchall(),
+                    personality=connection.execute(sql.SNAPSHOT_PERSONALITY, (ori_id, limit)).fetchall(),
+                    values=connection.execute(sql.SNAPSHOT_VALUES, (ori_id, limit)).fetchall(),
+                )
+            finally:
+                connection.execute("COMMIT")
+
+        return await self._on(self._reader_pool, work)

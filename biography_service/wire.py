@@ -1,0 +1,313 @@
+"""Proto ↔ domain, in one place: request validation (field-named violations) and response building."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import cast
+
+from google.protobuf import json_format, struct_pb2
+
+from biography_service.chain import canonical_json
+from biography_service.config import MAX_STORED_INTEGER, BiographyConfig
+from biography_service.consolidation import Fragment
+from biography_service.events import (
+    ALL_STREAMS,
+    ANY,
+    NO_STREAM,
+    STREAM_EXISTS,
+    EventKind,
+    ExpectedVersion,
+    JsonObject,
+    NewEvent,
+    RecordedEvent,
+    exact,
+)
+from biography_service.payloads import payload_problems
+from biography_service.projections import MemoryView, RelationshipView, ValueView
+from biography_service.rehydration import LoadBudget, WorkingContext
+from egbe.v1 import biography_pb2
+from services.errors import FieldViolation, InvalidArgument
+
+KINDS: dict[int, EventKind] = {
+    biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED: EventKind.MEMORY_FORMED,
+    biography_pb2.ORI_EVENT_KIND_REFLECTED: EventKind.REFLECTED,
+    biography_pb2.ORI_EVENT_KIND_RELATIONSHIP_CHANGED: EventKind.RELATIONSHIP_CHANGED,
+    biography_pb2.ORI_EVENT_KIND_ARC_ADVANCED: EventKind.ARC_ADVANCED,
+    biography_pb2.ORI_EVENT_KIND_PERSONALITY_EVENT: EventKind.PERSONALITY_EVENT,
+    biography_pb2.ORI_EVENT_KIND_VALUE_SHIFT: EventKind.VALUE_SHIFT,
+    biography_pb2.ORI_EVENT_KIND_GOAL_ARC_ADVANCED: EventKind.GOAL_ARC_ADVANCED,
+    biography_pb2.ORI_EVENT_KIND_CONSOLIDATED: EventKind.CONSOLIDATED,
+    biography_pb2.ORI_EVENT_KIND_DIRECTIVE_REFUSED: EventKind.DIRECTIVE_REFUSED,
+}
+KIND_NUMBERS = {kind: number for number, kind in KINDS.items()}
+
+
+class _Violations:
+    """Collects every problem in a request, then refuses it whole."""
+
+    def __init__(self) -> None:
+        self.found: list[FieldViolation] = []
+
+    def add(self, field: str, description: str) -> None:
+        self.found.append(FieldViolation(field, description))
+
+    def raise_if_any(self) -> None:
+        if self.found:
+            raise InvalidArgument(self.found)
+
+
+def _ori_id(value: str, field: str, config: BiographyConfig, problems: _Violations) -> None:
+    if not value:
+        problems.add(field, "must not be empty")
+    elif len(value) > config.max_ori_id_chars:
+        problems.add(field, f"must be at most {config.max_ori_id_chars} characters")
+    elif value.startswith("$"):
+        problems.add(field, 'must not start with "$" (reserved for "$all")')
+
+
+def _in_range(value: int, field: str, problems: _Violations) -> None:
+    if value > MAX_STORED_INTEGER:
+        problems.add(field, f"must be at most {MAX_STORED_INTEGER}")
+
+
+def _payload(
+    message: struct_pb2.Struct,
+    kind: EventKind | None,
+    field: str,
+    config: BiographyConfig,
+    problems: _Violations,
+) -> JsonObject:
+    payload: JsonObject = json_format.MessageToDict(message)
+    try:
+        size = len(canonical_json(payload).encode("utf-8"))
+    except ValueError:
+        problems.add(field, "must not contain NaN or infinite numbers")
+        return payload
+    if size > config.max_payload_bytes:
+        problems.add(field, f"is {size} bytes; the limit is {config.max_payload_bytes}")
+    elif kind is not None:
+        for inner, why in payload_problems(kind, payload):
+            problems.add(f"{field}.{inner}", why)
+    return payload
+
+
+def _kind(number: int, field: str, problems: _Violations) -> EventKind | None:
+    kind = KINDS.get(number)
+    if kind is None:
+        problems.add(field, f"unknown or unspecified event kind {number}")
+    return kind
+
+
+def _expected(message: biography_pb2.ExpectedVersion, problems: _Violations) -> ExpectedVersion:
+    kinds = biography_pb2.ExpectedVersion
+    if message.kind == kinds.KIND_EXACT:
+        _in_range(message.version, "expected_version.version", problems)
+        return exact(message.version)
+    if message.version:
+        problems.add("expected_version.version", "is only meaningful when kind is KIND_EXACT")
+    # An unset expectation means "any": the caller asked for no concurrency check.
+    return {kinds.KIND_NO_STREAM: NO_STREAM, kinds.KIND_STREAM_EXISTS: STREAM_EXISTS}.get(message.kind, ANY)
+
+
+def append_request(
+    request: biography_pb2.AppendRequest, config: BiographyConfig
+) -> tuple[ExpectedVersion, list[NewEvent]]:
+    problems = _Violations()
+    _ori_id(request.ori_id, "ori_id", config, problems)
+    expected = _expected(request.expected_version, problems)
+    if not request.events:
+        problems.add("events", "must hold at least one event")
+    elif len(request.events) > config.max_batch_events:
+        problems.add("events", f"holds {len(request.events)} events; the limit is {config.max_batch_events}")
+    events: list[NewEvent] = []
+    seen: set[str] = set()
+    for i, new in enumerate(request.events[: config.max_batch_events]):
+        field = f"events[{i}]"
+        event_id = _event_id(new.event_id, f"{field}.event_id", problems)
+        if event_id is not None and event_id in seen:
+            problems.add(f"{field}.event_id", "repeats an earlier event id of this batch")
+        seen.add(event_id or "")
+        kind = _kind(new.kind, f"{field}.kind", problems)
+        payload = _payload(new.payload, kind, f"{field}.payload", config, problems)
+        _in_range(new.world_tick, f"{field}.world_tick", problems)
+        if kind is not None and event_id is not None:
+            events.append(NewEvent(event_id, kind, payload, new.world_tick, new.provenance_ref))
+    problems.raise_if_any()
+    return expected, events
+
+
+def _event_id(value: str, field: str, problems: _Violations) -> str | None:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        problems.add(field, "must be a UUID")
+        return None
+
+
+@dataclass(frozen=True)
+class ReadCursor:
+    ori_id: str
+    start: int | None
+    page_size: int
+    backward: bool
+
+
+def _encode_token(ori_id: str, start: int, backward: bool) -> str:
+    body = json.dumps({"ori": ori_id, "from": start, "backward": backward}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(body.encode()).decode()
+
+
+def read_request(request: biography_pb2.ReadRequest, config: BiographyConfig) -> ReadCursor:
+    problems = _Violations()
+    if request.ori_id != ALL_STREAMS:
+        _ori_id(request.ori_id, "ori_id", config, problems)
+    if request.page_size < 0:
+        problems.add("page_size", "must not be negative")
+    backward = request.direction == biography_pb2.READ_DIRECTION_BACKWARD
+    if backward and request.ori_id == ALL_STREAMS:
+        problems.add("direction", '"$all" reads forward only')
+    requested_from: int = getattr(request, "from")  # `from` is a Python keyword
+    _in_range(requested_from, "from", problems)
+    start: int | None = requested_from
+    if backward and not start:
+        start = None  # backward from 0 means "from the end of the stream"
+    if request.page_token:
+        start, backward = _decode_token(request.page_token, request.ori_id, problems)
+    problems.raise_if_any()
+    page_size = min(request.page_size or config.default_page_size, config.max_page_size)
+    return ReadCursor(request.ori_id, start, page_size, backward)
+
+
+def _decode_token(token: str, ori_id: str, problems: _Violations) -> tuple[int | None, bool]:
+    try:
+        body = json.loads(base64.urlsafe_b64decode(token.encode()))
+        start, backward, token_ori = int(body["from"]), bool(body["backward"]), str(body["ori"])
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        problems.add("page_token", "is not a token this service issued")
+        return None, False
+    if token_ori != ori_id:
+        problems.add("page_token", "was issued for another stream")
+    return start, backward
+
+
+def read_response(
+    events: list[RecordedEvent], cursor: ReadCursor, next_from: int | None
+) -> biography_pb2.ReadResponse:
+    token = "" if next_from is None else _encode_token(cursor.ori_id, next_from, cursor.backward)
+    return biography_pb2.ReadResponse(events=[event_message(e) for e in events], next_page_token=token)
+
+
+def event_message(event: RecordedEvent) -> biography_pb2.OriEvent:
+    message = biography_pb2.OriEvent(
+        event_id=event.event_id,
+        ori_id=event.ori_id,
+        stream_version=event.stream_version,
+        global_position=event.global_position,
+        kind=cast("biography_pb2.OriEventKind.ValueType", KIND_NUMBERS[event.kind]),
+        world_tick=event.world_tick,
+        provenance_ref=event.provenance_ref,
+        previous_hash=event.previous_hash,
+        hash=event.hash,
+    )
+    message.payload.update(event.payload)
+    message.recorded_at.FromMicroseconds(event.recorded_at_us)
+    return message
+
+
+def subscribe_request(
+    request: biography_pb2.SubscribeRequest, config: BiographyConfig
+) -> tuple[int, list[str]]:
+    problems = _Violations()
+    _in_range(request.from_position, "from_position", problems)
+    for i, ori_id in enumerate(request.ori_ids):
+        _ori_id(ori_id, f"ori_ids[{i}]", config, problems)
+    problems.raise_if_any()
+    return request.from_position, sorted(set(request.ori_ids))
+
+
+def rehydrate_request(request: biography_pb2.RehydrateRequest, config: BiographyConfig) -> LoadBudget:
+    problems = _Violations()
+    _ori_id(request.ori_id, "ori_id", config, problems)
+    problems.raise_if_any()
+    return LoadBudget(
+        max_events=request.max_events or config.rehydrate_max_events,
+        max_chars=request.max_chars or config.rehydrate_max_chars,
+    )
+
+
+def rehydrate_response(context: WorkingContext) -> biography_pb2.RehydrateResponse:
+    return biography_pb2.RehydrateResponse(
+        ori_id=context.ori_id,
+        stream_version=context.stream_version or 0,
+        memories=[_memory(m) for m in context.memories],
+        relationships=[_relationship(r) for r in context.relationships],
+        arc_refs=context.arc_refs,
+        personality_events=context.personality_events,
+        values=[_value(v) for v in context.values],
+        chars_used=context.chars_used,
+        omitted=context.omitted,
+    )
+
+
+def _memory(memory: MemoryView) -> biography_pb2.MemoryItem:
+    return biography_pb2.MemoryItem(
+        event_id=memory.ref, text=memory.text, salience_bp=memory.salience_bp, world_tick=memory.world_tick
+    )
+
+
+def _relationship(relationship: RelationshipView) -> biography_pb2.RelationshipItem:
+    return biography_pb2.RelationshipItem(
+        other_ori_id=relationship.other_ori_id,
+        bond=relationship.bond,
+        respect=relationship.respect,
+        summary=relationship.summary,
+    )
+
+
+def _value(value: ValueView) -> biography_pb2.ValueItem:
+    return biography_pb2.ValueItem(value_ref=value.value_ref, weight_bp=value.weight_bp)
+
+
+def consolidate_request(request: biography_pb2.ConsolidateRequest, config: BiographyConfig) -> list[Fragment]:
+    problems = _Violations()
+    _ori_id(request.ori_id, "ori_id", config, problems)
+    if not request.fragments:
+        problems.add("fragments", "must hold at least one fragment")
+    elif len(request.fragments) > config.max_batch_events:
+        problems.add("fragments", f"holds {len(request.fragments)}; the limit is {config.max_batch_events}")
+    fragments = list(_fragments(request, config, problems))
+    problems.raise_if_any()
+    return fragments
+
+
+def _fragments(
+    request: biography_pb2.ConsolidateRequest, config: BiographyConfig, problems: _Violations
+) -> Iterator[Fragment]:
+    seen: set[str] = set()
+    for i, fragment in enumerate(request.fragments[: config.max_batch_events]):
+        field = f"fragments[{i}]"
+        if not fragment.fragment_id.strip():
+            problems.add(f"{field}.fragment_id", "must not be blank")
+        elif fragment.fragment_id in seen:
+            problems.add(f"{field}.fragment_id", "repeats an earlier fragment id")
+        seen.add(fragment.fragment_id)
+        kind = _kind(fragment.kind, f"{field}.kind", problems)
+        if kind is EventKind.CONSOLIDATED:
+            problems.add(f"{field}.kind", "a fragment cannot be a consolidation")
+            kind = None
+        payload = _payload(fragment.payload, kind, f"{field}.payload", config, problems)
+        _in_range(fragment.world_tick, f"{field}.world_tick", problems)
+        if kind is not None:
+            yield Fragment(fragment.fragment_id, kind, payload, fragment.world_tick)
+
+
+def verify_request(request: biography_pb2.VerifyChainRequest, config: BiographyConfig) -> str:
+    problems = _Violations()
+    _ori_id(request.ori_id, "ori_id", config, problems)
+    problems.raise_if_any()
+    return request.ori_id

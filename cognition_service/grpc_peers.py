@@ -1,0 +1,119 @@
+"""The stages' ports over real gRPC: gateway, policy and biography stubs with a service token and deadline."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+
+from cognition_service.failures import peer_failure
+from cognition_service.peers import Peers
+from egbe.v1 import (
+    biography_pb2,
+    biography_pb2_grpc,
+    gateway_pb2,
+    gateway_pb2_grpc,
+    policy_pb2,
+    policy_pb2_grpc,
+)
+from services.auth import bearer_metadata
+
+
+class _Caller:
+    """Calls one peer with the token and deadline; a failed call becomes the matching domain error."""
+
+    def __init__(self, peer: str, metadata: tuple[tuple[str, str], ...], timeout: float) -> None:
+        self._peer = peer
+        self._metadata = metadata
+        self._timeout = timeout
+
+    async def call(self, rpc: Callable[..., Any], name: str, request: Any) -> Any:
+        try:
+            return await rpc(request, metadata=self._metadata, timeout=self._timeout)
+        except grpc.aio.AioRpcError as error:
+            raise peer_failure(f"{self._peer} {name}", error) from error
+
+
+class GatewayClient:
+    def __init__(self, channel: grpc.aio.Channel, caller: _Caller) -> None:
+        self._stub = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
+        self._caller = caller
+
+    async def generate(self, request: gateway_pb2.GenerateRequest) -> gateway_pb2.GenerateResponse:
+        response: gateway_pb2.GenerateResponse = await self._caller.call(
+            self._stub.Generate, "Generate", request
+        )
+        return response
+
+
+class PolicyClient:
+    def __init__(self, channel: grpc.aio.Channel, caller: _Caller) -> None:
+        self._stub = policy_pb2_grpc.PolicyServiceStub(channel)
+        self._caller = caller
+
+    async def ground(self, request: policy_pb2.GroundRequest) -> policy_pb2.GroundResponse:
+        response: policy_pb2.GroundResponse = await self._caller.call(self._stub.Ground, "Ground", request)
+        return response
+
+    async def gate(self, request: policy_pb2.GateRequest) -> policy_pb2.GateResponse:
+        response: policy_pb2.GateResponse = await self._caller.call(self._stub.Gate, "Gate", request)
+        return response
+
+
+class BiographyClient:
+    def __init__(self, channel: grpc.aio.Channel, caller: _Caller) -> None:
+        self._stub = biography_pb2_grpc.BiographyServiceStub(channel)
+        self._caller = caller
+
+    async def rehydrate(self, request: biography_pb2.RehydrateRequest) -> biography_pb2.RehydrateResponse:
+        response: biography_pb2.RehydrateResponse = await self._caller.call(
+            self._stub.Rehydrate, "Rehydrate", request
+        )
+        return response
+
+    async def append(self, request: biography_pb2.AppendRequest) -> biography_pb2.AppendResponse:
+        response: biography_pb2.AppendResponse = await self._caller.call(self._stub.Append, "Append", request)
+        return response
+
+
+class GrpcPeers:
+    """Channels to the three peers, opened on first use (in `egbe up` the peers publish after we start)."""
+
+    def __init__(
+        self,
+        targets: Callable[[], Mapping[str, str]],
+        token: Callable[[], str],
+        *,
+        timeout_seconds: float,
+        options: list[tuple[str, Any]] | None = None,
+    ) -> None:
+        self._targets = targets
+        self._token = token
+        self._timeout = timeout_seconds
+        self._options = options or []
+        self._channels: list[grpc.aio.Channel] = []
+        self._peers: Peers | None = None
+
+    def peers(self) -> Peers:
+        if self._peers is None:
+            targets = self._targets()
+            metadata = bearer_metadata(self._token())
+
+            def channel(name: str) -> tuple[grpc.aio.Channel, _Caller]:
+                opened = grpc.aio.insecure_channel(targets[name], options=self._options)
+                self._channels.append(opened)
+                return opened, _Caller(name, metadata, self._timeout)
+
+            self._peers = Peers(
+                gateway=GatewayClient(*channel("gateway")),
+                policy=PolicyClient(*channel("policy")),
+                biography=BiographyClient(*channel("biography")),
+            )
+        return self._peers
+
+    async def close(self) -> None:
+        for opened in self._channels:
+            await opened.close(None)
+        self._channels.clear()
+        self._peers = None

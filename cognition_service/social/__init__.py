@@ -1,0 +1,1 @@
+"""The social layer: objectives, learning by example, goal and life arcs, crossroads, minor protection."""

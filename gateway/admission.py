@@ -1,0 +1,403 @@
+"""The gateway's domain: admit runs, serve their model and tool boundaries, end them; no gRPC here.
+
+A run is admitted once (kill switches, world-cap reservation of the tier's max tokens, per-run budget),
+then every model call re-checks the run against controls and its budget, is audited with its ledger
+update in one transaction, and every way a run ends releases what it reserved but did not use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.adapters.base import ModelAdapter, ModelReply, ModelRequest
+from gateway.config import TIER_NAMES, GatewayConfig
+from gateway.cost import billed_micro_usd, estimate_tokens, estimated_micro_usd
+from gateway.inflight import InFlight, InFlightRun, SchemaStats
+from gateway.metrics import GatewayMetrics
+from gateway.provider_errors import ProviderError, to_gateway_error
+from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunEnd, RunSpec, RunStatus
+from gateway.routing import config_fingerprint, select_route
+from gateway.store.base import ControlRefusal, GatewayStore
+from services.errors import Aborted, FieldViolation, InvalidArgument
+from services.logging import get_logger
+
+log = get_logger(__name__)
+Clock = Callable[[], float]
+
+CAUSE_NAMES = {
+    1: "clotho-live-planning",
+    2: "lachesis-reflection",
+    3: "atropos-summary",
+    4: "dialogue",
+    5: "guard-reflection",
+}
+
+
+@dataclass(frozen=True)
+class Who:
+    """The Ori a run thinks for."""
+
+    tenant_id: str
+    world_id: str
+    ori_id: str
+
+
+@dataclass(frozen=True)
+class AdmitResult:
+    run: RunSpec
+    admitted: bool
+    reserved_tokens: int
+    detail: str
+    stopped_by: Control | None = None
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    call_id: str
+    reply: ModelReply
+    model_ref: str
+    micro_usd: int
+    cost_estimated: bool
+
+
+def _aborted(control: Control) -> Aborted:
+    return Aborted(
+        f"run stopped by operator control: {control.describe()}: {control.reason}",
+        metadata={"control_id": control.control_id, "control": control.describe()},
+    )
+
+
+class CognitionGateway:
+    """Admission, boundaries and endings of runs over one store and one model adapter."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        store: GatewayStore,
+        adapter: ModelAdapter,
+        *,
+        metrics: GatewayMetrics | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.adapter = adapter
+        self.metrics = metrics or GatewayMetrics()
+        self.fingerprint = config_fingerprint(config)
+        self._clock = clock
+        self.inflight = InFlight()
+        self._sweeper: asyncio.Task[None] | None = None
+        store.on_control_change(self._on_control)
+        resync = getattr(store, "on_resync", None)
+        if resync is not None:
+            resync(self.inflight.replace_controls)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the store and load every active control before serving anything."""
+        await self.store.open()
+        self.inflight.replace_controls(await self.store.load_controls())
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway-run-sweeper")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.adapter.close()
+        await self.store.close()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.sweep_interval_seconds)
+            try:
+                await self.sweep()
+            except Exception as exc:  # the store may be down; the next sweep retries
+                log.warning("run sweep failed", error=str(exc))
+
+    async def sweep(self) -> int:
+        """Time out runs past their deadline (a caller that never ended them), releasing reservations."""
+        expired = await self.store.expire_runs(now_ms=self._now_ms())
+        self.metrics.runs_ended.labels(status=RunStatus.TIMED_OUT.value).inc(expired)
+        return expired
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _window_start_ms(self, now_ms: int) -> int:
+        window = self.config.ledger_window_seconds * 1000
+        return now_ms - now_ms % window
+
+    def world_cap_tokens(self) -> int:
+        budget = self.config.budget
+        return budget.world_cap_tokens_per_hour * budget.homestead_rest_bp // 10_000
+
+    def _on_control(self, control: Control) -> None:
+        self.inflight.apply(control)
+
+    # -- admission ----------------------------------------------------------------------------------
+    async def admit(self, who: Who, tier: int, cause: int, *, request_id: str = "") -> AdmitResult:
+        """Controls, world-cap reservation of the tier's max tokens and the run budget, in one transaction."""
+        violations = []
+        if tier not in TIER_NAMES:
+            violations.append(FieldViolation("tier", "must be CLOTHO, LACHESIS or ATROPOS"))
+        if not who.ori_id:
+            violations.append(FieldViolation("ori.ori_id", "must be set"))
+        if not who.world_id:
+            violations.append(FieldViolation("ori.world_id", "must be set"))
+        if cause not in CAUSE_NAMES:
+            violations.append(FieldViolation("cause", "must name a cognition cause"))
+        if violations:
+            raise InvalidArgument(violations)
+        budget = self.config.run_budgets.for_tier(tier)
+        spec = RunSpec(
+            run_id=uuid.uuid4().hex,
+            tenant_id=who.tenant_id,
+            world_id=who.world_id,
+            ori_id=who.ori_id,
+            tier=tier,
+            cause=cause,
+            max_model_calls=budget.max_model_calls,
+            max_tool_calls=budget.max_tool_calls,
+            max_tokens=budget.max_tokens,
+            request_id=request_id or None,
+        )
+        now_ms = self._now_ms()
+        admission = await self.store.admit(
+            spec,
+            cap_tokens=self.world_cap_tokens(),
+            window_start_ms=self._window_start_ms(now_ms),
+            now_ms=now_ms,
+            deadline_ms=now_ms + int(self.config.run_timeout_seconds * 1000),
+        )
+        tier_name = TIER_NAMES[tier]
+        if admission.admitted:
+            if not admission.repeated:
+                self.metrics.admissions.labels(tier=tier_name).inc()
+            self.inflight.track(admission.run)
+            return AdmitResult(admission.run, True, admission.reserved_tokens, "admitted")
+        if admission.control_id is not None:
+            self.metrics.blocked.labels(tier=tier_name, reason="control").inc()
+            control = next((c for c in self.inflight.controls if c.control_id == admission.control_id), None)
+            control = control or await self.store.get_control(admission.control_id)
+            assert control is not None  # it was active inside the admission transaction
+            return AdmitResult(spec, False, 0, f"refused: {control.describe()}: {control.reason}", control)
+        self.metrics.blocked.labels(tier=tier_name, reason="world_cap").inc()
+        return AdmitResult(
+            spec,
+            False,
+            0,
+            f"deferred: the world cap of {self.world_cap_tokens()} tokens cannot hold the reservation",
+        )
+
+    # -- boundaries ---------------------------------------------------------------------------------
+    async def _run_spec(self, run_id: str) -> RunSpec:
+        tracked = self.inflight.runs.get(run_id)
+        if tracked is not None:
+            return tracked.spec
+        return await self.store.get_run(run_id)
+
+    def _raise_if_stopped(self, run: InFlightRun) -> None:
+        if run.stopped_by is not None:
+            raise _aborted(run.stopped_by)
+
+    async def generate(self, run_id: str, request: ModelRequest, *, attempt: int = 1) -> GenerateResult:
+        """One model call inside an admitted run: controls and budget first, then the adapter, then audit."""
+        if not run_id:
+            raise InvalidArgument.field("run_id", "must name an admitted run (AdmitRun or Submit)")
+        if request.max_output_tokens < 0:
+            raise InvalidArgument.field("max_output_tokens", "must be >= 0")
+        spec = await self._run_spec(run_id)
+        run = self.inflight.track(spec)
+        self._raise_if_stopped(run)
+        route = select_route(self.config.routing, spec.tier)
+        request = ModelRequest(
+            **{
+                **vars(request),
+                "model_class": route.model_class,
+                "concrete_model_id": route.concrete_model_id,
+                "deferrable": spec.tier == 3,
+                "max_output_tokens": request.max_output_tokens or spec.max_tokens,
+            }
+        )
+        input_tokens = await self.adapter.count_input_tokens(request)
+        grant = await self.store.begin_call(
+            run_id,
+            input_tokens=input_tokens,
+            max_output_tokens=request.max_output_tokens,
+            now_ms=self._now_ms(),
+        )
+        if isinstance(grant, ControlRefusal):
+            self.inflight.apply(grant.control)
+            self.metrics.kills.labels(scope=grant.control.scope.name.lower()).inc()
+            raise _aborted(grant.control)
+        request = ModelRequest(**{**vars(request), "max_output_tokens": grant.max_output_tokens})
+        schema = run.schemas.setdefault(request.output_schema or request.mode, SchemaStats())
+        schema.attempts += 1
+        schema.calls += int(attempt <= 1)
+        reply = await self._call_adapter(run, request)
+        batched = reply.batched
+        exact = not reply.offline
+        if exact:
+            micro_usd = billed_micro_usd(self.config.cost, route.model_class, reply.usage, batched=batched)
+        else:
+            micro_usd = estimated_micro_usd(self.config.cost, route.model_class, reply.usage.total)
+        model_ref = self.adapter.name if reply.offline else route.model_ref
+        call_id = f"{run_id}:{grant.call_index}"
+        await self.store.record_call(
+            AuditEntry(
+                call_id=call_id,
+                run_id=run_id,
+                tenant_id=spec.tenant_id,
+                world_id=spec.world_id,
+                ori_id=spec.ori_id,
+                tier=spec.tier,
+                cause=CAUSE_NAMES[spec.cause],
+                model_ref=model_ref,
+                model_class=route.model_class,
+                input_context=_replay_context(request, attempt),
+                output=reply.text,
+                usage=reply.usage,
+                micro_usd=micro_usd,
+                cost_estimated=not exact,
+                policy_decision=f"{self.config.safety_policy_id}:admitted",
+                retention_policy_id=self.config.retention_policy_id,
+                config_fingerprint=self.fingerprint,
+                offline=reply.offline,
+                recorded_at_ms=self._now_ms(),
+            )
+        )
+        run.add_usage(reply.usage, micro_usd, estimated=not exact)
+        self.metrics.record_call(TIER_NAMES[spec.tier], model_ref, reply.usage, micro_usd)
+        return GenerateResult(call_id, reply, model_ref, micro_usd, not exact)
+
+    async def _call_adapter(self, run: InFlightRun, request: ModelRequest) -> ModelReply:
+        """Run the adapter as a task a pushed control can cancel; provider errors become gateway errors."""
+        task: asyncio.Task[Any] = asyncio.create_task(self.adapter.generate(request))
+        run.tasks.add(task)
+        try:
+            reply: ModelReply = await task
+        except asyncio.CancelledError:
+            if run.stopped_by is not None and task.cancelled():
+                raise _aborted(run.stopped_by) from None
+            task.cancel()
+            raise
+        except ProviderError as error:
+            run.provider_errors[error.error_class.value] += 1
+            self.metrics.provider_errors.labels(error_class=error.error_class.value).inc()
+            raise to_gateway_error(error) from error
+        finally:
+            run.tasks.discard(task)
+        for error_class in reply.retried_errors:
+            run.provider_errors[error_class] += 1
+            self.metrics.provider_errors.labels(error_class=error_class).inc()
+        return reply
+
+    async def check_tool_call(self, run_id: str, tool_name: str) -> tuple[int, int]:
+        if not run_id:
+            raise InvalidArgument.field("run_id", "must name an admitted run")
+        if not tool_name:
+            raise InvalidArgument.field("tool_name", "must be set")
+        counted = await self.store.count_tool_call(run_id, now_ms=self._now_ms())
+        if isinstance(counted, ControlRefusal):
+            self.inflight.apply(counted.control)
+            raise _aborted(counted.control)
+        return counted
+
+    async def end_run(
+        self, run_id: str, status: RunStatus, *, detail: str = "", fallbacks: int = 0
+    ) -> RunEnd:
+        """Reconcile the run and release its unused reservation; idempotent."""
+        if not run_id:
+            raise InvalidArgument.field("run_id", "must name an admitted run")
+        if status is RunStatus.ACTIVE:
+            raise InvalidArgument.field("outcome", "must be an ending")
+        tracked = self.inflight.forget(run_id)
+        stats: dict[str, object] = {}
+        if tracked is not None:
+            if fallbacks:
+                name = next(iter(tracked.schemas), "unknown")
+                tracked.schemas.setdefault(name, SchemaStats()).fallbacks += fallbacks
+            stats = tracked.stats()
+        ended = await self.store.end_run(run_id, status, detail=detail, stats=stats, now_ms=self._now_ms())
+        if ended.ended_now:
+            self.metrics.runs_ended.labels(status=status.value).inc()
+        return ended
+
+    # -- operator controls --------------------------------------------------------------------------
+    async def add_control(
+        self, kind: ControlKind, scope: ControlScope, target: str, *, reason: str, operator_id: str
+    ) -> tuple[Control, int]:
+        violations = []
+        if not target:
+            violations.append(FieldViolation("target", "must be set"))
+        if scope is ControlScope.TIER and target not in TIER_NAMES.values():
+            violations.append(FieldViolation("target", "a tier control names clotho, lachesis or atropos"))
+        if not reason.strip():
+            violations.append(FieldViolation("reason", "every control needs a reason"))
+        if violations:
+            raise InvalidArgument(violations)
+        control, ended = await self.store.add_control(
+            kind, scope, target, reason=reason, operator_id=operator_id, now_ms=self._now_ms()
+        )
+        self.metrics.kills.labels(scope=scope.name.lower()).inc()
+        return control, ended
+
+    async def lift_controls(
+        self, scope: ControlScope, target: str, *, reason: str, operator_id: str
+    ) -> list[Control]:
+        if not target:
+            raise InvalidArgument.field("target", "must be set")
+        return await self.store.lift_controls(
+            scope, target, reason=reason, operator_id=operator_id, now_ms=self._now_ms()
+        )
+
+    async def record_operator_attempt(
+        self, method: str, *, role: str, operator_id: str, allowed: bool, detail: str
+    ) -> None:
+        await self.store.record_operator_attempt(
+            method, role=role, operator_id=operator_id, allowed=allowed, detail=detail, now_ms=self._now_ms()
+        )
+
+    def spend_window_start_ms(self) -> int:
+        return self._window_start_ms(self._now_ms())
+
+    # -- the whole run ------------------------------------------------------------------------------
+    async def run_guarded(self, spec: RunSpec, work: Awaitable[Any]) -> Any:
+        """Await the run's work as a task a pushed control cancels; raises Aborted naming the control."""
+        run = self.inflight.track(spec)
+        self._raise_if_stopped(run)
+        task: asyncio.Task[Any] = asyncio.ensure_future(work)
+        run.tasks.add(task)
+        try:
+            return await asyncio.wait_for(task, self.config.run_timeout_seconds)
+        except asyncio.CancelledError:
+            if run.stopped_by is not None and task.cancelled():
+                raise _aborted(run.stopped_by) from None
+            raise
+        finally:
+            run.tasks.discard(task)
+
+
+def _replay_context(request: ModelRequest, attempt: int) -> dict[str, object]:
+    """Everything needed to replay the call: every prompt part and the call's parameters."""
+    return {
+        "system_policy": request.system_policy,
+        "tool_grants": list(request.tool_grants),
+        "task_instruction": request.task_instruction,
+        "untrusted": [{"kind": p.kind, "content": p.content} for p in request.untrusted],
+        "mode": request.mode,
+        "output_schema": request.output_schema,
+        "max_output_tokens": request.max_output_tokens,
+        "model_class": request.model_class,
+        "concrete_model_id": request.concrete_model_id,
+        "request_id": request.request_id,
+        "attempt": attempt,
+        "input_tokens_estimate": estimate_tokens(request.prompt_text()),
+    }

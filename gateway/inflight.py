@@ -1,0 +1,97 @@
+"""This process's view of controls and in-flight runs: a pushed control cancels matching work at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gateway.cost import Usage
+from gateway.records import Control, RunSpec
+
+
+@dataclass
+class SchemaStats:
+    calls: int = 0
+    attempts: int = 0
+    fallbacks: int = 0
+
+
+@dataclass
+class InFlightRun:
+    """A run this process admitted or is serving a call for: its tasks, and what it has spent so far."""
+
+    spec: RunSpec
+    tasks: set[asyncio.Task[object]] = field(default_factory=set)
+    stopped_by: Control | None = None
+    schemas: dict[str, SchemaStats] = field(default_factory=dict)
+    provider_errors: Counter[str] = field(default_factory=Counter)
+    usage: Usage = field(default_factory=Usage)
+    micro_usd: int = 0
+    cost_estimated: bool = False
+
+    def add_usage(self, usage: Usage, micro_usd: int, *, estimated: bool) -> None:
+        self.usage = Usage(
+            self.usage.input_tokens + usage.input_tokens,
+            self.usage.output_tokens + usage.output_tokens,
+            self.usage.cache_read_tokens + usage.cache_read_tokens,
+            self.usage.cache_write_tokens + usage.cache_write_tokens,
+        )
+        self.micro_usd += micro_usd
+        self.cost_estimated = self.cost_estimated or estimated
+
+    def stats(self) -> dict[str, object]:
+        """The per-run rollup GetRetryStats aggregates (as in the Paracosm reference's /retry-stats)."""
+        return {
+            "schemas": {name: vars(s) for name, s in self.schemas.items()},
+            "providerErrors": dict(self.provider_errors),
+            "caches": {
+                "readTokens": self.usage.cache_read_tokens,
+                "creationTokens": self.usage.cache_write_tokens,
+            },
+        }
+
+
+class InFlight:
+    """Active controls (loaded before serving, then pushed) and the runs they may have to stop."""
+
+    def __init__(self) -> None:
+        self._controls: dict[str, Control] = {}
+        self.runs: dict[str, InFlightRun] = {}
+
+    def replace_controls(self, controls: list[Control]) -> None:
+        self._controls = {c.control_id: c for c in controls if c.active}
+        for control in controls:
+            self._stop_matching(control)
+
+    def apply(self, control: Control) -> None:
+        """A control was added or lifted somewhere; stop this process's matching work now."""
+        if not control.active:
+            self._controls.pop(control.control_id, None)
+            return
+        self._controls[control.control_id] = control
+        self._stop_matching(control)
+
+    def _stop_matching(self, control: Control) -> None:
+        for run in self.runs.values():
+            if control.matches(run.spec) and run.stopped_by is None:
+                run.stopped_by = control
+                for task in run.tasks:
+                    task.cancel()
+
+    def blocking(self, spec: RunSpec) -> Control | None:
+        return next((c for c in self._controls.values() if c.matches(spec)), None)
+
+    @property
+    def controls(self) -> list[Control]:
+        return list(self._controls.values())
+
+    def track(self, spec: RunSpec) -> InFlightRun:
+        run = self.runs.get(spec.run_id)
+        if run is None:
+            run = self.runs[spec.run_id] = InFlightRun(spec)
+            run.stopped_by = self.blocking(spec)
+        return run
+
+    def forget(self, run_id: str) -> InFlightRun | None:
+        return self.runs.pop(run_id, None)

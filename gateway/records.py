@@ -1,0 +1,155 @@
+"""Plain records the gateway's domain and stores exchange: runs, controls, audit entries, spend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+
+from gateway.config import TIER_NAMES
+from gateway.cost import Usage
+
+
+class ControlKind(IntEnum):
+    """Mirrors egbe.v1.ControlKind."""
+
+    KILL = 1
+    PAUSE = 2
+    QUARANTINE = 3
+
+
+class ControlScope(IntEnum):
+    """Mirrors egbe.v1.ControlScope."""
+
+    ORI = 1
+    TIER = 2
+    TENANT = 3
+
+
+class RunStatus(StrEnum):
+    """Every way a run can be; all but ACTIVE are endings that release the reservation."""
+
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FALLBACK = "fallback"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    KILLED = "killed"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Who a run thinks for, under which tier and cause, and what it may spend."""
+
+    run_id: str
+    tenant_id: str
+    world_id: str
+    ori_id: str
+    tier: int
+    cause: int
+    max_model_calls: int
+    max_tool_calls: int
+    max_tokens: int
+    request_id: str | None = None
+
+    @property
+    def tier_name(self) -> str:
+        return TIER_NAMES[self.tier]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The admission decision: admitted with a reservation, or why not."""
+
+    run: RunSpec
+    admitted: bool
+    reserved_tokens: int
+    # Set when an operator control refused the run.
+    control_id: str | None = None
+    # True when this answered an earlier admission with the same request id.
+    repeated: bool = False
+
+
+@dataclass(frozen=True)
+class Control:
+    control_id: str
+    kind: ControlKind
+    scope: ControlScope
+    target: str
+    reason: str
+    operator_id: str
+    created_at_ms: int
+    active: bool = True
+
+    def matches(self, run: RunSpec) -> bool:
+        wanted = {
+            ControlScope.ORI: run.ori_id,
+            ControlScope.TIER: run.tier_name,
+            ControlScope.TENANT: run.tenant_id,
+        }
+        return self.active and wanted[self.scope] == self.target
+
+    def describe(self) -> str:
+        return f"{self.kind.name.lower()} {self.scope.name.lower()} {self.target!r} ({self.control_id})"
+
+
+@dataclass(frozen=True)
+class CallGrant:
+    """Permission for one model call inside a run: its ordinal and the output tokens it may use."""
+
+    run: RunSpec
+    call_index: int
+    max_output_tokens: int
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One model call, with everything needed to attribute and replay it."""
+
+    call_id: str
+    run_id: str
+    tenant_id: str
+    world_id: str
+    ori_id: str
+    tier: int
+    cause: str
+    model_ref: str
+    model_class: str
+    input_context: dict[str, object]
+    output: str
+    usage: Usage
+    micro_usd: int
+    cost_estimated: bool
+    policy_decision: str
+    retention_policy_id: str
+    config_fingerprint: str
+    offline: bool
+    recorded_at_ms: int
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    used_tokens: int
+    released_tokens: int
+    ended_now: bool
+
+
+@dataclass(frozen=True)
+class TierSpend:
+    tier: int
+    tokens: int
+    micro_usd: int
+    calls: int
+
+
+@dataclass(frozen=True)
+class Spend:
+    world_cap_tokens: int
+    reserved_tokens: int
+    consumed_tokens: int
+    consumed_micro_usd: int
+    admissions: int
+    blocked_by_world_cap: int
+    killed: int
+    by_tier: list[TierSpend] = field(default_factory=list)

@@ -1,0 +1,1 @@
+"""The gateway's durable state (ledger, runs, audit log, controls): one interface, SQLite and PostgreSQL."""

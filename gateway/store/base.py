@@ -1,0 +1,667 @@
+"""The store interface and its transactions, written once over a minimal cursor; backends supply connections.
+
+Every ledger change happens in one transaction with the check that allows it: admission locks the
+world's ledger row (PostgreSQL `FOR UPDATE`, SQLite `BEGIN IMMEDIATE`), so concurrent admissions
+serialize on it and the sum of reservations can never pass the cap.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, cast
+
+from gateway.config import TIER_NAMES
+from gateway.cost import Usage
+from gateway.records import (
+    Admission,
+    AuditEntry,
+    CallGrant,
+    Control,
+    ControlKind,
+    ControlScope,
+    RunEnd,
+    RunSpec,
+    RunStatus,
+    Spend,
+    TierSpend,
+)
+from services.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+CONTROLS_CHANNEL = "egbe_gateway_controls"
+
+
+class Tx(Protocol):
+    """What a transaction body may do: run SQL written with `?` placeholders, queue a notification."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def notify(self, payload: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ControlRefusal:
+    """A boundary check met an active control; the run was ended as killed in the same transaction."""
+
+    control: Control
+
+
+_RUN_COLUMNS = (
+    "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
+    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail"
+)
+_CONTROL_COLUMNS = "control_id, kind, scope, target, reason, operator_id, created_at_ms, active"
+_AUDIT_COLUMNS = (
+    "call_id, run_id, tenant_id, world_id, ori_id, tier, cause, model_ref, model_class, input_context,"
+    " output, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, micro_usd,"
+    " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms"
+)
+
+
+@dataclass(frozen=True)
+class _RunRow:
+    spec: RunSpec
+    status: RunStatus
+    used_tokens: int
+    model_calls: int
+    tool_calls: int
+    window_start_ms: int
+    detail: str
+
+    @property
+    def unused_reservation(self) -> int:
+        return max(0, self.spec.max_tokens - self.used_tokens)
+
+
+def _run_from(row: Row) -> _RunRow:
+    spec = RunSpec(
+        run_id=row[0],
+        tenant_id=row[1],
+        world_id=row[2],
+        ori_id=row[3],
+        tier=row[4],
+        cause=row[5],
+        max_model_calls=row[6],
+        max_tool_calls=row[7],
+        max_tokens=row[8],
+        request_id=row[9],
+    )
+    return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15])
+
+
+def _control_from(row: Row) -> Control:
+    return Control(
+        control_id=row[0],
+        kind=ControlKind(row[1]),
+        scope=ControlScope(row[2]),
+        target=row[3],
+        reason=row[4],
+        operator_id=row[5],
+        created_at_ms=row[6],
+        active=bool(row[7]),
+    )
+
+
+def _audit_from(row: Row) -> AuditEntry:
+    return AuditEntry(
+        seq=row[0],
+        call_id=row[1],
+        run_id=row[2],
+        tenant_id=row[3],
+        world_id=row[4],
+        ori_id=row[5],
+        tier=row[6],
+        cause=row[7],
+        model_ref=row[8],
+        model_class=row[9],
+        input_context=json.loads(row[10]),
+        output=row[11],
+        usage=Usage(row[12], row[13], row[14], row[15]),
+        micro_usd=row[16],
+        cost_estimated=bool(row[17]),
+        policy_decision=row[18],
+        retention_policy_id=row[19],
+        config_fingerprint=row[20],
+        offline=bool(row[21]),
+        recorded_at_ms=row[22],
+    )
+
+
+class GatewayStore(ABC):
+    """Ledger, runs, audit log and controls; every method is one transaction; failures fail closed."""
+
+    def __init__(self, for_update: str) -> None:
+        # PostgreSQL locks the selected ledger/run row; SQLite's BEGIN IMMEDIATE already holds the write lock.
+        self._for_update = for_update
+        self._control_listeners: list[Callable[[Control], None]] = []
+
+    # -- backend -------------------------------------------------------------------------------------
+    @abstractmethod
+    async def open(self) -> None:
+        """Connect and create the schema; raises when the store cannot be reached."""
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+    @abstractmethod
+    async def transact(self, body: Callable[[Tx], T]) -> T:
+        """Run `body` in one transaction; database failures become Unavailable (fail closed)."""
+
+    def on_control_change(self, listener: Callable[[Control], None]) -> None:
+        """Called for every control added or lifted, by this process or (PostgreSQL) any other."""
+        self._control_listeners.append(listener)
+
+    def _publish(self, controls: Sequence[Control]) -> None:
+        for control in controls:
+            for listener in self._control_listeners:
+                listener(control)
+
+    # -- admission and runs -------------------------------------------------------------------------
+    def _active_control(self, tx: Tx, run: RunSpec) -> Control | None:
+        row = tx.one(
+            f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 AND ("
+            " (scope = ? AND target = ?) OR (scope = ? AND target = ?) OR (scope = ? AND target = ?))"
+            " ORDER BY seq LIMIT 1",
+            (
+                ControlScope.ORI,
+                run.ori_id,
+                ControlScope.TIER,
+                run.tier_name,
+                ControlScope.TENANT,
+                run.tenant_id,
+            ),
+        )
+        return None if row is None else _control_from(row)
+
+    def _lock_ledger(self, tx: Tx, world_id: str, window_start_ms: int, cap: int) -> tuple[int, int]:
+        tx.execute(
+            "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens) VALUES (?, ?, ?)"
+            " ON CONFLICT (world_id, window_start_ms) DO NOTHING",
+            (world_id, window_start_ms, cap),
+        )
+        row = tx.one(
+            "SELECT reserved_tokens, consumed_tokens FROM gateway_ledger"
+            f" WHERE world_id = ? AND window_start_ms = ?{self._for_update}",
+            (world_id, window_start_ms),
+        )
+        assert row is not None  # inserted above
+        return int(row[0]), int(row[1])
+
+    def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
+        row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?{self._for_update}", (run_id,))
+        if row is None:
+            raise NotFound(f"no run {run_id!r}", metadata={"run_id": run_id})
+        return _run_from(row)
+
+    async def admit(
+        self, run: RunSpec, *, cap_tokens: int, window_start_ms: int, now_ms: int, deadline_ms: int
+    ) -> Admission:
+        """Check controls and the world cap and reserve the run's max tokens, all in one transaction."""
+
+        def body(tx: Tx) -> Admission:
+            if run.request_id:
+                row = tx.one(
+                    f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE request_id = ?", (run.request_id,)
+                )
+                if row is not None:
+                    earlier = _run_from(row)
+                    return Admission(earlier.spec, True, earlier.spec.max_tokens, repeated=True)
+            control = self._active_control(tx, run)
+            reserved, consumed = self._lock_ledger(tx, run.world_id, window_start_ms, cap_tokens)
+            key = (run.world_id, window_start_ms)
+            if control is not None:
+                tx.execute(
+                    "UPDATE gateway_ledger SET killed = killed + 1 WHERE world_id = ? AND window_start_ms"
+                    " = ?",
+                    key,
+                )
+                return Admission(run, False, 0, control_id=control.control_id)
+            if reserved + consumed + run.max_tokens > cap_tokens:
+                tx.execute(
+                    "UPDATE gateway_ledger SET blocked_by_world_cap = blocked_by_world_cap + 1"
+                    " WHERE world_id = ? AND window_start_ms = ?",
+                    key,
+                )
+                return Admission(run, False, 0)
+            tx.execute(
+                "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
+                " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
+                " deadline_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.run_id,
+                    run.request_id or None,
+                    run.tenant_id,
+                    run.world_id,
+                    run.ori_id,
+                    run.tier,
+                    run.cause,
+                    window_start_ms,
+                    run.max_model_calls,
+                    run.max_tool_calls,
+                    run.max_tokens,
+                    RunStatus.ACTIVE.value,
+                    now_ms,
+                    deadline_ms,
+                ),
+            )
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?, admissions = admissions"
+                " + 1,"
+                " cap_tokens = ? WHERE world_id = ? AND window_start_ms = ?",
+                (run.max_tokens, cap_tokens, *key),
+            )
+            return Admission(run, True, run.max_tokens)
+
+        return await self.transact(body)
+
+    def _end(self, tx: Tx, run: _RunRow, status: RunStatus, *, detail: str, stats: str, now_ms: int) -> int:
+        """End an active run and release its unused reservation; returns the tokens released."""
+        released = run.unused_reservation
+        tx.execute(
+            "UPDATE gateway_runs SET status = ?, detail = ?, stats = ?, ended_at_ms = ? WHERE run_id = ?",
+            (status.value, detail, stats, now_ms, run.spec.run_id),
+        )
+        tx.execute(
+            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?, killed = killed + ?"
+            " WHERE world_id = ? AND window_start_ms = ?",
+            (released, int(status is RunStatus.KILLED), run.spec.world_id, run.window_start_ms),
+        )
+        return released
+
+    def _refuse_ended(self, run: _RunRow) -> None:
+        if run.status is RunStatus.ACTIVE:
+            return
+        if run.status is RunStatus.KILLED:
+            raise Aborted(
+                f"run {run.spec.run_id} was stopped by {run.detail}",
+                metadata={"run_id": run.spec.run_id, "control": run.detail},
+            )
+        raise FailedPrecondition(f"run {run.spec.run_id} already ended ({run.status.value})")
+
+    async def get_run(self, run_id: str) -> RunSpec:
+        def body(tx: Tx) -> RunSpec:
+            row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?", (run_id,))
+            if row is None:
+                raise NotFound(f"no run {run_id!r}", metadata={"run_id": run_id})
+            return _run_from(row).spec
+
+        return await self.transact(body)
+
+    async def begin_call(
+        self, run_id: str, *, input_tokens: int, max_output_tokens: int, now_ms: int
+    ) -> CallGrant | ControlRefusal:
+        """A model boundary: the run is active, no control matches, and the call fits the run's budget."""
+
+        def body(tx: Tx) -> CallGrant | ControlRefusal:
+            run = self._lock_run(tx, run_id)
+            self._refuse_ended(run)
+            control = self._active_control(tx, run.spec)
+            if control is not None:
+                self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
+                return ControlRefusal(control)
+            if run.model_calls >= run.spec.max_model_calls:
+                raise ResourceExhausted(
+                    f"run {run_id} used all {run.spec.max_model_calls} model calls of its "
+                    f"{run.spec.tier_name} budget (max_model_calls)",
+                    metadata={"limit": "max_model_calls", "run_id": run_id},
+                )
+            remaining = run.spec.max_tokens - run.used_tokens
+            if input_tokens >= remaining:
+                raise ResourceExhausted(
+                    f"run {run_id} has {max(remaining, 0)} of its {run.spec.max_tokens} tokens left and the "
+                    f"prompt needs {input_tokens} (max_tokens)",
+                    metadata={"limit": "max_tokens", "run_id": run_id},
+                )
+            tx.execute("UPDATE gateway_runs SET model_calls = model_calls + 1 WHERE run_id = ?", (run_id,))
+            return CallGrant(run.spec, run.model_calls + 1, min(max_output_tokens, remaining - input_tokens))
+
+        return await self.transact(body)
+
+    async def record_call(self, entry: AuditEntry) -> None:
+        """Write the call's audit record and move its tokens from reservation to consumption, together."""
+
+        def body(tx: Tx) -> None:
+            run = self._lock_run(tx, entry.run_id)
+            tokens = entry.usage.total
+            from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
+            tx.execute(
+                f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entry.call_id,
+                    entry.run_id,
+                    entry.tenant_id,
+                    entry.world_id,
+                    entry.ori_id,
+                    entry.tier,
+                    entry.cause,
+                    entry.model_ref,
+                    entry.model_class,
+                    json.dumps(entry.input_context, sort_keys=True),
+                    entry.output,
+                    entry.usage.input_tokens,
+                    entry.usage.output_tokens,
+                    entry.usage.cache_read_tokens,
+                    entry.usage.cache_write_tokens,
+                    entry.micro_usd,
+                    int(entry.cost_estimated),
+                    entry.policy_decision,
+                    entry.retention_policy_id,
+                    entry.config_fingerprint,
+                    int(entry.offline),
+                    entry.recorded_at_ms,
+                ),
+            )
+            tx.execute(
+                "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
+                (tokens, entry.run_id),
+            )
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+                " WHERE world_id = ? AND window_start_ms = ?",
+                (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
+            )
+
+        await self.transact(body)
+
+    async def count_tool_call(self, run_id: str, *, now_ms: int) -> tuple[int, int] | ControlRefusal:
+        """A tool boundary: count the call against the run's budget; (used, remaining)."""
+
+        def body(tx: Tx) -> tuple[int, int] | ControlRefusal:
+            run = self._lock_run(tx, run_id)
+            self._refuse_ended(run)
+            control = self._active_control(tx, run.spec)
+            if control is not None:
+                self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
+                return ControlRefusal(control)
+            if run.tool_calls >= run.spec.max_tool_calls:
+                raise ResourceExhausted(
+                    f"run {run_id} used all {run.spec.max_tool_calls} tool calls of its "
+                    f"{run.spec.tier_name} budget (max_tool_calls)",
+                    metadata={"limit": "max_tool_calls", "run_id": run_id},
+                )
+            tx.execute("UPDATE gateway_runs SET tool_calls = tool_calls + 1 WHERE run_id = ?", (run_id,))
+            return run.tool_calls + 1, run.spec.max_tool_calls - run.tool_calls - 1
+
+        return await self.transact(body)
+
+    async def end_run(
+        self, run_id: str, status: RunStatus, *, detail: str, stats: dict[str, Any], now_ms: int
+    ) -> RunEnd:
+        """Reconcile and release; a run that already ended answers ended_now=False (idempotent)."""
+
+        def body(tx: Tx) -> RunEnd:
+            run = self._lock_run(tx, run_id)
+            if run.status is not RunStatus.ACTIVE:
+                return RunEnd(run.used_tokens, 0, ended_now=False)
+            released = self._end(
+                tx, run, status, detail=detail, stats=json.dumps(stats, sort_keys=True), now_ms=now_ms
+            )
+            return RunEnd(run.used_tokens, released, ended_now=True)
+
+        return await self.transact(body)
+
+    async def expire_runs(self, *, now_ms: int) -> int:
+        """Time out every active run past its deadline, releasing its reservation."""
+
+        def body(tx: Tx) -> int:
+            rows = tx.all(
+                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND deadline_ms <"
+                f" ?{self._for_update}",
+                (RunStatus.ACTIVE.value, now_ms),
+            )
+            for row in rows:
+                self._end(
+                    tx,
+                    _run_from(row),
+                    RunStatus.TIMED_OUT,
+                    detail="run deadline passed",
+                    stats="{}",
+                    now_ms=now_ms,
+                )
+            return len(rows)
+
+        return await self.transact(body)
+
+    # -- controls -----------------------------------------------------------------------------------
+    async def add_control(
+        self,
+        kind: ControlKind,
+        scope: ControlScope,
+        target: str,
+        *,
+        reason: str,
+        operator_id: str,
+        now_ms: int,
+    ) -> tuple[Control, int]:
+        """Commit a control and end every active run it matches; (control, runs ended)."""
+        control = Control(uuid.uuid4().hex, kind, scope, target, reason, operator_id, now_ms)
+        column = {ControlScope.ORI: "ori_id", ControlScope.TENANT: "tenant_id"}.get(scope)
+
+        def body(tx: Tx) -> int:
+            tx.execute(
+                f"INSERT INTO gateway_controls ({_CONTROL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+                (control.control_id, kind, scope, target, reason, operator_id, now_ms),
+            )
+            self._record_attempt(
+                tx,
+                f"{kind.name}:{scope.name}",
+                role="operator",
+                operator_id=operator_id,
+                allowed=True,
+                detail=f"{target}: {reason}",
+                now_ms=now_ms,
+            )
+            where, value = f"{column} = ?", cast(object, target)
+            if column is None:
+                where, value = "tier = ?", next(t for t, n in TIER_NAMES.items() if n == target)
+            rows = tx.all(
+                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {where}{self._for_update}",
+                (RunStatus.ACTIVE.value, value),
+            )
+            for row in rows:
+                self._end(
+                    tx, _run_from(row), RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms
+                )
+            tx.notify(control.control_id)
+            return len(rows)
+
+        ended = await self.transact(body)
+        self._publish([control])
+        return control, ended
+
+    async def lift_controls(
+        self, scope: ControlScope, target: str, *, reason: str, operator_id: str, now_ms: int
+    ) -> list[Control]:
+        """Resume: deactivate every active control on the scope and target."""
+
+        def body(tx: Tx) -> list[Control]:
+            rows = tx.all(
+                f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 AND scope = ? AND target"
+                " = ?",
+                (scope, target),
+            )
+            tx.execute(
+                "UPDATE gateway_controls SET active = 0, lifted_at_ms = ? WHERE active = 1 AND scope = ?"
+                " AND target = ?",
+                (now_ms, scope, target),
+            )
+            self._record_attempt(
+                tx,
+                f"RESUME:{scope.name}",
+                role="operator",
+                operator_id=operator_id,
+                allowed=True,
+                detail=f"{target}: {reason}",
+                now_ms=now_ms,
+            )
+            lifted = [_control_from((*row[:-1], 0)) for row in rows]
+            for control in lifted:
+                tx.notify(control.control_id)
+            return lifted
+
+        lifted = await self.transact(body)
+        self._publish(lifted)
+        return lifted
+
+    async def get_control(self, control_id: str) -> Control | None:
+        def body(tx: Tx) -> Control | None:
+            row = tx.one(
+                f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE control_id = ?", (control_id,)
+            )
+            return None if row is None else _control_from(row)
+
+        return await self.transact(body)
+
+    async def list_controls(
+        self, *, include_inactive: bool, after_seq: int, limit: int
+    ) -> list[tuple[int, Control]]:
+        def body(tx: Tx) -> list[tuple[int, Control]]:
+            rows = tx.all(
+                f"SELECT seq, {_CONTROL_COLUMNS} FROM gateway_controls"
+                " WHERE seq > ? AND (active = 1 OR ? = 1) ORDER BY seq LIMIT ?",
+                (after_seq, int(include_inactive), limit),
+            )
+            return [(row[0], _control_from(row[1:])) for row in rows]
+
+        return await self.transact(body)
+
+    # -- operator audit -----------------------------------------------------------------------------
+    @staticmethod
+    def _record_attempt(
+        tx: Tx, method: str, *, role: str, operator_id: str, allowed: bool, detail: str, now_ms: int
+    ) -> None:
+        tx.execute(
+            "INSERT INTO gateway_operator_audit (method, role, operator_id, allowed, detail, recorded_at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (method, role, operator_id, int(allowed), detail, now_ms),
+        )
+
+    async def record_operator_attempt(
+        self, method: str, *, role: str, operator_id: str, allowed: bool, detail: str, now_ms: int
+    ) -> None:
+        await self.transact(
+            lambda tx: self._record_attempt(
+                tx, method, role=role, operator_id=operator_id, allowed=allowed, detail=detail, now_ms=now_ms
+            )
+        )
+
+    async def list_operator_attempts(self, *, limit: int) -> list[dict[str, Any]]:
+        def body(tx: Tx) -> list[dict[str, Any]]:
+            rows = tx.all(
+                "SELECT seq, method, role, operator_id, allowed, detail, recorded_at_ms"
+                " FROM gateway_operator_audit ORDER BY seq LIMIT ?",
+                (limit,),
+            )
+            keys = ("seq", "method", "role", "operator_id", "allowed", "detail", "recorded_at_ms")
+            return [dict(zip(keys, (*row[:4], bool(row[4]), *row[5:]), strict=True)) for row in rows]
+
+        return await self.transact(body)
+
+    # -- audit log and spend ------------------------------------------------------------------------
+    async def list_audit(
+        self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int
+    ) -> list[AuditEntry]:
+        def body(tx: Tx) -> list[AuditEntry]:
+            rows = tx.all(
+                f"SELECT seq, {_AUDIT_COLUMNS} FROM gateway_audit WHERE seq > ? AND (? = '' OR ori_id = ?)"
+                " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) ORDER BY seq LIMIT ?",
+                (after_seq, ori_id, ori_id, tier, tier, run_id, run_id, limit),
+            )
+            return [_audit_from(row) for row in rows]
+
+        return await self.transact(body)
+
+    async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
+        """This window's ledger (one world, or all) and audited spend by tier."""
+
+        def body(tx: Tx) -> Spend:
+            ledger = tx.one(
+                "SELECT COALESCE(MAX(cap_tokens), 0), COALESCE(SUM(reserved_tokens), 0),"
+                " COALESCE(SUM(consumed_tokens), 0), COALESCE(SUM(consumed_micro_usd), 0),"
+                " COALESCE(SUM(admissions), 0), COALESCE(SUM(blocked_by_world_cap), 0),"
+                " COALESCE(SUM(killed), 0)"
+                " FROM gateway_ledger WHERE window_start_ms = ? AND (? = '' OR world_id = ?)",
+                (window_start_ms, world_id, world_id),
+            )
+            assert ledger is not None  # an aggregate always answers one row
+            tiers = tx.all(
+                "SELECT tier, SUM(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens),"
+                " SUM(micro_usd), COUNT(*) FROM gateway_audit WHERE recorded_at_ms >= ?"
+                " AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?) GROUP BY tier ORDER BY tier",
+                (window_start_ms, world_id, world_id, tenant_id, tenant_id),
+            )
+            cap, reserved, consumed, micro_usd, admissions, blocked, killed = (int(v) for v in ledger)
+            return Spend(
+                world_cap_tokens=cap,
+                reserved_tokens=reserved,
+                consumed_tokens=consumed,
+                consumed_micro_usd=micro_usd,
+                admissions=admissions,
+                blocked_by_world_cap=blocked,
+                killed=killed,
+                by_tier=[TierSpend(int(t), int(tok), int(usd), int(n)) for t, tok, usd, n in tiers],
+            )
+
+        return await self.transact(body)
+
+    async def ledger_totals(self) -> tuple[int, int]:
+        """(reserved, consumed) over every world and window: the invariant checks read this."""
+
+        def body(tx: Tx) -> tuple[int, int]:
+            row = tx.one(
+                "SELECT COALESCE(SUM(reserved_tokens), 0), COALESCE(SUM(consumed_tokens), 0) FROM"
+                " gateway_ledger"
+            )
+            assert row is not None
+            return int(row[0]), int(row[1])
+
+        return await self.transact(body)
+
+    async def audited_tokens(self) -> int:
+        def body(tx: Tx) -> int:
+            row = tx.one(
+                "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens +"
+                " cache_write_tokens), 0)"
+                " FROM gateway_audit"
+            )
+            assert row is not None
+            return int(row[0])
+
+        return await self.transact(body)
+
+    async def recent_run_stats(self, *, limit: int) -> list[dict[str, Any]]:
+        """The stats of the most recently ended runs, newest first."""
+
+        def body(tx: Tx) -> list[dict[str, Any]]:
+            rows = tx.all(
+                "SELECT stats FROM gateway_runs WHERE ended_at_ms IS NOT NULL ORDER BY ended_at_ms DESC"
+                " LIMIT ?",
+                (limit,),
+            )
+            return [json.loads(row[0]) for row in rows]
+
+        return await self.transact(body)
+
+    async def load_controls(self) -> list[Control]:
+        """Every active control, read before the gateway serves."""
+
+        def body(tx: Tx) -> list[Control]:
+            return [
+                _control_from(row)
+                for row in tx.all(
+                    f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
+                )
+            ]
+
+        return await self.transact(body)

@@ -1,0 +1,95 @@
+"""The gateway's tables, written once; `{serial}` is the one dialect difference."""
+
+from __future__ import annotations
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS gateway_ledger (
+    world_id TEXT NOT NULL,
+    window_start_ms BIGINT NOT NULL,
+    cap_tokens BIGINT NOT NULL,
+    reserved_tokens BIGINT NOT NULL DEFAULT 0,
+    consumed_tokens BIGINT NOT NULL DEFAULT 0,
+    consumed_micro_usd BIGINT NOT NULL DEFAULT 0,
+    admissions BIGINT NOT NULL DEFAULT 0,
+    blocked_by_world_cap BIGINT NOT NULL DEFAULT 0,
+    killed BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (world_id, window_start_ms)
+);
+CREATE TABLE IF NOT EXISTS gateway_runs (
+    run_id TEXT PRIMARY KEY,
+    request_id TEXT UNIQUE,
+    tenant_id TEXT NOT NULL,
+    world_id TEXT NOT NULL,
+    ori_id TEXT NOT NULL,
+    tier INTEGER NOT NULL,
+    cause INTEGER NOT NULL,
+    window_start_ms BIGINT NOT NULL,
+    max_model_calls INTEGER NOT NULL,
+    max_tool_calls INTEGER NOT NULL,
+    reserved_tokens BIGINT NOT NULL,
+    used_tokens BIGINT NOT NULL DEFAULT 0,
+    model_calls INTEGER NOT NULL DEFAULT 0,
+    tool_calls INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '',
+    stats TEXT NOT NULL DEFAULT '{}',
+    admitted_at_ms BIGINT NOT NULL,
+    deadline_ms BIGINT NOT NULL,
+    ended_at_ms BIGINT
+);
+CREATE INDEX IF NOT EXISTS gateway_runs_active ON gateway_runs (status, deadline_ms);
+CREATE INDEX IF NOT EXISTS gateway_runs_ended ON gateway_runs (ended_at_ms);
+CREATE TABLE IF NOT EXISTS gateway_audit (
+    seq {serial},
+    call_id TEXT NOT NULL UNIQUE,
+    run_id TEXT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    world_id TEXT NOT NULL,
+    ori_id TEXT NOT NULL,
+    tier INTEGER NOT NULL,
+    cause TEXT NOT NULL,
+    model_ref TEXT NOT NULL,
+    model_class TEXT NOT NULL,
+    input_context TEXT NOT NULL,
+    output TEXT NOT NULL,
+    input_tokens BIGINT NOT NULL,
+    output_tokens BIGINT NOT NULL,
+    cache_read_tokens BIGINT NOT NULL,
+    cache_write_tokens BIGINT NOT NULL,
+    micro_usd BIGINT NOT NULL,
+    cost_estimated INTEGER NOT NULL,
+    policy_decision TEXT NOT NULL,
+    retention_policy_id TEXT NOT NULL,
+    config_fingerprint TEXT NOT NULL,
+    offline INTEGER NOT NULL,
+    recorded_at_ms BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gateway_audit_ori ON gateway_audit (ori_id, seq);
+CREATE INDEX IF NOT EXISTS gateway_audit_run ON gateway_audit (run_id, seq);
+CREATE TABLE IF NOT EXISTS gateway_controls (
+    seq {serial},
+    control_id TEXT NOT NULL UNIQUE,
+    kind INTEGER NOT NULL,
+    scope INTEGER NOT NULL,
+    target TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    operator_id TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    active INTEGER NOT NULL,
+    lifted_at_ms BIGINT
+);
+CREATE INDEX IF NOT EXISTS gateway_controls_target ON gateway_controls (active, scope, target);
+CREATE TABLE IF NOT EXISTS gateway_operator_audit (
+    seq {serial},
+    method TEXT NOT NULL,
+    role TEXT NOT NULL,
+    operator_id TEXT NOT NULL,
+    allowed INTEGER NOT NULL,
+    detail TEXT NOT NULL,
+    recorded_at_ms BIGINT NOT NULL
+);
+"""
+
+
+def schema_statements(serial: str) -> list[str]:
+    return [s.strip() for s in SCHEMA.replace("{serial}", serial).split(";") if s.strip()]

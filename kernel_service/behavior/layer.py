@@ -1,0 +1,383 @@
+"""`PersonalityBehaviorLayer`: the kernel's BehaviorLayer over struct-of-arrays state.
+
+Per agent it caches the last perception inputs and what they produced (tree decision, emotion,
+effective goal, compiled plan and cursor). `decide` re-evaluates trees, emotion and goal selection
+only for rows whose inputs changed (or whose mood is still settling); every other row just steps
+its cached plan, which is what lets the kernel step 10,000 Lachesis agents inside a tick.
+Deterministic: no clock, no RNG; `snapshot`/`restore` carry every per-agent array.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from egbe.v1 import action_pb2, kernel_pb2
+from kernel_service.behavior.compiled_plans import NO_METHOD, CompiledMethods
+from kernel_service.behavior.config import BehaviorConfig
+from kernel_service.behavior.emotion import (
+    EMOTION_STYLES,
+    EmotionalEpisode,
+    Mood,
+    MoodRows,
+    evaluate_emotions,
+)
+from kernel_service.behavior.goal_refs import goal_families, goal_tag_masks
+from kernel_service.behavior.htn import DEFAULT_METHODS_PATH, MethodLibrary, load_method_library
+from kernel_service.behavior.needs import NeedGoals, most_pressing_needs, surface_goals
+from kernel_service.behavior.profile import profile_from_registration, registration_violations
+from kernel_service.behavior.tree_kernel import TreeRows, evaluate_trees
+from kernel_service.behavior.vocabulary import (
+    MINOR_PRESENT_FLAG,
+    THREAT_FLAG,
+    TRAIT_FIELDS,
+    VALUE_COLUMNS,
+    Emotion,
+    GoalFamily,
+    Routine,
+)
+from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals
+from services.errors import FieldViolation, InvalidArgument
+
+BP = 10_000
+QUIRK_SEPARATOR = "\x1f"
+Index = slice | NDArray[np.intp]
+
+# name -> (dtype, trailing shape) of every per-agent array; the snapshot layout.
+_ARRAYS: dict[str, tuple[type[np.generic], tuple[int, ...]]] = {
+    "registered": (np.bool_, ()),
+    "traits": (np.uint16, (len(TRAIT_FIELDS),)),
+    "values": (np.uint16, (VALUE_COLUMNS,)),
+    "vocation_ref": (np.uint32, ()),
+    "minor": (np.bool_, ()),
+    "evaluated": (np.bool_, ()),
+    "seen_safety": (np.uint16, ()),
+    "seen_sustaining": (np.uint16, ()),
+    "seen_social": (np.uint16, ()),
+    "seen_purpose": (np.uint16, ()),
+    "seen_fatigue": (np.uint16, ()),
+    "seen_flags": (np.uint16, ()),
+    "seen_goal": (np.uint32, ()),
+    "tree_routine": (np.uint8, ()),
+    "tree_kind": (np.uint8, ()),
+    "tree_priority": (np.uint16, ()),
+    "tree_value": (np.uint8, ()),
+    "emotion": (np.uint8, ()),
+    "hard_objective_bp": (np.int32, ()),
+    "mood_valence": (np.int32, ()),
+    "mood_arousal": (np.int32, ()),
+    "grief": (np.int32, ()),
+    "mood_active": (np.bool_, ()),
+    "goal": (np.uint32, ()),
+    "plan_tags": (np.uint32, ()),
+    "plan_method": (np.int16, ()),
+    "plan_cursor": (np.int32, ()),
+    "plan_priority": (np.uint16, ()),
+}
+
+
+@dataclass(frozen=True)
+class DecisionReport:
+    """Why an Ori's last cheap action was what it was: legible, for logs and tests."""
+
+    routine: Routine
+    honoured_value: int
+    quirks: tuple[str, ...]
+    emotion: Emotion
+    dialogue_style: str
+    animation_tag: str
+    goal_ref: int
+    method_id: str | None
+    plan_cursor: int
+
+
+def _index(slots: NDArray[np.uint32]) -> Index:
+    """A slice when the slots are one ascending run (views, no gathers), else the intp index."""
+    n = len(slots)
+    first, last = int(slots[0]), int(slots[-1])
+    if last - first + 1 == n and (n == 1 or bool(np.all(slots[1:] > slots[:-1]))):
+        return slice(first, last + 1)
+    return slots.astype(np.intp)
+
+
+class PersonalityBehaviorLayer:
+    """Implements kernel_service.behavior_seam.BehaviorLayer."""
+
+    def __init__(
+        self, config: BehaviorConfig | None = None, library: MethodLibrary | None = None, capacity: int = 1024
+    ) -> None:
+        self.config = config or BehaviorConfig()
+        self.library = library or load_method_library(DEFAULT_METHODS_PATH)
+        self.methods = CompiledMethods.compile(self.library)
+        self.need_goals = NeedGoals.for_library(self.library)
+        self._rest_bit = self.library.tag_bit("need-rest")
+        self._threat_bit = self.library.tag_bit("threat-present")
+        self._minor_bit = self.library.tag_bit("minor-present")
+        self._arrays: dict[str, NDArray[np.generic]] = {}
+        self._quirks: list[tuple[str, ...]] = []
+        self._allocate(max(capacity, 1))
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _allocate(self, capacity: int) -> None:
+        fresh = {name: np.zeros((capacity, *shape), dtype=dtype) for name, (dtype, shape) in _ARRAYS.items()}
+        fresh["plan_method"][:] = NO_METHOD
+        for name, old in self._arrays.items():
+            fresh[name][: len(old)] = old
+        self._arrays = fresh
+        self._quirks.extend([()] * (capacity - len(self._quirks)))
+        for name, array in fresh.items():
+            setattr(self, name, array)
+
+    @property
+    def capacity(self) -> int:
+        return len(self._quirks)
+
+    # Typed views of the arrays (set by _allocate), for mypy and readers.
+    registered: NDArray[np.bool_]
+    traits: NDArray[np.uint16]
+    values: NDArray[np.uint16]
+    vocation_ref: NDArray[np.uint32]
+    minor: NDArray[np.bool_]
+    evaluated: NDArray[np.bool_]
+    seen_safety: NDArray[np.uint16]
+    seen_sustaining: NDArray[np.uint16]
+    seen_social: NDArray[np.uint16]
+    seen_purpose: NDArray[np.uint16]
+    seen_fatigue: NDArray[np.uint16]
+    seen_flags: NDArray[np.uint16]
+    seen_goal: NDArray[np.uint32]
+    tree_routine: NDArray[np.uint8]
+    tree_kind: NDArray[np.uint8]
+    tree_priority: NDArray[np.uint16]
+    tree_value: NDArray[np.uint8]
+    emotion: NDArray[np.uint8]
+    hard_objective_bp: NDArray[np.int32]
+    mood_valence: NDArray[np.int32]
+    mood_arousal: NDArray[np.int32]
+    grief: NDArray[np.int32]
+    mood_active: NDArray[np.bool_]
+    goal: NDArray[np.uint32]
+    plan_tags: NDArray[np.uint32]
+    plan_method: NDArray[np.int16]
+    plan_cursor: NDArray[np.int32]
+    plan_priority: NDArray[np.uint16]
+
+    # --- BehaviorLayer -------------------------------------------------------------------------
+
+    def register(self, first_slot: int, registrations: Sequence[kernel_pb2.AgentRegistration]) -> None:
+        """Validate the whole batch first, so a bad registration applies nothing."""
+        violations = registration_violations(registrations)
+        if first_slot < 0:
+            violations.insert(0, FieldViolation("first_slot", "must be >= 0"))
+        if violations:
+            raise InvalidArgument(violations)
+        end = first_slot + len(registrations)
+        if end > self.capacity:
+            self._allocate(max(end, 2 * self.capacity))
+        for offset, registration in enumerate(registrations):
+            slot = first_slot + offset
+            profile = profile_from_registration(registration)
+            for name, (dtype, shape) in _ARRAYS.items():
+                self._arrays[name][slot] = np.zeros(shape, dtype=dtype)
+            self.plan_method[slot] = NO_METHOD
+            self.registered[slot] = True
+            self.traits[slot] = profile.traits
+            for domain, weight in profile.values.items():
+                self.values[slot, domain] = weight
+            self.vocation_ref[slot] = profile.vocation_ref
+            self.minor[slot] = profile.minor
+            self._quirks[slot] = profile.quirks
+
+    def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
+        if len(slots) == 0:
+            return
+        idx = _index(slots)
+        safety = signals.need_safety_bp[idx]
+        sustaining = signals.need_sustaining_bp[idx]
+        social = signals.need_social_bp[idx]
+        purpose = signals.need_purpose_bp[idx]
+        fatigue = signals.fatigue_bp[idx]
+        flags = signals.signal_flags[idx]
+        goal_in = signals.goal_ref[idx]
+        changed = ~self.evaluated[idx] | self.mood_active[idx]
+        changed |= safety != self.seen_safety[idx]
+        changed |= sustaining != self.seen_sustaining[idx]
+        changed |= social != self.seen_social[idx]
+        changed |= purpose != self.seen_purpose[idx]
+        changed |= fatigue != self.seen_fatigue[idx]
+        changed |= flags != self.seen_flags[idx]
+        changed |= goal_in != self.seen_goal[idx]
+        if changed.any():
+            rows = np.asarray(slots, dtype=np.intp)[changed]
+            needs = np.stack([safety, sustaining, social, purpose], axis=1)[changed]
+            self._evaluate(rows, needs, fatigue[changed], flags[changed], goal_in[changed])
+
+        method = self.plan_method[idx]
+        use_plan = (method != NO_METHOD) & (self.tree_routine[idx] != Routine.MAINTAIN_SAFETY)
+        known = np.maximum(method, 0)
+        cursor = self.plan_cursor[idx]
+        step_kind = self.methods.step_kind[self.methods.offset[known] + cursor]
+        out.kind[idx] = np.where(use_plan, step_kind, self.tree_kind[idx])
+        out.source[idx] = np.where(
+            use_plan, action_pb2.ACTION_SOURCE_HTN, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE
+        )
+        out.goal_ref[idx] = self.goal[idx]
+        out.plan_step[idx] = np.where(use_plan, cursor, 0)
+        out.priority[idx] = np.where(use_plan, self.plan_priority[idx], self.tree_priority[idx])
+        # A finished plan starts over: the goal stands until the world or the needs change it.
+        advanced = cursor + 1
+        self.plan_cursor[idx] = np.where(
+            use_plan, np.where(advanced >= self.methods.length[known], 0, advanced), cursor
+        )
+
+    def snapshot(self) -> Mapping[str, NDArray[np.generic]]:
+        arrays = {name: array.copy() for name, array in self._arrays.items()}
+        arrays["quirks"] = np.array([QUIRK_SEPARATOR.join(q) for q in self._quirks], dtype=np.str_)
+        return arrays
+
+    def restore(self, arrays: Mapping[str, NDArray[np.generic]]) -> None:
+        """Refuses (naming the array) anything that is not a snapshot of this layer's layout."""
+        if "quirks" not in arrays:
+            raise InvalidArgument.field("quirks", "missing from snapshot")
+        capacity = len(arrays["quirks"])
+        violations = []
+        for name, (dtype, shape) in _ARRAYS.items():
+            array = arrays.get(name)
+            if array is None:
+                violations.append(FieldViolation(name, "missing from snapshot"))
+            elif array.dtype != np.dtype(dtype) or array.shape != (capacity, *shape):
+                violations.append(FieldViolation(name, f"expected {np.dtype(dtype)}{(capacity, *shape)}"))
+        if violations:
+            raise InvalidArgument(violations)
+        self._arrays = {name: np.array(arrays[name], copy=True) for name in _ARRAYS}
+        for name, array in self._arrays.items():
+            setattr(self, name, array)
+        self._quirks = [tuple(q.split(QUIRK_SEPARATOR)) if q else () for q in arrays["quirks"].tolist()]
+
+    # --- beyond the seam -----------------------------------------------------------------------
+
+    def record_episode(self, slot: int, episode: EmotionalEpisode) -> None:
+        """Fold something that happened to the Ori into its mood; the next decision re-reads it."""
+        mood = Mood(int(self.mood_valence[slot]), int(self.mood_arousal[slot]), int(self.grief[slot])).fold(
+            episode
+        )
+        self.mood_valence[slot], self.mood_arousal[slot], self.grief[slot] = (
+            mood.valence_bp,
+            mood.arousal_bp,
+            mood.grief_bp,
+        )
+        self.mood_active[slot] = True
+
+    def report(self, slot: int) -> DecisionReport:
+        """The honoured value, quirks, emotion and plan behind the slot's last decision."""
+        routine = Routine(int(self.tree_routine[slot]))
+        method = int(self.plan_method[slot])
+        emotion = Emotion(int(self.emotion[slot]))
+        style = EMOTION_STYLES.get(emotion)
+        return DecisionReport(
+            routine=routine,
+            honoured_value=int(self.tree_value[slot]),
+            quirks=tuple(
+                q
+                for q in self._quirks[slot]
+                if ":" not in q
+                or q.partition(":")[0].strip().lower().replace("-", "_") == routine.name.lower()
+            ),
+            emotion=emotion,
+            dialogue_style=style.dialogue_style if style else "",
+            animation_tag=style.animation_tag if style else "",
+            goal_ref=int(self.goal[slot]),
+            method_id=self.library.methods[method].method_id if method != NO_METHOD else None,
+            plan_cursor=int(self.plan_cursor[slot]),
+        )
+
+    def method_applies(self, slots: NDArray[np.uint32]) -> NDArray[np.bool_]:
+        """Whether each slot's current goal has an applicable method (for arbitration)."""
+        index = np.asarray(slots, dtype=np.intp)
+        applies: NDArray[np.bool_] = (self.plan_method[index] != NO_METHOD) & (self.goal[index] != 0)
+        return applies
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _evaluate(
+        self,
+        rows: NDArray[np.intp],
+        needs: NDArray[np.uint16],
+        fatigue: NDArray[np.uint16],
+        flags: NDArray[np.uint16],
+        goal_in: NDArray[np.uint32],
+    ) -> None:
+        cfg = self.config
+        emotion = evaluate_emotions(
+            MoodRows(self.mood_valence[rows], self.mood_arousal[rows], self.grief[rows]), needs, fatigue, cfg
+        )
+        vocation = self.vocation_ref[rows]
+        tree = evaluate_trees(
+            TreeRows(
+                traits=self.traits[rows],
+                values=self.values[rows],
+                vocation_ref=vocation,
+                need_social_bp=needs[:, 2],
+                need_purpose_bp=needs[:, 3],
+                fatigue_bp=fatigue,
+                signal_flags=flags,
+                hard_objective_bp=emotion.hard_objective_bp,
+            ),
+            cfg,
+        )
+        self.tree_routine[rows] = tree.routine
+        self.tree_kind[rows] = tree.action_kind
+        self.tree_priority[rows] = tree.priority_bp
+        self.tree_value[rows] = tree.honoured_value
+        self.emotion[rows] = emotion.emotion
+        self.hard_objective_bp[rows] = emotion.hard_objective_bp
+
+        surfaced = surface_goals(
+            most_pressing_needs(needs, cfg.need_goal_threshold_bp), vocation, self.need_goals
+        )
+        goal = np.where(goal_in != 0, goal_in, surfaced)
+        tags = goal_tag_masks(goal)
+        tags |= np.where(fatigue >= cfg.need_rest_tag_bp, self._rest_bit, 0).astype(np.uint32)
+        tags |= np.where((flags & THREAT_FLAG) != 0, self._threat_bit, 0).astype(np.uint32)
+        tags |= np.where((flags & MINOR_PRESENT_FLAG) != 0, self._minor_bit, 0).astype(np.uint32)
+        replan = (goal != self.goal[rows]) | (tags != self.plan_tags[rows]) | ~self.evaluated[rows]
+        if replan.any():
+            again = rows[replan]
+            chosen = self.methods.select(goal_families(goal[replan]), tags[replan])
+            self.plan_method[again] = np.where(goal[replan] != 0, chosen, NO_METHOD)
+            self.plan_cursor[again] = 0
+        self.goal[rows] = goal
+        self.plan_tags[rows] = tags
+        method = self.plan_method[rows]
+        known = np.maximum(method, 0)
+        vocational = self.methods.family[known] == GoalFamily.VOCATION
+        weight = np.where(vocational, emotion.hard_objective_bp, BP)
+        self.plan_priority[rows] = np.where(
+            method != NO_METHOD, self.methods.priority_bp[known] * weight // BP, 0
+        ).astype(np.uint16)
+
+        self.seen_safety[rows] = needs[:, 0]
+        self.seen_sustaining[rows] = needs[:, 1]
+        self.seen_social[rows] = needs[:, 2]
+        self.seen_purpose[rows] = needs[:, 3]
+        self.seen_fatigue[rows] = fatigue
+        self.seen_flags[rows] = flags
+        self.seen_goal[rows] = goal_in
+        self.evaluated[rows] = True
+        self._settle_mood(rows)
+
+    def _settle_mood(self, rows: NDArray[np.intp]) -> None:
+        """Decay mood after it was read (as Mood.decayed); a settled mood stops forcing re-evaluation."""
+        shift = self.config.mood_decay_shift
+        active = rows[self.mood_active[rows]]
+        if len(active) == 0:
+            return
+        for array in (self.mood_valence, self.mood_arousal, self.grief):
+            array[active] -= array[active] >> shift
+        self.mood_active[active] = (
+            (self.mood_valence[active] != 0) | (self.mood_arousal[active] != 0) | (self.grief[active] != 0)
+        )

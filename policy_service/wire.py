@@ -1,0 +1,146 @@
+"""The one mapping between policy protos and the evaluators' domain records, with input validation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from egbe.v1 import common_pb2, policy_pb2
+from policy_service.model import (
+    Attestation,
+    CheckResult,
+    Claim,
+    ClaimKind,
+    CulturalReviewInput,
+    Evidence,
+    GateInput,
+    ProtectionRequest,
+    ProtectionSurface,
+)
+from services.errors import FieldViolation, InvalidArgument
+
+CLAIM_KINDS = {
+    policy_pb2.CLAIM_KIND_FACT: ClaimKind.FACT,
+    policy_pb2.CLAIM_KIND_OPINION: ClaimKind.OPINION,
+    policy_pb2.CLAIM_KIND_BACKSTORY: ClaimKind.BACKSTORY,
+}
+SURFACES = {
+    policy_pb2.PROTECTION_SURFACE_DEATH_PATH: ProtectionSurface.DEATH_PATH,
+    policy_pb2.PROTECTION_SURFACE_RELATIONSHIP_EDGE: ProtectionSurface.RELATIONSHIP_EDGE,
+    policy_pb2.PROTECTION_SURFACE_SCENARIO: ProtectionSurface.SCENARIO,
+    policy_pb2.PROTECTION_SURFACE_INCARNATION: ProtectionSurface.INCARNATION,
+}
+
+
+def _require(violations: list[FieldViolation]) -> None:
+    if violations:
+        raise InvalidArgument(violations)
+
+
+def _ori_violations(ori: common_pb2.OriRef, field: str = "ori") -> list[FieldViolation]:
+    return [] if ori.ori_id else [FieldViolation(f"{field}.ori_id", "required")]
+
+
+def _unique_ids(ids: Sequence[str], field: str, id_name: str) -> list[FieldViolation]:
+    violations = []
+    seen: set[str] = set()
+    for i, value in enumerate(ids):
+        if not value:
+            violations.append(FieldViolation(f"{field}[{i}].{id_name}", "required"))
+        elif value in seen:
+            violations.append(FieldViolation(f"{field}[{i}].{id_name}", f"duplicate id {value!r}"))
+        seen.add(value)
+    return violations
+
+
+def claims_from_wire(
+    claims: Iterable[policy_pb2.Claim], field: str
+) -> tuple[list[Claim], list[FieldViolation]]:
+    parsed: list[Claim] = []
+    claims = list(claims)
+    violations = _unique_ids([c.claim_id for c in claims], field, "claim_id")
+    for i, claim in enumerate(claims):
+        kind = CLAIM_KINDS.get(claim.kind)
+        if kind is None:
+            violations.append(FieldViolation(f"{field}[{i}].kind", "must be fact, opinion or backstory"))
+            continue
+        if not claim.text.strip():
+            violations.append(FieldViolation(f"{field}[{i}].text", "required"))
+        parsed.append(Claim(claim.claim_id, kind, claim.text, tuple(claim.required_tags), claim.locale))
+    return parsed, violations
+
+
+def evidence_from_wire(
+    evidence: Iterable[policy_pb2.Evidence], field: str
+) -> tuple[list[Evidence], list[FieldViolation]]:
+    items = list(evidence)
+    violations = _unique_ids([e.evidence_id for e in items], field, "evidence_id")
+    return [Evidence(e.evidence_id, e.text, tuple(e.tags)) for e in items], violations
+
+
+def gate_input(request: policy_pb2.GateRequest) -> GateInput:
+    violations = _ori_violations(request.ori)
+    if not request.output_id:
+        violations.append(FieldViolation("output_id", "required"))
+    if not request.mode:
+        violations.append(FieldViolation("mode", "required"))
+    if request.tier == common_pb2.COGNITION_TIER_UNSPECIFIED:
+        violations.append(FieldViolation("tier", "must be clotho, lachesis or atropos"))
+    _require(violations)
+    return GateInput(
+        output_id=request.output_id,
+        mode=request.mode,
+        utterance=request.utterance,
+        cited_memory_refs=tuple(request.cited_memory_refs),
+        claimed_capabilities=tuple(request.claimed_capabilities),
+        ori_is_minor=request.ori_is_minor,
+        counterpart_is_minor=request.counterpart_is_minor,
+        established_memory_refs=frozenset(request.established_memory_refs),
+        established_capabilities=frozenset(request.established_capabilities),
+        stimulus=request.stimulus,
+    )
+
+
+def ground_input(request: policy_pb2.GroundRequest) -> tuple[list[Claim], list[Evidence]]:
+    claims, claim_violations = claims_from_wire(request.claims, "claims")
+    evidence, evidence_violations = evidence_from_wire(request.evidence, "evidence")
+    _require([*_ori_violations(request.ori), *claim_violations, *evidence_violations])
+    return claims, evidence
+
+
+def cultural_review_input(request: policy_pb2.ReviewCulturalBackstoryRequest) -> CulturalReviewInput:
+    claims, claim_violations = claims_from_wire(request.claims, "claims")
+    evidence, evidence_violations = evidence_from_wire(request.evidence, "evidence")
+    violations = [*_ori_violations(request.ori), *claim_violations, *evidence_violations]
+    if not request.locale:
+        violations.append(FieldViolation("locale", "required (BCP-47, e.g. yo-NG)"))
+    _require(violations)
+    return CulturalReviewInput(
+        locale=request.locale,
+        review_source_locale=request.review_source_locale,
+        claims=tuple(claims),
+        evidence=tuple(evidence),
+        attestations=tuple(
+            Attestation(a.role, a.reviewer_id, a.passed, tuple(a.evidence_ids)) for a in request.attestations
+        ),
+    )
+
+
+def protection_request(request: policy_pb2.CheckMinorProtectionRequest) -> ProtectionRequest:
+    surface = SURFACES.get(request.surface)
+    violations = _ori_violations(request.ori)
+    if surface is None:
+        violations.append(
+            FieldViolation("surface", "must be death-path, relationship-edge, scenario or incarnation")
+        )
+    _require(violations)
+    assert surface is not None
+    return ProtectionRequest(
+        ori_is_minor=request.ori_is_minor,
+        surface=surface,
+        tags=tuple(request.tags),
+        counterpart_is_minor=request.counterpart_is_minor,
+    )
+
+
+def checks_to_wire(checks: Iterable[CheckResult]) -> list[policy_pb2.PolicyCheck]:
+    return [policy_pb2.PolicyCheck(check=c.check, passed=c.passed, reason=c.reason) for c in checks]

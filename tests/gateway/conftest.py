@@ -1,0 +1,26 @@
+"""Gateway fixtures: an in-process gateway on each storage backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """None for the embedded SQLite store, a fresh PostgreSQL database otherwise."""
+    if request.param == "sqlite":
+        return None
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    return dsn
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, database_url: str | None) -> AsyncIterator[GatewayHarness]:
+    harness = await start_gateway(gateway_settings(tmp_path, database_url))
+    yield harness
+    await harness.stop()

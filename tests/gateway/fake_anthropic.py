@@ -1,0 +1,171 @@
+"""A local fake of the Anthropic Messages API on a real socket: scripted errors, delays, batches, counts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Scripted:
+    """One scripted answer: an HTTP status, a JSON body and headers; None body = a normal message."""
+
+    status: int = 200
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0
+
+
+def error_body(error_type: str, message: str, error_code: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": error_type, "message": message}
+    if error_code:
+        error["details"] = {"error_code": error_code}
+    return {"type": "error", "error": error}
+
+
+def message_body(text: str, *, model: str) -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 120,
+            "output_tokens": 40,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        },
+    }
+
+
+class FakeAnthropic:
+    """Answers /v1/messages from a script (then a default reply); records every request it received."""
+
+    def __init__(self, reply_text: str = '{"utterance":"hi","addressed_to":"Bram","emotion":"warm"}') -> None:
+        self.reply_text = reply_text
+        self.script: deque[Scripted] = deque()
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.default_delay_seconds = 0.0
+        self.batch_polls_before_end = 1
+        self._batches: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(raw)))
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                payload = json.loads(self.rfile.read(length) or b"{}")
+                path = self.path.split("?")[0]
+                with fake._lock:
+                    fake.requests.append(("POST", path, payload))
+                if path == "/v1/messages/count_tokens":
+                    self.send_json(200, {"input_tokens": 321})
+                elif path == "/v1/messages/batches":
+                    self.send_json(200, fake._create_batch(payload))
+                else:
+                    with fake._lock:
+                        scripted = fake.script.popleft() if fake.script else Scripted()
+                    time.sleep(scripted.delay_seconds or fake.default_delay_seconds)
+                    body = scripted.body or message_body(fake.reply_text, model=payload.get("model", "?"))
+                    try:
+                        self.send_json(scripted.status, body, scripted.headers)
+                    except (BrokenPipeError, ConnectionResetError):
+                        return  # the client gave up (timeout, cancellation)
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                with fake._lock:
+                    fake.requests.append(("GET", path, {}))
+                parts = path.strip("/").split("/")
+                batch_id = parts[3]
+                batch = fake._batches[batch_id]
+                if parts[-1] == "results":
+                    line = {
+                        "custom_id": batch["custom_id"],
+                        "result": {"type": "succeeded", "message": batch["message"]},
+                    }
+                    raw = (json.dumps(line) + "\n").encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/binary")
+                    self.send_header("content-length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                    return
+                batch["polls"] += 1
+                self.send_json(
+                    200, fake._batch_view(batch_id, ended=batch["polls"] >= fake.batch_polls_before_end)
+                )
+
+        return Handler
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeAnthropic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+    def message_requests(self) -> list[dict[str, Any]]:
+        return [body for method, path, body in self.requests if method == "POST" and path == "/v1/messages"]
+
+    def _create_batch(self, payload: dict[str, Any]) -> dict[str, Any]:
+        request = payload["requests"][0]
+        batch_id = f"msgbatch_{len(self._batches) + 1}"
+        message = message_body(self.reply_text, model=request["params"]["model"])
+        self._batches[batch_id] = {"custom_id": request["custom_id"], "message": message, "polls": 0}
+        return self._batch_view(batch_id, ended=False)
+
+    def _batch_view(self, batch_id: str, *, ended: bool) -> dict[str, Any]:
+        counts = {
+            "processing": 0 if ended else 1,
+            "succeeded": 1 if ended else 0,
+            "errored": 0,
+            "canceled": 0,
+            "expired": 0,
+        }
+        return {
+            "id": batch_id,
+            "type": "message_batch",
+            "processing_status": "ended" if ended else "in_progress",
+            "request_counts": counts,
+            "ended_at": "2026-01-01T00:00:00Z" if ended else None,
+            "created_at": "2026-01-01T00:00:00Z",
+            "expires_at": "2026-01-02T00:00:00Z",
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": f"{self.base_url}/v1/messages/batches/{batch_id}/results" if ended else None,
+        }

@@ -1,0 +1,120 @@
+"""A gateway served in-process on a real socket (port 0), with stubs holding each role's token."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from gateway.server import build_bundle
+from services.auth import Role, TokenStore, bearer_metadata
+from services.server import RunningService, start_service
+from services.settings import EgbeSettings, Endpoint, load_settings
+
+CLOTHO, LACHESIS, ATROPOS = (
+    common_pb2.COGNITION_TIER_CLOTHO,
+    common_pb2.COGNITION_TIER_LACHESIS,
+    common_pb2.COGNITION_TIER_ATROPOS,
+)
+CAUSE_FOR_TIER = {
+    CLOTHO: 1,
+    LACHESIS: 2,
+    ATROPOS: 3,
+}
+
+
+def gateway_settings(data_dir: Path, database_url: str | None = None, **gateway: Any) -> EgbeSettings:
+    settings = load_settings(data_dir=data_dir, database_url=database_url)
+    endpoints = {**settings.endpoints, "gateway": Endpoint(port=0)}
+    config = settings.gateway.model_copy(update=gateway)
+    return settings.model_copy(update={"endpoints": endpoints, "gateway": config})
+
+
+@dataclass
+class GatewayHarness:
+    running: RunningService
+    channel: grpc.aio.Channel
+    tokens: dict[Role, str]
+
+    def metadata(self, role: Role) -> tuple[tuple[str, str], ...]:
+        return bearer_metadata(self.tokens[role])
+
+    @property
+    def gateway(self) -> gateway_pb2_grpc.CognitionGatewayServiceStub:
+        return gateway_pb2_grpc.CognitionGatewayServiceStub(self.channel)
+
+    @property
+    def operator(self) -> gateway_pb2_grpc.OperatorServiceStub:
+        return gateway_pb2_grpc.OperatorServiceStub(self.channel)
+
+    async def admit(
+        self, ori: str, tier: int = CLOTHO, *, tenant: str = "tenant-a", world: str = "world-1"
+    ) -> Any:
+        return await self.gateway.AdmitRun(
+            gateway_pb2.AdmitRunRequest(
+                ori=common_pb2.OriRef(tenant_id=tenant, world_id=world, ori_id=ori),
+                tier=tier,  # type: ignore[arg-type]
+                cause=CAUSE_FOR_TIER[tier],  # type: ignore[arg-type]
+            ),
+            metadata=self.metadata(Role.SERVICE),
+        )
+
+    async def generate(
+        self, run_id: str, *, mode: int = gateway_pb2.COGNITION_MODE_DIALOGUE, **prompt: Any
+    ) -> Any:
+        envelope = gateway_pb2.PromptEnvelope(
+            system_policy=prompt.get("system_policy", "You are Ada, a baker. Stay in character."),
+            task_instruction=prompt.get("task_instruction", "Objective: open the bakery\nSpeaker: Bram"),
+            untrusted=[
+                gateway_pb2.UntrustedZone(
+                    kind=gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY,
+                    content=prompt.get("memory", "[mem-7] Bram lent me flour last winter."),
+                )
+            ],
+        )
+        return await self.gateway.Generate(
+            gateway_pb2.GenerateRequest(run_id=run_id, mode=mode, prompt=envelope),  # type: ignore[arg-type]
+            metadata=self.metadata(Role.SERVICE),
+        )
+
+    async def end(self, run_id: str, outcome: int = gateway_pb2.RUN_OUTCOME_COMPLETED) -> Any:
+        return await self.gateway.EndRun(
+            gateway_pb2.EndRunRequest(run_id=run_id, outcome=outcome),  # type: ignore[arg-type]
+            metadata=self.metadata(Role.SERVICE),
+        )
+
+    async def spend(self, world: str = "") -> gateway_pb2.GetSpendResponse:
+        reply: gateway_pb2.GetSpendResponse = await self.operator.GetSpend(
+            gateway_pb2.GetSpendRequest(world_id=world), metadata=self.metadata(Role.OPERATOR)
+        )
+        return reply
+
+    async def audit_records(self, **filters: Any) -> list[gateway_pb2.AuditRecord]:
+        records: list[gateway_pb2.AuditRecord] = []
+        token = ""
+        for _ in range(10_000):
+            page = await self.operator.ListAuditRecords(
+                gateway_pb2.ListAuditRecordsRequest(page_size=200, page_token=token, **filters),
+                metadata=self.metadata(Role.OPERATOR),
+            )
+            records.extend(page.records)
+            token = page.next_page_token
+            if not token:
+                return records
+        raise AssertionError("audit pagination did not end")
+
+    async def stop(self) -> None:
+        await self.channel.close(grace=None)
+        await self.running.stop()
+
+
+async def start_gateway(settings: EgbeSettings) -> GatewayHarness:
+    tokens = {role: secrets.token_urlsafe(24) for role in Role}
+    store = TokenStore({role: [token] for role, token in tokens.items()})
+    bundle = await build_bundle(settings, store)
+    running = await start_service(bundle, settings.endpoints["gateway"], store, settings)
+    return GatewayHarness(running, grpc.aio.insecure_channel(running.target), tokens)

@@ -1,0 +1,151 @@
+"""Admission, model calls, per-run budgets and endings over real gRPC, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import pytest
+from grpc_status import rpc_status
+
+from cognition_service.output_schemas import DialogueReply
+from egbe.v1 import common_pb2, gateway_pb2
+from services.auth import Role
+from services.errors import field_violations
+from tests.gateway.harness import ATROPOS, CLOTHO, GatewayHarness
+
+
+def _reason(error: grpc.aio.AioRpcError) -> str:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    return status.message
+
+
+async def test_a_run_is_admitted_called_audited_and_released(gateway: GatewayHarness) -> None:
+    admitted = await gateway.admit("ada")
+    assert admitted.admitted
+    assert admitted.reserved_tokens == 4_000
+    assert (admitted.budget.max_model_calls, admitted.budget.max_tool_calls) == (2, 2)
+    during = await gateway.spend("world-1")
+    assert during.reserved_tokens == 4_000
+
+    reply = await gateway.generate(admitted.run_id)
+    assert reply.offline
+    assert reply.model_ref == "offline:deterministic-v1"
+    spoken = DialogueReply.model_validate_json(reply.text)
+    assert spoken.utterance.startswith("[offline]")
+    assert spoken.addressed_to == "Bram"
+    assert "open the bakery" in spoken.utterance
+    assert spoken.cited_memory_refs == ["mem-7"]
+
+    ended = await gateway.end(admitted.run_id)
+    used = reply.usage.input_tokens + reply.usage.output_tokens
+    assert (ended.used_tokens, ended.released_tokens, ended.ended_now) == (used, 4_000 - used, True)
+    again = await gateway.end(admitted.run_id)
+    assert not again.ended_now
+    assert again.released_tokens == 0
+
+    spend = await gateway.spend("world-1")
+    assert (spend.reserved_tokens, spend.consumed_tokens, spend.admissions) == (0, used, 1)
+    [record] = await gateway.audit_records(ori_id="ada")
+    assert record.call_id == reply.call_id
+    assert record.offline
+    assert record.cause == "clotho-live-planning"
+    assert record.model_class == "opus-class"
+    assert record.output == reply.text
+    assert record.input_context["task_instruction"].startswith("Objective: open the bakery")
+    assert record.retention_policy_id == "v1:audit-platform:retention:cognition-call"
+    assert record.policy_decision.startswith("v1:isis-behavior-policy")
+    assert len(record.config_fingerprint.fnv1a64) == 16
+    assert record.cost.estimated
+    assert record.cost.micro_usd == -(-used * 1_500 // 1_000)
+
+
+async def test_the_same_prompt_gets_the_same_offline_reply(gateway: GatewayHarness) -> None:
+    first = await gateway.admit("ada")
+    second = await gateway.admit("ada")
+    texts = [(await gateway.generate(run.run_id)).text for run in (first, second)]
+    assert texts[0] == texts[1]
+
+
+async def test_a_clotho_run_gets_two_model_calls(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    await gateway.generate(run.run_id)
+    await gateway.generate(run.run_id)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.generate(run.run_id)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_model_calls" in _reason(refused.value)
+    assert len(await gateway.audit_records(run_id=run.run_id)) == 2
+
+
+async def test_tool_calls_are_counted_against_the_run_budget(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    check = gateway_pb2.CheckToolCallRequest(run_id=run.run_id, tool_name="recall")
+    metadata = gateway.metadata(Role.SERVICE)
+    first = await gateway.gateway.CheckToolCall(check, metadata=metadata)
+    second = await gateway.gateway.CheckToolCall(check, metadata=metadata)
+    assert [(r.tool_calls_used, r.tool_calls_remaining) for r in (first, second)] == [(1, 1), (2, 0)]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.CheckToolCall(check, metadata=metadata)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_tool_calls" in _reason(refused.value)
+
+
+async def test_a_prompt_larger_than_the_run_budget_is_refused_before_the_call(
+    gateway: GatewayHarness,
+) -> None:
+    run = await gateway.admit("ada")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.generate(run.run_id, memory="x" * 20_000)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "max_tokens" in _reason(refused.value)
+    assert await gateway.audit_records(run_id=run.run_id) == []
+
+
+async def test_each_mode_answers_its_schema(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("old-tom", ATROPOS)
+    assert run.budget.max_tokens == 64_000
+    for mode, key in [
+        (gateway_pb2.COGNITION_MODE_DECISION, "action"),
+        (gateway_pb2.COGNITION_MODE_REFLECTION, "insight"),
+        (gateway_pb2.COGNITION_MODE_SUMMARY, "summary"),
+    ]:
+        reply = await gateway.generate(run.run_id, mode=mode)
+        assert key in json.loads(reply.text)
+        assert reply.offline
+
+
+async def test_bad_admissions_name_the_field(gateway: GatewayHarness) -> None:
+    bad = gateway_pb2.AdmitRunRequest(ori=common_pb2.OriRef(world_id="w"), tier=7, cause=1)  # type: ignore[arg-type]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.AdmitRun(bad, metadata=gateway.metadata(Role.SERVICE))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert {v.field for v in field_violations(status)} == {"tier", "ori.ori_id"}
+
+
+async def test_only_the_service_role_may_generate(gateway: GatewayHarness) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Generate(
+            gateway_pb2.GenerateRequest(run_id="x"), metadata=gateway.metadata(Role.WORLD)
+        )
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_an_unknown_run_is_not_found(gateway: GatewayHarness) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.generate("no-such-run")
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_clotho_routes_to_opus_class(gateway: GatewayHarness) -> None:
+    route = await gateway.gateway.SelectModelRoute(
+        gateway_pb2.SelectModelRouteRequest(tier=CLOTHO), metadata=gateway.metadata(Role.OPERATOR)
+    )
+    assert (route.model_class, route.smallest_qualified, route.required_quality_bp) == (
+        "opus-class",
+        True,
+        9_500,
+    )

@@ -1,0 +1,209 @@
+"""Operator controls over gRPC: durable, checked at every boundary, operator-only, every attempt audited."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import grpc
+import pytest
+
+from egbe.v1 import action_pb2, common_pb2, gateway_pb2
+from gateway.store.sqlite import SqliteGatewayStore
+from services.auth import Role
+from services.settings import Endpoint
+from tests.gateway.harness import ATROPOS, CLOTHO, LACHESIS, GatewayHarness, gateway_settings, start_gateway
+
+
+async def _kill_ori(harness: GatewayHarness, ori: str) -> gateway_pb2.KillOriResponse:
+    reply: gateway_pb2.KillOriResponse = await harness.operator.KillOri(
+        gateway_pb2.KillOriRequest(ori_id=ori, reason="runaway dialogue"),
+        metadata=(*harness.metadata(Role.OPERATOR), ("x-egbe-operator", "alice")),
+    )
+    return reply
+
+
+async def test_kill_ori_ends_its_runs_and_refuses_new_ones(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    other = await gateway.admit("bram")
+    killed = await _kill_ori(gateway, "ada")
+    assert killed.runs_aborted == 1
+    assert killed.control.operator_id == "alice"
+    assert killed.control.active
+
+    with pytest.raises(grpc.aio.AioRpcError) as stopped:
+        await gateway.generate(run.run_id)
+    assert stopped.value.code() == grpc.StatusCode.ABORTED
+    assert killed.control.control_id in (stopped.value.details() or "")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.admit("ada")
+    assert refused.value.code() == grpc.StatusCode.ABORTED
+    assert "kill ori 'ada'" in (refused.value.details() or "")
+
+    assert (await gateway.generate(other.run_id)).offline  # other Ori are untouched
+    spend = await gateway.spend("world-1")
+    assert spend.reserved_tokens + spend.consumed_tokens == 4_000  # only bram's reservation is still held
+    assert spend.killed >= 2
+
+
+@pytest.mark.parametrize(
+    ("scope", "target", "hit", "spared"),
+    [
+        (
+            gateway_pb2.CONTROL_SCOPE_TIER,
+            "lachesis",
+            ("ada", LACHESIS, "tenant-a"),
+            ("ada", CLOTHO, "tenant-a"),
+        ),
+        (
+            gateway_pb2.CONTROL_SCOPE_TENANT,
+            "tenant-b",
+            ("cyd", ATROPOS, "tenant-b"),
+            ("cyd", ATROPOS, "tenant-a"),
+        ),
+    ],
+)
+async def test_pause_and_resume_by_scope(
+    gateway: GatewayHarness, scope: int, target: str, hit: tuple[str, int, str], spared: tuple[str, int, str]
+) -> None:
+    operator = gateway.metadata(Role.OPERATOR)
+    running = await gateway.admit(hit[0], hit[1], tenant=hit[2])
+    await gateway.operator.Pause(
+        gateway_pb2.PauseRequest(scope=scope, target=target, reason="maintenance"),  # type: ignore[arg-type]
+        metadata=operator,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as stopped:
+        await gateway.generate(running.run_id)
+    assert stopped.value.code() == grpc.StatusCode.ABORTED
+    with pytest.raises(grpc.aio.AioRpcError):
+        await gateway.admit(hit[0], hit[1], tenant=hit[2])
+    assert (await gateway.admit(spared[0], spared[1], tenant=spared[2])).admitted
+
+    resumed = await gateway.operator.Resume(
+        gateway_pb2.ResumeRequest(scope=scope, target=target, reason="done"),  # type: ignore[arg-type]
+        metadata=operator,
+    )
+    assert [c.kind for c in resumed.lifted] == [gateway_pb2.CONTROL_KIND_PAUSE]
+    assert (await gateway.admit(hit[0], hit[1], tenant=hit[2])).admitted
+
+
+async def test_kill_tier_and_quarantine_show_in_list_controls(gateway: GatewayHarness) -> None:
+    operator = gateway.metadata(Role.OPERATOR)
+    tier = await gateway.operator.KillTier(
+        gateway_pb2.KillTierRequest(tier=ATROPOS, reason="cost spike"), metadata=operator
+    )
+    assert tier.control.target == "atropos"
+    await gateway.operator.Quarantine(
+        gateway_pb2.QuarantineRequest(scope=gateway_pb2.CONTROL_SCOPE_ORI, target="eve", reason="review"),
+        metadata=operator,
+    )
+    await gateway.operator.KillTenant(
+        gateway_pb2.KillTenantRequest(tenant_id="t9", reason="x"), metadata=operator
+    )
+    first = await gateway.operator.ListControls(
+        gateway_pb2.ListControlsRequest(page_size=2), metadata=operator
+    )
+    rest = await gateway.operator.ListControls(
+        gateway_pb2.ListControlsRequest(page_size=2, page_token=first.next_page_token), metadata=operator
+    )
+    kinds = [(c.kind, c.scope, c.target) for c in [*first.controls, *rest.controls]]
+    assert kinds == [
+        (gateway_pb2.CONTROL_KIND_KILL, gateway_pb2.CONTROL_SCOPE_TIER, "atropos"),
+        (gateway_pb2.CONTROL_KIND_QUARANTINE, gateway_pb2.CONTROL_SCOPE_ORI, "eve"),
+        (gateway_pb2.CONTROL_KIND_KILL, gateway_pb2.CONTROL_SCOPE_TENANT, "t9"),
+    ]
+    assert rest.next_page_token == ""
+
+
+async def test_controls_need_a_reason_and_a_real_target(gateway: GatewayHarness) -> None:
+    operator = gateway.metadata(Role.OPERATOR)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.operator.KillOri(gateway_pb2.KillOriRequest(ori_id="ada"), metadata=operator)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.operator.KillTier(gateway_pb2.KillTierRequest(reason="r"), metadata=operator)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    listed = await gateway.operator.ListControls(gateway_pb2.ListControlsRequest(), metadata=operator)
+    assert list(listed.controls) == []  # nothing half-applied
+
+
+async def test_only_operators_control_and_every_attempt_is_audited(tmp_path: Path) -> None:
+    harness = await start_gateway(gateway_settings(tmp_path))
+    try:
+        for role in (Role.SERVICE, Role.WORLD):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await harness.operator.KillOri(
+                    gateway_pb2.KillOriRequest(ori_id="ada", reason="r"), metadata=harness.metadata(role)
+                )
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+            await harness.operator.KillTier(gateway_pb2.KillTierRequest(tier=CLOTHO, reason="r"))
+        assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        await _kill_ori(harness, "ada")
+    finally:
+        await harness.stop()
+    store = SqliteGatewayStore(tmp_path / "gateway.sqlite3", timeout_seconds=5)
+    await store.open()
+    attempts = await store.list_operator_attempts(limit=10)
+    await store.close()
+    assert [(a["method"], a["allowed"]) for a in attempts] == [
+        ("KillOri", False),
+        ("KillOri", False),
+        ("KillTier", False),
+        ("KILL:ORI", True),
+    ]
+    assert attempts[-1]["operator_id"] == "alice"
+
+
+async def test_a_restarted_gateway_loads_its_controls_before_serving(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    settings = gateway_settings(tmp_path, database_url)
+    first = await start_gateway(settings)
+    try:
+        await _kill_ori(first, "ada")
+    finally:
+        await first.stop()
+    second = await start_gateway(settings)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await second.admit("ada")
+        assert refused.value.code() == grpc.StatusCode.ABORTED
+        listed = await second.operator.ListControls(
+            gateway_pb2.ListControlsRequest(), metadata=second.metadata(Role.OPERATOR)
+        )
+        assert [c.target for c in listed.controls] == ["ada"]
+    finally:
+        await second.stop()
+
+
+async def test_submit_releases_its_reservation_when_think_fails(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    """Nothing serves the cognition endpoint here, so Think fails; the run must not keep its tokens."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    settings = gateway_settings(tmp_path, database_url)
+    endpoints = {**settings.endpoints, "cognition": Endpoint(port=closed_port)}
+    gateway = await start_gateway(settings.model_copy(update={"endpoints": endpoints}))
+    try:
+        await _submit_and_fail(gateway)
+    finally:
+        await gateway.stop()
+
+
+async def _submit_and_fail(gateway: GatewayHarness) -> None:
+    reply = await gateway.gateway.Submit(
+        gateway_pb2.SubmitRequest(
+            candidate=action_pb2.CognitionCallCandidate(
+                ori=common_pb2.OriRef(tenant_id="t", world_id="world-1", ori_id="ada"), tier=CLOTHO, cause=1
+            ),
+            mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+        ),
+        metadata=gateway.metadata(Role.SERVICE),
+    )
+    assert reply.outcome == gateway_pb2.RUN_OUTCOME_FAILED
+    assert "cognition Think failed" in reply.detail
+    spend = await gateway.spend("world-1")
+    assert (spend.admissions, spend.reserved_tokens) == (1, 0)

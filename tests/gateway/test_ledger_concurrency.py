@@ -1,0 +1,79 @@
+"""The world-cap ledger under 500 concurrent runs: never over the cap, and equal to the audit log after."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from egbe.v1 import gateway_pb2
+from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
+
+CLOTHO_RESERVATION = 4_000
+CAP = 5 * CLOTHO_RESERVATION  # room for five Clotho reservations at once
+RUNS = 500
+
+
+@pytest.fixture
+async def capped(tmp_path: Path, database_url: str | None) -> AsyncIterator[GatewayHarness]:
+    settings = gateway_settings(tmp_path, database_url)
+    budget = settings.gateway.budget.model_copy(update={"world_cap_tokens_per_hour": CAP})
+    harness = await start_gateway(
+        settings.model_copy(update={"gateway": settings.gateway.model_copy(update={"budget": budget})})
+    )
+    yield harness
+    await harness.stop()
+
+
+@pytest.mark.slow
+async def test_500_concurrent_admissions_never_reserve_past_the_cap(capped: GatewayHarness) -> None:
+    admissions = await asyncio.gather(*(capped.admit(f"ori-{n}") for n in range(RUNS)))
+    admitted = [a for a in admissions if a.admitted]
+    assert sum(a.reserved_tokens for a in admitted) <= CAP
+    assert len(admitted) == CAP // CLOTHO_RESERVATION  # the cap is filled exactly, never passed
+    spend = await capped.spend()
+    assert spend.reserved_tokens == len(admitted) * CLOTHO_RESERVATION
+    assert spend.blocked_by_world_cap == RUNS - len(admitted)
+    await asyncio.gather(*(capped.end(a.run_id) for a in admitted))
+    assert (await capped.spend()).reserved_tokens == 0
+
+
+async def _full_run(harness: GatewayHarness, n: int) -> int:
+    """Admit, call once, end; the tokens the run consumed (0 when the cap deferred it)."""
+    admitted = await harness.admit(f"ori-{n}")
+    if not admitted.admitted:
+        return 0
+    try:
+        reply = await harness.generate(admitted.run_id)
+    except grpc.aio.AioRpcError:
+        await harness.end(admitted.run_id, gateway_pb2.RUN_OUTCOME_FAILED)
+        raise
+    ended = await harness.end(admitted.run_id)
+    assert ended.used_tokens == reply.usage.input_tokens + reply.usage.output_tokens
+    return int(ended.used_tokens)
+
+
+@pytest.mark.slow
+async def test_500_concurrent_runs_leave_the_ledger_equal_to_the_audit_log(capped: GatewayHarness) -> None:
+    used = await asyncio.gather(*(_full_run(capped, n) for n in range(RUNS)))
+    spend = await capped.spend()
+    records = await capped.audit_records()
+    audited = sum(r.usage.input_tokens + r.usage.output_tokens for r in records)
+    assert spend.reserved_tokens == 0  # every ending released its reservation
+    assert spend.consumed_tokens == audited == sum(used)
+    assert spend.consumed_tokens <= CAP
+    assert len(records) == sum(1 for u in used if u)
+    assert spend.consumed_micro_usd == sum(r.cost.micro_usd for r in records)
+
+    # Then run one at a time until the cap defers: it defers only when a reservation no longer fits.
+    for n in range(RUNS, RUNS + CAP):
+        if not await _full_run(capped, n):
+            break
+    spend = await capped.spend()
+    assert CAP - CLOTHO_RESERVATION < spend.consumed_tokens <= CAP
+    assert spend.consumed_tokens == sum(
+        r.usage.input_tokens + r.usage.output_tokens for r in await capped.audit_records()
+    )

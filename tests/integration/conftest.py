@@ -1,0 +1,40 @@
+"""A BiographyService served in-process on loopback, once per storage backend."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from biography_service.server import build_bundle
+from egbe.v1 import biography_pb2_grpc
+from services.auth import Role, TokenStore
+from services.server import start_service
+from services.settings import EgbeSettings, Endpoint
+
+SERVICE_TOKEN = "service-token-0123456789"
+WORLD_TOKEN = "world-token-0123456789ab"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def stub(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
+    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else None
+    settings = EgbeSettings(
+        data_dir=tmp_path,
+        database_url=dsn,
+        endpoints={"biography": Endpoint(port=0)},
+        biography={"max_batch_events": 5, "max_payload_bytes": 256},
+    )
+    tokens = TokenStore({Role.SERVICE: [SERVICE_TOKEN], Role.WORLD: [WORLD_TOKEN]})
+    running = await start_service(
+        await build_bundle(settings, tokens), settings.endpoints["biography"], tokens, settings
+    )
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            yield biography_pb2_grpc.BiographyServiceStub(channel)
+    finally:
+        await running.stop()
