@@ -15,6 +15,7 @@ from typing import BinaryIO
 import grpc
 import numpy as np
 import numpy.typing as npt
+from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2, kernel_pb2, perception_pb2
 from world.actions import decode_actions
@@ -42,19 +43,11 @@ def describe_rpc_error(what: str, exc: grpc.aio.AioRpcError) -> str:
     return f"{what} failed: {exc.code().name}: {exc.details()}"
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A cognition call the kernel issued, as the tick result named it."""
-
-    call_id: str
-    tick: int
-    row: int
-    tier: int
-    cause: int
-    token_estimate: int
-    cost_estimate_micro_usd: int
-    model_route: str
-    batch_group: str
+def _cognition_payloads(actions: action_pb2.ActionBatch) -> list[struct_pb2.Struct]:
+    """Payloads of merged cognition results (they name the gateway run that produced them)."""
+    if actions.intents:
+        return [i.payload for i in actions.intents if i.source == action_pb2.ACTION_SOURCE_COGNITION]
+    return [p.payload for p in actions.columns.payloads if "run_id" in p.payload.fields]
 
 
 @dataclass
@@ -63,7 +56,9 @@ class KillEffect:
     applied: bool
     detail: str
     row: int  # -1 for a tier kill
+    tier: int  # the killed tier for a tier kill, else 0
     ticks_acting_after: int = 0
+    calls_issued_after: int = 0
 
 
 @dataclass
@@ -77,7 +72,10 @@ class LoopRecording:
     atropos: list[int] = field(default_factory=list)
     calls_issued: list[int] = field(default_factory=list)
     estimated_tokens: list[int] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
+    # (tier, cause) -> [calls, token estimate, cost estimate]
+    issued: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    # gateway run id -> the tick its result was merged into the world's actions
+    run_ticks: dict[str, int] = field(default_factory=dict)
     directives: list[DirectiveRecord] = field(default_factory=list)
     kills: list[KillEffect] = field(default_factory=list)
     fingerprints: dict[str, str] = field(default_factory=dict)
@@ -210,7 +208,10 @@ class WorldLoop:
                 applied, detail = await apply_operator_action(self.clients, action)
                 by_ori = action.kind is OperatorActionKind.KILL_ORI
                 row = self.setup.population.index_of(action.target) if by_ori else -1
-                self.recording.kills.append(KillEffect(action, applied, detail, row))
+                tier = (
+                    0 if by_ori else common_pb2.CognitionTier.Value(f"COGNITION_TIER_{action.target.upper()}")
+                )
+                self.recording.kills.append(KillEffect(action, applied, detail, row, tier))
 
     def _record(self, tick: int, result: action_pb2.TickResult) -> None:
         recording, report = self.recording, result.report
@@ -228,20 +229,18 @@ class WorldLoop:
         for kill in recording.kills:
             if kill.row >= 0 and self.kinds[kill.row] != action_pb2.ACTION_KIND_UNSPECIFIED:
                 kill.ticks_acting_after += 1
-        recording.candidates += [
-            Candidate(
-                c.call_id,
-                tick,
-                c.slot,
-                c.tier,
-                c.cause,
-                c.token_estimate,
-                c.cost_estimate_micro_usd,
-                c.model_route,
-                c.batch_group,
-            )
-            for c in result.candidates
-        ]
+        for c in result.candidates:
+            sums = recording.issued.setdefault((c.tier, c.cause), [0, 0, 0])
+            sums[0] += 1
+            sums[1] += c.token_estimate
+            sums[2] += c.cost_estimate_micro_usd
+            for kill in recording.kills:
+                if kill.row == c.slot or (kill.row < 0 and kill.tier == c.tier):
+                    kill.calls_issued_after += 1
+        for payload in _cognition_payloads(result.actions):
+            run_id = payload.fields.get("run_id")
+            if run_id is not None and run_id.string_value:
+                recording.run_ticks.setdefault(run_id.string_value, tick)
         self.calls += report.calls_issued
         self.tokens += report.estimated_tokens
 

@@ -29,9 +29,10 @@ from world.artifact import (
 from world.clients import ServiceClients
 from world.collect import (
     audit_records,
+    audited_calls,
     bill,
     biographies,
-    joined_calls,
+    issued_calls,
     kill_records,
     saturation,
     tier_occupancy,
@@ -139,7 +140,7 @@ async def execute(
             recording = await WorldLoop(clients, setup, progress, hooks).run(state, options.end_tick)
         await wait_for_dispatch(clients, world_id, scenario.tenant_id)
         audit = await audit_records(clients, world_id)
-        calls = joined_calls(recording.candidates, audit, setup.population)
+        calls = audited_calls(audit, recording.run_ticks)
         artifact = RunArtifact(
             run_id=run_id,
             created_at=started_at,
@@ -158,6 +159,7 @@ async def execute(
             population={"total": setup.population.size, **tier_occupancy(recording)},
             featured=[i for i, f in zip(setup.population.ids, setup.population.featured, strict=True) if f],
             tiers=_series(recording),
+            issued=issued_calls(recording),
             calls=calls,
             kills=kill_records(recording, calls),
             directives=recording.directives,
