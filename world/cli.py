@@ -22,13 +22,14 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
     def guarded(args: argparse.Namespace) -> int:
         from world.artifact import ArtifactError
+        from world.fork import ForkError
         from world.framing import FrameError
         from world.loop import WorldRunError
         from world.scenario import ScenarioError
 
         try:
             return run(args)
-        except (ScenarioError, ArtifactError, FrameError, WorldRunError) as exc:
+        except (ScenarioError, ArtifactError, FrameError, WorldRunError, ForkError) as exc:
             print(f"egbe {args.command}: {exc}", file=sys.stderr)
             return 2
 
@@ -69,7 +70,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     def cmd_replay(args: argparse.Namespace) -> int:
         from world.replay import replay_run
 
-        check = asyncio.run(replay_run(args.run, quiet_services(settings(args))))
+        check = asyncio.run(replay_run(args.run_dir, quiet_services(settings(args))))
         if check.matches:
             print(f"matches ({check.ticks_compared:,} ticks)")
             return 0
@@ -80,7 +81,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
         from world.fork import fork_run
 
         loaded = quiet_services(settings(args))
-        print(asyncio.run(fork_run(args.run, args.at, args.config, loaded, progress=not args.quiet)))
+        print(asyncio.run(fork_run(args.run_dir, args.at, args.config, loaded, progress=not args.quiet)))
         return 0
 
     demo = commands.add_parser("demo", help="run a scenario against the services; write runs/<run-id>/")
@@ -93,13 +94,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     demo.set_defaults(run=_guarded(cmd_demo))
 
     replay = commands.add_parser("replay", help="re-run a run's tick log through a fresh kernel")
-    replay.add_argument("run", type=Path, help="the run folder (runs/<run-id>)")
+    replay.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (runs/<run-id>)")
     replay.set_defaults(run=_guarded(cmd_replay))
 
     fork = commands.add_parser(
         "fork", help="resume a run from its snapshot under another config; compare bills"
     )
-    fork.add_argument("run", type=Path, help="the run folder (runs/<run-id>)")
+    fork.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (runs/<run-id>)")
     fork.add_argument("--at", type=int, required=True, help="tick of a snapshot to resume from")
     fork.add_argument(
         "--config", type=Path, required=True, help="TOML settings for the fork (budget, routing)"

@@ -195,8 +195,11 @@ class WorldLoop:
         self.tiers = np.zeros(size, dtype=np.uint8)
         self.spent, self.cap, self.calls, self.tokens = 0, 0, 0, 0
 
-    async def _script(self, tick: int) -> None:
-        """The steward's directives and the operator's kill switches due on this tick."""
+    async def _script(self, tick: int, first_tick: int) -> None:
+        """The steward's directives and the operator's kill switches due on this tick.
+
+        A fork starts with fresh services: kill switches thrown before its first tick are thrown again.
+        """
         script = self.setup.scenario.player
         for directive in script.steward_directives:
             if directive.at_tick == tick:
@@ -204,7 +207,7 @@ class WorldLoop:
                     await apply_directive(self.clients, self.setup.world_id, directive)
                 )
         for action in script.operator_actions:
-            if action.at_tick == tick:
+            if action.at_tick == tick or (tick == first_tick and action.at_tick < tick):
                 applied, detail = await apply_operator_action(self.clients, action)
                 by_ori = action.kind is OperatorActionKind.KILL_ORI
                 row = self.setup.population.index_of(action.target) if by_ori else -1
@@ -269,7 +272,7 @@ class WorldLoop:
         try:
             while state.tick < end_tick:
                 tick = state.tick
-                await self._script(tick)
+                await self._script(tick, first_tick)
                 perception = build_perception(setup.scenario, setup.population, setup.script, state)
                 await stream.write(
                     kernel_pb2.StreamTicksRequest(batch=_batch(setup, perception, previous, self.slots))

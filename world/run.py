@@ -14,7 +14,7 @@ from typing import Literal
 
 import grpc
 
-from egbe.v1 import gateway_pb2
+from egbe.v1 import gateway_pb2, kernel_pb2
 from world.artifact import (
     CognitionCall,
     Fingerprint,
@@ -61,9 +61,12 @@ class RunOptions:
     reduced_time: bool = False
     realtime: bool = False
     progress: bool = True
+    ticks: int | None = None  # overrides the scenario's length (a fork runs to its parent's end)
 
     @property
     def end_tick(self) -> int:
+        if self.ticks is not None:
+            return self.ticks
         if self.reduced_time and self.scenario.reduced_duration_ticks is not None:
             return self.scenario.reduced_duration_ticks
         return self.scenario.duration_ticks
@@ -109,28 +112,39 @@ async def register(clients: ServiceClients, setup: WorldSetup) -> None:
         )
 
 
+async def restore_kernel(clients: ServiceClients, snapshot: kernel_pb2.KernelSnapshot) -> None:
+    try:
+        await clients.kernel.RestoreSnapshot(
+            kernel_pb2.RestoreSnapshotRequest(snapshot=snapshot), metadata=clients.world_md
+        )
+    except grpc.aio.AioRpcError as exc:
+        raise WorldRunError(describe_rpc_error("RestoreSnapshot", exc)) from exc
+
+
 async def execute(
     services: Services,
     *,
     options: RunOptions,
     run_dir: Path,
     run_id: str,
-    start: WorldState | None = None,
+    start: tuple[WorldState, kernel_pb2.KernelSnapshot] | None = None,
     forked_from: dict[str, object] | None = None,
 ) -> RunArtifact:
-    """Runs the scenario (from `start`, for a fork) and writes artifact.json; returns the artifact."""
+    """Runs the scenario (from `start`'s world and kernel state, for a fork) and writes artifact.json."""
     started_at = datetime.now(UTC).isoformat()
     wall = time.monotonic()
     scenario, seed = options.scenario, options.seed
     world_id = f"{scenario.name}-{seed}"
     setup = world_setup(scenario, seed, world_id)
-    state = start.copy() if start is not None else initial_state(scenario, setup.population)
+    state = start[0].copy() if start is not None else initial_state(scenario, setup.population)
     clients = ServiceClients.dial(services.targets, services.tokens, services.settings.max_message_bytes)
     progress = ProgressBar(options.end_tick, enabled=options.progress)
     try:
         await register(clients, setup)
         if start is None:
             save_world_snapshot(run_dir, 0, state)
+        else:
+            await restore_kernel(clients, start[1])
         with (run_dir / RESULT_LOG_FILE).open("wb") as result_log:
             hooks = LoopHooks(
                 realtime=options.realtime,
