@@ -14,7 +14,8 @@ from world.artifact import ArtifactError, RunArtifact, read_artifact
 from world.embedded import services_for_run
 from world.replay import read_tick_log
 from world.report import write_report
-from world.run import ARTIFACT_FILE, REPORT_FILE, RunOptions, execute, new_run_id, world_snapshot_path
+from world.run import RunOptions, execute, new_run_id, world_snapshot_path
+from world.run_folder import ARTIFACT_FILE, REPORT_FILE
 from world.scenario import parse_scenario
 from world.simulation import WorldState
 

@@ -282,7 +282,7 @@ class WorldLoop:
                     raise WorldRunError(f"the kernel closed the tick stream at tick {tick}")
                 result = reply.result
                 if self.hooks.result_log is not None:
-                    write_frame(self.hooks.result_log, result)
+                    write_frame(self.hooks.result_log, result, compress=True)
                 decode_actions(result.actions, self.kinds, self.tiers)
                 self._record(tick, result)
                 previous = perception

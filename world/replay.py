@@ -7,6 +7,7 @@ ReplayTicks, must answer the recorded results field for field (the measured elap
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -23,9 +24,7 @@ from world.clients import ServiceClients
 from world.divergence import first_divergence
 from world.framing import FrameError, raw_frames, read_frames
 from world.loop import WorldRunError, describe_rpc_error
-
-ARTIFACT_FILE = "artifact.json"
-RESULT_LOG_FILE = "results.bin"
+from world.run_folder import ARTIFACT_FILE, RESULT_LOG_FILE
 
 
 def tick_log_summary(path: Path) -> tuple[str, int]:
@@ -47,12 +46,13 @@ def comparable(result: action_pb2.TickResult) -> action_pb2.TickResult:
     return copy
 
 
-def read_tick_log(path: Path) -> tuple[kernel_pb2.TickLogConfig, list[kernel_pb2.TickLogRecord]]:
-    """The log's config and its records; a log without its config record is refused."""
-    records = list(read_frames(path, kernel_pb2.TickLogRecord))
-    if not records or records[0].WhichOneof("entry") != "config":
+def read_tick_log(path: Path) -> tuple[kernel_pb2.TickLogConfig, Iterator[kernel_pb2.TickLogRecord]]:
+    """The log's config, then its records as they are read; a log without its config record is refused."""
+    records = read_frames(path, kernel_pb2.TickLogRecord)
+    first = next(records, None)
+    if first is None or first.WhichOneof("entry") != "config":
         raise FrameError(f"{path}: does not start with the kernel's config record; not a tick log")
-    return records[0].config, records[1:]
+    return first.config, records
 
 
 @asynccontextmanager
@@ -91,18 +91,33 @@ async def fresh_kernel(
             await stop_services(running, isolated)
 
 
-def _requests(records: list[kernel_pb2.TickLogRecord]) -> Iterator[kernel_pb2.ReplayTicksRequest]:
-    for record in records:
-        if record.WhichOneof("entry") == "tick":
-            yield kernel_pb2.ReplayTicksRequest(tick=record.tick)
+class _LogFeed:
+    """Feeds logged ticks to the stream; keeps a log error so it surfaces instead of a bare cancellation."""
+
+    def __init__(self, first: kernel_pb2.TickLogRecord, rest: Iterator[kernel_pb2.TickLogRecord]) -> None:
+        self.first = first
+        self.rest = rest
+        self.error: FrameError | None = None
+
+    def requests(self) -> Iterator[kernel_pb2.ReplayTicksRequest]:
+        yield kernel_pb2.ReplayTicksRequest(tick=self.first.tick)
+        try:
+            for record in self.rest:
+                if record.WhichOneof("entry") == "tick":
+                    yield kernel_pb2.ReplayTicksRequest(tick=record.tick)
+        except FrameError as exc:
+            self.error = exc
+            raise
 
 
-async def _prepare(clients: ServiceClients, records: list[kernel_pb2.TickLogRecord]) -> None:
-    """Registrations, and a snapshot logged before the first tick (a fork's starting state)."""
+async def _prepare(
+    clients: ServiceClients, records: Iterator[kernel_pb2.TickLogRecord]
+) -> kernel_pb2.TickLogRecord | None:
+    """Registrations, and a snapshot logged before the first tick (a fork's start); returns the first tick."""
     for record in records:
         entry = record.WhichOneof("entry")
         if entry == "tick":
-            return
+            return record
         try:
             if entry == "registration":
                 await clients.kernel.RegisterAgents(record.registration, metadata=clients.world_md)
@@ -112,6 +127,7 @@ async def _prepare(clients: ServiceClients, records: list[kernel_pb2.TickLogReco
                 )
         except grpc.aio.AioRpcError as exc:
             raise WorldRunError(describe_rpc_error(f"replaying the log's {entry}", exc)) from exc
+    return None
 
 
 async def replay_run(run_dir: Path, settings: EgbeSettings) -> ReplayCheck:
@@ -121,18 +137,23 @@ async def replay_run(run_dir: Path, settings: EgbeSettings) -> ReplayCheck:
         raise ArtifactError(
             f"run {run_dir} recorded no kernel tick log (it ran against services it did not start)"
         )
-    config, records = read_tick_log(run_dir / artifact.tick_log.path)
-    recorded = list(read_frames(run_dir / RESULT_LOG_FILE, action_pb2.TickResult))
-    ticks = sum(1 for r in records if r.WhichOneof("entry") == "tick")
-    if ticks != len(recorded):
-        raise FrameError(f"{run_dir}: the tick log holds {ticks} ticks but the result log {len(recorded)}")
+    log = run_dir / artifact.tick_log.path
+    tick_log_summary(log)  # framing first: a truncated log is named before any kernel starts
+    tick_log_summary(run_dir / RESULT_LOG_FILE)
+    config, records = read_tick_log(log)
+    recorded = read_frames(run_dir / RESULT_LOG_FILE, action_pb2.TickResult, compressed=True)
+    index = 0
     async with fresh_kernel(settings, config) as clients:
-        await _prepare(clients, records)
-        stream = clients.kernel.ReplayTicks(_requests(records), metadata=clients.world_md)
-        index = 0
+        first = await _prepare(clients, records)
+        if first is None:
+            return ReplayCheck(checked=True, matches=True, ticks_compared=0)
+        feed = _LogFeed(first, records)
+        stream = clients.kernel.ReplayTicks(feed.requests(), metadata=clients.world_md)
         try:
             async for reply in stream:
-                expected = recorded[index]
+                expected = next(recorded, None)
+                if expected is None:
+                    raise FrameError(f"{run_dir}: the result log ends before the tick log (at tick {index})")
                 found = first_divergence(comparable(expected), comparable(reply.result))
                 if found is not None:
                     stream.cancel()
@@ -147,4 +168,10 @@ async def replay_run(run_dir: Path, settings: EgbeSettings) -> ReplayCheck:
                 index += 1
         except grpc.aio.AioRpcError as exc:
             raise WorldRunError(describe_rpc_error(f"ReplayTicks at frame {index}", exc)) from exc
+        except asyncio.CancelledError:
+            if feed.error is not None:
+                raise feed.error from None
+            raise
+    if next(recorded, None) is not None:
+        raise FrameError(f"{run_dir}: the result log holds more ticks than the tick log ({index})")
     return ReplayCheck(checked=True, matches=True, ticks_compared=index)

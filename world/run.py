@@ -45,13 +45,10 @@ from world.perception import ScriptIndex
 from world.population import build_population
 from world.progress import ProgressBar
 from world.registration import registration_request
+from world.replay import tick_log_summary
+from world.run_folder import ARTIFACT_FILE, RESULT_LOG_FILE, SNAPSHOT_DIR, TICK_LOG_FILE
 from world.scenario import Scenario
 from world.simulation import WorldState, WorldStepper, initial_state
-
-ARTIFACT_FILE = "artifact.json"
-REPORT_FILE = "report.html"
-RESULT_LOG_FILE = "results.bin"
-SNAPSHOT_DIR = "snapshots"
 
 
 @dataclass(frozen=True)
@@ -226,8 +223,6 @@ def _series(recording: LoopRecording) -> TierSeries:
 
 
 def _tick_log_record(services: Services, run_dir: Path) -> TickLogRecord | None:
-    from world.replay import tick_log_summary
-
     if services.tick_log is None or not services.tick_log.is_file():
         return None
     digest, frames = tick_log_summary(services.tick_log)
@@ -242,6 +237,6 @@ def _snapshots(run_dir: Path) -> list[SnapshotRecord]:
     for path in sorted(folder.glob("world-*.json")):
         tick = int(path.stem.removeprefix("world-"))
         out.append(
-            SnapshotRecord(tick=tick, world_path=str(path.relative_to(run_dir)), kernel_path="tick-log.bin")
+            SnapshotRecord(tick=tick, world_path=str(path.relative_to(run_dir)), kernel_path=TICK_LOG_FILE)
         )
     return out
