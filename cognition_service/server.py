@@ -6,8 +6,9 @@ from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
 from egbe.v1 import cognition_pb2_grpc
 from services.auth import Role, TokenStore
+from services.channels import channel_options
 from services.runtime import published_targets
-from services.server import ServiceBundle, channel_options
+from services.server import ServiceBundle
 from services.settings import EgbeSettings
 
 

@@ -155,19 +155,6 @@ def test_sigterm_drains_and_exits_cleanly(tmp_path: Path) -> None:
     assert not (tmp_path / "endpoints.json").exists()
 
 
-async def test_unbuilt_rpc_answers_unimplemented_naming_the_capability(embedded_egbe: EmbeddedEgbe) -> None:
-    from egbe.v1 import policy_pb2, policy_pb2_grpc
-
-    async with grpc.aio.insecure_channel(embedded_egbe.targets["policy"]) as channel:
-        stub = policy_pb2_grpc.PolicyServiceStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await stub.Gate(
-                policy_pb2.GateRequest(), metadata=bearer_metadata(embedded_egbe.tokens["service"])
-            )
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "is not built yet" in (caught.value.details() or "")
-
-
 async def test_biography_serves_from_sqlite_under_the_data_dir(embedded_egbe: EmbeddedEgbe) -> None:
     from egbe.v1 import biography_pb2, biography_pb2_grpc
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from egbe.v1 import biography_pb2, cognition_pb2, gateway_pb2, kernel_pb2, policy_pb2
-from services.auth import TokenStore
+from services.auth import Role, TokenStore
 from services.runtime import builder_for
 from services.settings import SERVICE_NAMES, load_settings
 
@@ -22,7 +22,7 @@ def _all_proto_services() -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 async def bundles() -> dict[str, object]:
-    tokens = TokenStore({})
+    tokens = TokenStore({role: [f"{role.value}-token-for-wiring-test"] for role in Role})
     settings = load_settings(data_dir="/nonexistent-egbe-test")
     return {name: await builder_for(name)(settings, tokens) for name in SERVICE_NAMES}
 

@@ -19,6 +19,7 @@ from cognition_service.social.objectives import (
 from cognition_service.social.ports import GrpcMinorProtectionClient
 from cognition_service.social.values import Domain, RankedValues
 from egbe.v1 import biography_pb2, policy_pb2, policy_pb2_grpc
+from policy_service.config import PolicyConfig
 from policy_service.servicer import PolicyServicer
 from tests.cognition_service.social.doubles import RecordingAppender, ScriptedPolicy, ref, seed
 
@@ -64,23 +65,47 @@ async def test_a_minor_never_gets_a_romantic_edge_on_any_path(
         assert (answer.outcome, answer.reason) == (Negotiation.REFUSE, "minor-protection:romantic")
 
 
-async def test_the_grpc_client_fails_closed_against_a_real_policy_server() -> None:
+async def test_the_grpc_client_asks_a_real_policy_server() -> None:
     server = grpc.aio.server()
-    policy_pb2_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(), server)
+    policy_pb2_grpc.add_PolicyServiceServicer_to_server(PolicyServicer(PolicyConfig()), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             client = GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
-            verdict = await check_minor_protection(
+            friendship = await check_minor_protection(
                 client,
                 ori=ref("a"),
                 ori_is_minor=False,
                 surface=policy_pb2.PROTECTION_SURFACE_RELATIONSHIP_EDGE,
                 tags=frozenset({"friendship"}),
             )
+            romance = await check_minor_protection(
+                client,
+                ori=ref("a"),
+                ori_is_minor=True,
+                surface=policy_pb2.PROTECTION_SURFACE_RELATIONSHIP_EDGE,
+                tags=frozenset({"romantic"}),
+            )
     finally:
         await server.stop(None)
+    assert friendship.allowed
+    assert not romance.allowed
+
+
+async def test_the_grpc_client_fails_closed_when_the_policy_server_is_down() -> None:
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")  # reserve a port, then leave nothing listening on it
+    await server.stop(None)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        client = GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
+        verdict = await check_minor_protection(
+            client,
+            ori=ref("a"),
+            ori_is_minor=False,
+            surface=policy_pb2.PROTECTION_SURFACE_RELATIONSHIP_EDGE,
+            tags=frozenset({"friendship"}),
+        )
     assert not verdict.allowed
     assert verdict.reason.startswith("policy-unavailable:")
 
