@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2, perception_pb2
 from kernel_service.agent_state import (
-    AGENT_BIT_FRESH_DECISION,
+    AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_OUT_OVERRIDDEN,
     CANDIDATE_BIT_NEEDS_REHYDRATION,
     COUNT_CANDIDATES,
@@ -213,7 +213,7 @@ def _dispatch(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
 def _guard(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
     """Repeated decided actions force a reflection; a goal held without progress forces a change."""
     bits = a.live("agent_bits")
-    fresh = (bits & AGENT_BIT_FRESH_DECISION) != 0
+    fresh = (bits & AGENT_BIT_COGNITION_DECIDED) != 0
     cached_kind = a.live("cached_kind")
     cached_goal = a.live("cached_goal_ref")
     last_kind = a.live("last_decided_kind")
