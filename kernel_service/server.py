@@ -19,7 +19,7 @@ from services.settings import EgbeSettings
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
-    core = select_core(None if kernel_settings.core == "auto" else kernel_settings.core)
+    core = select_core(configured=kernel_settings.core)
     behavior = PersonalityBehaviorLayer() if kernel_settings.behavior_layer else None
     kernel = Kernel(kernel_settings.config, core, behavior)
     dispatcher = Dispatcher(

@@ -18,7 +18,9 @@ AGENTS = 4
 
 async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path / "data")
-    async with services_for_run(settings, tmp_path / "run", snapshot_every=50, reuse_running=False) as services:
+    async with services_for_run(
+        settings, tmp_path / "run", snapshot_every=50, reuse_running=False
+    ) as services:
         token = services.tokens.token_for(Role.WORLD)
         async with grpc.aio.insecure_channel(services.targets["kernel"]) as channel:
             kernel = kernel_pb2_grpc.KernelServiceStub(channel)
@@ -34,12 +36,16 @@ async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(
                     tick=tick,
                     frames=[perception_pb2.PerceptionFrame(slot=s, on_screen=True) for s in range(AGENTS)],
                 )
-                reply = await kernel.Tick(kernel_pb2.TickRequest(batch=batch), metadata=bearer_metadata(token))
+                reply = await kernel.Tick(
+                    kernel_pb2.TickRequest(batch=batch), metadata=bearer_metadata(token)
+                )
                 result = reply.result
                 if tick == 1:
                     first_candidates = len(result.candidates)
                     assert all(c.needs_rehydration for c in result.candidates)
-                    assert [r.kind for r in result.lifecycle] == [action_pb2.LifecycleRequest.KIND_REHYDRATE] * AGENTS
+                    assert [r.kind for r in result.lifecycle] == [
+                        action_pb2.LifecycleRequest.KIND_REHYDRATE
+                    ] * AGENTS
                 if result.report.cognition_results_merged:
                     merged_tick = tick
                     break
