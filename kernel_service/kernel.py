@@ -10,6 +10,7 @@ from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import AGENT_BIT_COGNITION_DECIDED, AGENT_BIT_FRESH_DECISION, AgentArrays
+from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import LACHESIS, CoreParams
@@ -65,6 +66,10 @@ class Kernel:
                 raise InvalidArgument.field(f"agents[{index}].ori.world_id", "differs from world_id")
             if ori.ori_id not in self.slot_by_ori and ori.ori_id not in new:
                 new[ori.ori_id] = len(self.ori_ids) + len(new)
+        # Traits and values are checked before anything changes: the behaviour layer would refuse them.
+        violations = registration_violations(registrations)
+        if violations:
+            raise InvalidArgument(violations)
         if len(self.ori_ids) + len(new) > self.config.max_batch_agents:
             raise InvalidArgument.field("agents", "registration exceeds max_batch_agents")
         first_of: dict[str, kernel_pb2.AgentRegistration] = {}
@@ -172,14 +177,17 @@ class Kernel:
         return payloads
 
     def _step_behavior(self, tick: int) -> None:
-        """The one call site of the behaviour layer: Lachesis agents step their cached plans at 10 Hz."""
+        """The one call site of the behaviour layer, at 10 Hz (slot-phased): Lachesis agents step their
+        cached plans, and any agent of any tier holding no cognition-made action falls back to it, so a
+        cognition outage (or a killed tier, or a spent budget) leaves every Ori acting in character."""
         if self.behavior is None or self.arrays.count == 0:
             return
         a = self.arrays
         phase = (np.uint64(tick) + np.arange(a.count, dtype=np.uint64)) % np.uint64(
             self.config.lachesis_step_every_ticks
         )
-        slots = np.flatnonzero((a.live("tier") == LACHESIS) & (phase == 0)).astype(np.uint32)
+        no_cognition = a.live("cached_source") != action_pb2.ACTION_SOURCE_COGNITION
+        slots = np.flatnonzero(((a.live("tier") == LACHESIS) | no_cognition) & (phase == 0)).astype(np.uint32)
         if len(slots) == 0:
             return
         f = a.fields

@@ -20,7 +20,9 @@ from services.settings import EgbeSettings
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
     core = select_core(configured=kernel_settings.core)
-    behavior = PersonalityBehaviorLayer() if kernel_settings.behavior_layer else None
+    behavior = (
+        PersonalityBehaviorLayer(kernel_settings.config.behavior) if kernel_settings.behavior_layer else None
+    )
     kernel = Kernel(kernel_settings.config, core, behavior)
     dispatcher = Dispatcher(
         gateway_target=kernel_settings.gateway_target,

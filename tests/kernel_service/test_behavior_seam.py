@@ -25,23 +25,25 @@ def population_flags(agents: int) -> np.ndarray:
     return flags
 
 
-def test_lachesis_agents_step_their_behaviour_at_10_hz_on_their_phase() -> None:
+def test_agents_step_their_behaviour_at_10_hz_on_their_phase() -> None:
     agents = 40
     kernel = make_kernel(agents, "c", behavior=True)
     flags = population_flags(agents)
     needs = np.linspace(0, 9_000, agents).astype(np.uint16)
-    kernel.tick(columns(1, signal_flags=flags, need_sustaining_bp=needs))  # tiers settle; nothing stepped yet
-    result = kernel.tick(columns(2, signal_flags=flags, need_sustaining_bp=needs))
+    kernel.tick(columns(1, signal_flags=flags, need_sustaining_bp=needs))  # odd slots step at tick 1
+    # Slot 0 (Clotho) holds a cognition-made action from here on: it is no longer stepped.
+    said = action_pb2.ActionIntent(slot=0, kind=action_pb2.ACTION_KIND_SAY, priority=7_000)
+    result = kernel.tick(columns(2, signal_flags=flags, need_sustaining_bp=needs), [said])
     sources = np.frombuffer(result.actions.columns.source, "u1")
-    stepped = {slot for slot in range(4, agents) if (2 + slot) % 2 == 0}
-    assert {s for s in range(agents) if sources[s] in BEHAVIOUR_SOURCES} == stepped
-    result = kernel.tick(columns(3, signal_flags=flags, need_sustaining_bp=needs))
-    sources = np.frombuffer(result.actions.columns.source, "u1")
-    # Every Lachesis agent has now had its step; Clotho agents were never stepped (they plan instead).
-    assert all(sources[s] in BEHAVIOUR_SOURCES for s in range(4, agents))
-    assert all(sources[s] == action_pb2.ACTION_SOURCE_CACHED for s in range(4))
+    stepped = {slot for slot in range(agents) if sources[slot] in BEHAVIOUR_SOURCES}
+    # Tick 1 stepped the odd slots, tick 2 the even ones: every agent without a cognition action acts.
+    assert stepped == set(range(1, agents))
+    assert sources[0] == action_pb2.ACTION_SOURCE_COGNITION
+    result = kernel.tick(columns(4, signal_flags=flags, need_sustaining_bp=needs))
+    assert np.frombuffer(result.actions.columns.source, "u1")[0] == action_pb2.ACTION_SOURCE_COGNITION
     tiers = np.frombuffer(result.actions.columns.tier, "u1")
     assert set(tiers[:4].tolist()) == {common_pb2.COGNITION_TIER_CLOTHO}
+    assert set(tiers[4:].tolist()) == {common_pb2.COGNITION_TIER_LACHESIS}
 
 
 def test_behaviour_steps_do_not_count_as_repeated_decisions() -> None:
