@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,7 @@ class Dispatcher:
         queue_limit: int = 10_000,
         concurrency: int = 8,
         call_timeout_seconds: float = 30.0,
+        dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
         self.gateway_target = gateway_target
         self.biography_target = biography_target
@@ -67,6 +69,7 @@ class Dispatcher:
         self._queue_limit = queue_limit
         self._concurrency = concurrency
         self._timeout = call_timeout_seconds
+        self._dial = dial  # services.channels.open_channel in a server, so TLS settings apply
         self._candidates: deque[action_pb2.CognitionCallCandidate] = deque()
         self._lifecycle: deque[action_pb2.LifecycleRequest] = deque()
         self._results: list[action_pb2.ActionIntent] = []
@@ -94,6 +97,11 @@ class Dispatcher:
         if self._candidates or self._lifecycle:
             self._wake.set()
 
+    @property
+    def pending_candidates(self) -> int:
+        """Candidates queued for the gateway and not yet sent."""
+        return len(self._candidates)
+
     def take_results(self) -> list[action_pb2.ActionIntent]:
         """Completed cognition actions, to merge into the next tick."""
         results, self._results = self._results, []
@@ -101,12 +109,12 @@ class Dispatcher:
 
     async def start(self) -> None:
         if self.gateway_target is not None:
-            channel = grpc.aio.insecure_channel(self.gateway_target)
+            channel = self._dial(self.gateway_target)
             self._channels.append(channel)
             gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
             self._tasks += [asyncio.create_task(self._submit_loop(gateway)) for _ in range(self._concurrency)]
         if self.biography_target is not None:
-            channel = grpc.aio.insecure_channel(self.biography_target)
+            channel = self._dial(self.biography_target)
             self._channels.append(channel)
             biography = biography_pb2_grpc.BiographyServiceStub(channel)
             self._tasks.append(asyncio.create_task(self._lifecycle_loop(biography)))
