@@ -186,6 +186,9 @@ class PostgresStore(BiographyStore):
     async def _commit_group(self, requests: list[AppendRequest]) -> list[AppendResult | BiographyError]:
         """One transaction, a fixed handful of round trips whatever the group's size."""
         async with self._pool.connection() as connection, connection.transaction():
+            # Every lookup here probes a unique index; statistics lag a table that grows from empty,
+            # and a sequential scan under the global write lock would stall every writer.
+            await connection.execute("SET LOCAL enable_seqscan = off")
             cursor = await connection.execute(_LOCK_LOG_HEAD)
             position = int((await cursor.fetchone() or (0,))[0])
             cursor = await connection.execute(_STREAM_HEADS, (sorted({r.ori_id for r in requests}),))
