@@ -213,7 +213,6 @@ class GatewayConfig(_Frozen):
     )
     sweep_interval_seconds: float = Field(default=5.0, gt=0)
     sqlite_file: str = Field(default="gateway.sqlite3", description="Embedded store under data_dir.")
-    postgres_pool_size: int = Field(default=8, gt=0)
     store_timeout_seconds: float = Field(
         default=5.0, gt=0, description="A store operation slower than this fails closed (UNAVAILABLE)."
     )

@@ -30,7 +30,6 @@ def build_store(settings: EgbeSettings) -> GatewayStore:
     if settings.database_url:
         return PostgresGatewayStore(
             settings.database_url,
-            pool_size=config.postgres_pool_size,
             timeout_seconds=config.store_timeout_seconds,
         )
     return SqliteGatewayStore(
