@@ -18,7 +18,7 @@ from gateway.config import TIER_NAMES
 from gateway.cost import Usage
 from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunStatus
 from gateway.retry_stats import roll_up
-from gateway.routing import select_route
+from gateway.routing import model_ref, select_route
 from services.auth import Role
 from services.errors import Aborted, EgbeError, InvalidArgument
 from services.grpc_types import Context
@@ -141,6 +141,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     def __init__(self, gateway: CognitionGateway, cognition: CognitionClient) -> None:
         self._gateway = gateway
         self._cognition = cognition
+        self._known_routes = {model_ref(c.model_class) for c in gateway.config.routing.candidates}
 
     def _fingerprint(self) -> common_pb2.ConfigFingerprint:
         return common_pb2.ConfigFingerprint(fnv1a64=self._gateway.fingerprint, scope="gateway")
@@ -151,6 +152,10 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         candidate = request.candidate
         if request.mode not in _MODE_NAMES:
             raise InvalidArgument.field("mode", "must name a cognition mode")
+        if candidate.model_route and candidate.model_route not in self._known_routes:
+            raise InvalidArgument.field(
+                "candidate.model_route", f"unknown model alias; expected one of {sorted(self._known_routes)}"
+            )
         admission = await self._gateway.admit(
             _who(candidate.ori), candidate.tier, candidate.cause, request_id=request.request_id
         )

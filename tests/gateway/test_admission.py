@@ -12,7 +12,7 @@ from grpc_status import rpc_status
 from psycopg import sql
 
 from cognition_service.output_schemas import DialogueReply
-from egbe.v1 import common_pb2, gateway_pb2
+from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from services.auth import Role
 from services.errors import field_violations
 from tests.gateway.harness import ATROPOS, CLOTHO, GatewayHarness, gateway_settings, start_gateway
@@ -173,3 +173,22 @@ async def test_admission_fails_closed_when_the_store_is_unreachable(
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await harness.stop()
+
+
+async def test_an_unknown_model_alias_is_refused_before_admission(gateway: GatewayHarness) -> None:
+    request = gateway_pb2.SubmitRequest(
+        candidate=action_pb2.CognitionCallCandidate(
+            ori=common_pb2.OriRef(world_id="world-1", ori_id="ada"),
+            tier=CLOTHO,
+            cause=1,  # type: ignore[arg-type]
+            model_route="anthropic:claude-giant-class-latest",
+        ),
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Submit(request, metadata=gateway.metadata(Role.SERVICE))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["candidate.model_route"]
+    assert (await gateway.spend("world-1")).admissions == 0
