@@ -3,7 +3,9 @@
 Prints one JSON object. The gateway runs as its own process (`egbe serve gateway`) on SQLite and, when a
 PostgreSQL DSN is given (`--postgres-dsn` or EGBE_TEST_POSTGRES_DSN), on a fresh PostgreSQL database.
 Per backend: overhead_p50_ms / overhead_p99_ms of a run (AdmitRun, Generate, EndRun: the gateway's share
-of a Submit, the cognition service's Think excluded), and admissions_per_s with 64 concurrent clients.
+of a Submit, the cognition service's Think excluded), admissions_per_s with 64 concurrent clients calling
+AdmitRun, and admit_end_cycles_per_s (AdmitRun then EndRun). SQLite is measured with synchronous=FULL
+(the default: every commit fsynced) and NORMAL.
 The baseline, measured in the same run, is a store-free RPC (EvaluateBudget with no requests): the
 gRPC floor of one round trip on this machine.
 """
@@ -90,12 +92,19 @@ def _drop_database(server_dsn: str, dsn: str) -> None:
 class ServedGateway:
     """`egbe serve gateway` in its own process with a tokens file of our own."""
 
-    def __init__(self, data_dir: Path, database_url: str | None) -> None:
+    def __init__(self, data_dir: Path, database_url: str | None, extra_env: dict[str, str]) -> None:
         self.tokens = {role: secrets.token_urlsafe(24) for role in ("service", "operator", "world")}
         tokens_file = data_dir / "tokens.json"
         tokens_file.write_text(json.dumps(self.tokens))
         tokens_file.chmod(0o600)
-        env = {**os.environ, "EGBE_TOKENS_FILE": str(tokens_file), "EGBE_LOG_LEVEL": "warning"}
+        env = {
+            **os.environ,
+            **extra_env,
+            "EGBE_TOKENS_FILE": str(tokens_file),
+            "EGBE_LOG_LEVEL": "warning",
+            # Room for every admission of the measurement: the cap must not be what is measured.
+            "EGBE_GATEWAY__BUDGET__WORLD_CAP_TOKENS_PER_HOUR": str(10**12),
+        }
         env.pop("ANTHROPIC_API_KEY", None)  # the offline adapter: no network, no spend
         if database_url:
             env["EGBE_DATABASE_URL"] = database_url
@@ -177,27 +186,32 @@ async def measure(
             await end(run.run_id)
             per_run.append(time.perf_counter() - started)
 
-        admitted = 0
-        deadline = time.perf_counter() + seconds
+        async def rate(*, with_end: bool) -> float:
+            done = 0
+            deadline = time.perf_counter() + seconds
 
-        async def client(index: int) -> None:
-            nonlocal admitted
-            while time.perf_counter() < deadline:
-                run = await admit(f"ori-{index}")
-                admitted += 1
-                await end(run.run_id)
+            async def client(index: int) -> None:
+                nonlocal done
+                while time.perf_counter() < deadline:
+                    run = await admit(f"ori-{index}")
+                    if with_end:
+                        await end(run.run_id)
+                    done += 1
 
-        started = time.perf_counter()
-        await asyncio.gather(*(client(i) for i in range(clients)))
-        elapsed = time.perf_counter() - started
-    return {"per_run": per_run, "floor": floor, "admissions_per_s": admitted / elapsed}
+            started = time.perf_counter()
+            await asyncio.gather(*(client(i) for i in range(clients)))
+            return done / (time.perf_counter() - started)
+
+        admissions = await rate(with_end=False)
+        cycles = await rate(with_end=True)
+    return {"per_run": per_run, "floor": floor, "admissions_per_s": admissions, "admit_end_per_s": cycles}
 
 
 async def bench_backend(
-    database_url: str | None, args: argparse.Namespace, adapter_s: float
+    database_url: str | None, args: argparse.Namespace, adapter_s: float, extra_env: dict[str, str]
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as folder:
-        served = ServedGateway(Path(folder), database_url)
+        served = ServedGateway(Path(folder), database_url, extra_env)
         try:
             figures = await measure(served.target(), served.tokens, args.runs, args.clients, args.seconds)
         finally:
@@ -208,6 +222,7 @@ async def bench_backend(
         "overhead_p50_ms": round(_percentile(overhead_ms, 0.50), 3),
         "overhead_p99_ms": round(_percentile(overhead_ms, 0.99), 3),
         "admissions_per_s": round(figures["admissions_per_s"], 1),
+        "admit_end_cycles_per_s": round(figures["admit_end_per_s"], 1),
         "baseline_rpc_floor_p50_ms": round(_percentile(floor_ms, 0.50), 3),
         "baseline_rpc_floor_p99_ms": round(_percentile(floor_ms, 0.99), 3),
         "rpcs_per_run": 3,
@@ -222,13 +237,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "clients": args.clients,
         "adapter_median_ms": round(adapter_s * 1000, 4),
         "targets": {"overhead_p50_ms": 1.0, "overhead_p99_ms": 5.0, "admissions_per_s": 5_000},
-        "sqlite": await bench_backend(None, args, adapter_s),
+        "sqlite": await bench_backend(None, args, adapter_s, {}),
+        "sqlite_synchronous_normal": await bench_backend(
+            None, args, adapter_s, {"EGBE_GATEWAY__SQLITE_SYNCHRONOUS": "NORMAL"}
+        ),
     }
     server_dsn = args.postgres_dsn or os.environ.get("EGBE_TEST_POSTGRES_DSN")
     if server_dsn:
         dsn = _fresh_database(server_dsn)
         try:
-            report["postgres"] = await bench_backend(dsn, args, adapter_s)
+            report["postgres"] = await bench_backend(dsn, args, adapter_s, {})
         finally:
             _drop_database(server_dsn, dsn)
     else:

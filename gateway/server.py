@@ -34,7 +34,9 @@ def build_store(settings: EgbeSettings) -> GatewayStore:
             timeout_seconds=config.store_timeout_seconds,
         )
     return SqliteGatewayStore(
-        settings.data_dir / config.sqlite_file, timeout_seconds=config.store_timeout_seconds
+        settings.data_dir / config.sqlite_file,
+        timeout_seconds=config.store_timeout_seconds,
+        synchronous=config.sqlite_synchronous,
     )
 
 

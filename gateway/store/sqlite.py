@@ -1,4 +1,4 @@
-"""The embedded store: one SQLite file (WAL, synchronous=FULL) written through one group-committing thread."""
+"""The embedded store: one SQLite file (WAL, synchronous FULL by default), one group-committing thread."""
 
 from __future__ import annotations
 
@@ -34,10 +34,11 @@ class _SqliteTx:
 
 
 class SqliteGatewayStore(GatewayStore):
-    def __init__(self, path: Path, *, timeout_seconds: float) -> None:
+    def __init__(self, path: Path, *, timeout_seconds: float, synchronous: str = "FULL") -> None:
         super().__init__(for_update="")
         self._path = path
         self._timeout = timeout_seconds
+        self._synchronous = synchronous
         # BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes.
         self._writer = GroupCommitter[sqlite3.Connection](
             name="gateway-sqlite",
@@ -54,7 +55,7 @@ class SqliteGatewayStore(GatewayStore):
             self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False
         )
         connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute(f"PRAGMA synchronous={self._synchronous}")
         connection.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         return connection
 
