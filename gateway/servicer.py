@@ -203,6 +203,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             status, detail = RunStatus.TIMED_OUT, "the run passed its deadline"
         except grpc.aio.AioRpcError as error:
             detail = f"cognition Think failed: {error.code().name}: {error.details()}"
+            if error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                status = RunStatus.TIMED_OUT
         except asyncio.CancelledError:
             await asyncio.shield(
                 self._gateway.end_run(spec.run_id, RunStatus.CANCELLED, detail="caller cancelled")
