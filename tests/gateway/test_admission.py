@@ -192,3 +192,28 @@ async def test_an_unknown_model_alias_is_refused_before_admission(gateway: Gatew
     assert status is not None
     assert [v.field for v in field_violations(status)] == ["candidate.model_route"]
     assert (await gateway.spend("world-1")).admissions == 0
+
+
+async def test_text_postgres_cannot_hold_and_unknown_zones_are_invalid(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    bad = gateway_pb2.GenerateRequest(
+        run_id=run.run_id,
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+        prompt=gateway_pb2.PromptEnvelope(
+            task_instruction="a\x00b",
+            untrusted=[gateway_pb2.UntrustedZone(kind=99, content="x")],  # type: ignore[arg-type]
+        ),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Generate(bad, metadata=gateway.metadata(Role.SERVICE))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["prompt.task_instruction"]
+    bad.prompt.task_instruction = "fine"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Generate(bad, metadata=gateway.metadata(Role.SERVICE))
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["prompt.untrusted[0].kind"]
+    assert await gateway.audit_records(run_id=run.run_id) == []
