@@ -18,6 +18,7 @@ from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.config import TIERS_BY_NAME
 from gateway.servicer import OPERATOR_ID_METADATA
 from services.auth import Role, bearer_metadata
+from services.channels import open_channel
 from services.runtime import load_tokens, published_targets
 from services.settings import load_settings
 
@@ -42,7 +43,10 @@ def _run(args: argparse.Namespace, command: Command) -> int:
     )
 
     async def call() -> Any:
-        async with grpc.aio.insecure_channel(published_targets(settings)["gateway"]) as channel:
+        # OperatorService answers on its own listener when one is configured.
+        endpoint = settings.operator_endpoint
+        target = endpoint.target() if endpoint is not None else published_targets(settings)["gateway"]
+        async with open_channel(target, settings) as channel:
             return await command(gateway_pb2_grpc.OperatorServiceStub(channel), metadata, args)
 
     try:

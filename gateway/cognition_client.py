@@ -13,14 +13,16 @@ from services.auth import bearer_metadata
 class CognitionClient:
     """Calls Think on the cognition endpoint; target and token resolved at use (ports may be ephemeral)."""
 
-    def __init__(self, resolve_target: Callable[[], str], resolve_token: Callable[[], str]) -> None:
-        self._resolve_target = resolve_target
+    def __init__(
+        self, open_channel: Callable[[], grpc.aio.Channel], resolve_token: Callable[[], str]
+    ) -> None:
+        self._open_channel = open_channel
         self._resolve_token = resolve_token
         self._channel: grpc.aio.Channel | None = None
 
     def _stub(self) -> cognition_pb2_grpc.CognitionServiceStub:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._resolve_target())
+            self._channel = self._open_channel()
         return cognition_pb2_grpc.CognitionServiceStub(self._channel)
 
     async def think(

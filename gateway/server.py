@@ -18,6 +18,7 @@ from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role, TokenStore
+from services.channels import open_channel
 from services.runtime import published_targets
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
@@ -30,11 +31,12 @@ def build_store(settings: EgbeSettings) -> GatewayStore:
     if settings.database_url:
         return PostgresGatewayStore(
             settings.database_url,
-            pool_size=config.postgres_pool_size,
             timeout_seconds=config.store_timeout_seconds,
         )
     return SqliteGatewayStore(
-        settings.data_dir / config.sqlite_file, timeout_seconds=config.store_timeout_seconds
+        settings.data_dir / config.sqlite_file,
+        timeout_seconds=config.store_timeout_seconds,
+        synchronous=config.sqlite_synchronous,
     )
 
 
@@ -58,7 +60,8 @@ async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     gateway = await build_gateway(settings)
     cognition = CognitionClient(
-        lambda: published_targets(settings)["cognition"], lambda: tokens.token_for(Role.SERVICE)
+        lambda: open_channel(published_targets(settings)["cognition"], settings),
+        lambda: tokens.token_for(Role.SERVICE),
     )
     if settings.gateway.metrics_port:
         start_http_server(settings.gateway.metrics_port, registry=gateway.metrics.registry)
