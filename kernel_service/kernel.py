@@ -15,6 +15,7 @@ from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, Behav
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import LACHESIS, CoreParams
 from kernel_service.perception_codec import DecodedBatch, decode_batch
+from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
 from kernel_service.tick_result import (
     Registry,
@@ -22,7 +23,6 @@ from kernel_service.tick_result import (
     build_candidates,
     build_lifecycle,
     build_report,
-    guard_payloads,
 )
 from services.errors import InvalidArgument, NotFound
 
@@ -42,6 +42,7 @@ class Kernel:
         self.behavior = behavior
         self.world_id = world_id
         self.fingerprint = config.fingerprint()
+        self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
         self.tenant_ids: list[str] = []
@@ -95,6 +96,7 @@ class Kernel:
             registered=self.arrays.count,
             last_tick=self.last_tick,
             max_agents=self.config.max_batch_agents,
+            row_codec=self.row_codec,
         )
 
     def tick(
@@ -111,7 +113,6 @@ class Kernel:
         self._step_behavior(decoded.tick)
         self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
         self.last_tick = decoded.tick
-        payloads.update(guard_payloads(self.config, self.arrays, decoded.tick))
         registry = self.registry
         candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
         report = build_report(
@@ -125,9 +126,16 @@ class Kernel:
             merged=len(merged),
         )
         result = action_pb2.TickResult(
-            actions=build_actions(self.arrays, registry, decoded, payloads),
-            candidates=candidates,
-            lifecycle=build_lifecycle(self.arrays, registry, decoded.tick),
+            candidates=candidates, lifecycle=build_lifecycle(self.arrays, registry, decoded.tick)
+        )
+        build_actions(
+            self.config,
+            a=self.arrays,
+            registry=registry,
+            decoded=decoded,
+            merged_payloads=payloads,
+            row_codec=self.row_codec,
+            batch=result.actions,
         )
         elapsed = (time.perf_counter_ns() - started) // 1000
         report.elapsed_micros = elapsed
