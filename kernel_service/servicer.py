@@ -71,10 +71,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         snapshot = request.snapshot
         if not snapshot.ori_ids:
             raise InvalidArgument.field("snapshot.ori_ids", "a snapshot names at least one Ori")
-        try:
-            self._kernel.restore(snapshot)
-        except (ValueError, KeyError) as exc:
-            raise InvalidArgument.field("snapshot.arrays", f"does not fit this kernel: {exc}") from exc
+        self._kernel.restore(snapshot)
         if self._tick_log is not None:
             self._tick_log.record_snapshot(snapshot)
         return kernel_pb2.RestoreSnapshotResponse(last_tick=snapshot.last_tick, agents=len(snapshot.ori_ids))
