@@ -246,8 +246,8 @@ class PersonalityBehaviorLayer:
 
         Accepts rows flattened (as `snapshot` writes them) or already shaped.
         """
-        if "quirks" not in arrays:
-            raise InvalidArgument.field("quirks", "missing from snapshot")
+        if "quirks" not in arrays or arrays["quirks"].dtype.kind != "U":
+            raise InvalidArgument.field("quirks", "missing from snapshot or not text")
         capacity = len(arrays["quirks"])
         violations = []
         for name, (dtype, shape) in _ARRAYS.items():
