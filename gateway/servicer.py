@@ -221,6 +221,12 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         if not mode and not request.output_schema:
             raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
         prompt = request.prompt
+        known_zone_kinds = gateway_pb2.UntrustedZoneKind.values()
+        for index, zone in enumerate(prompt.untrusted):
+            if zone.kind not in known_zone_kinds:
+                raise InvalidArgument.field(
+                    f"prompt.untrusted[{index}].kind", f"{zone.kind} is not an UntrustedZoneKind"
+                )
         model_request = ModelRequest(
             system_policy=prompt.system_policy,
             task_instruction=prompt.task_instruction,
