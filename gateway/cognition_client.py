@@ -8,19 +8,21 @@ import grpc
 
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc
 from services.auth import bearer_metadata
+from services.channels import ChannelOpener
 
 
 class CognitionClient:
     """Calls Think on the cognition endpoint; the target is resolved at first use (ports may be ephemeral)."""
 
-    def __init__(self, resolve_target: Callable[[], str], token: str) -> None:
+    def __init__(self, resolve_target: Callable[[], str], token: str, dial: ChannelOpener) -> None:
         self._resolve_target = resolve_target
+        self._dial = dial
         self._metadata = bearer_metadata(token)
         self._channel: grpc.aio.Channel | None = None
 
     def _stub(self) -> cognition_pb2_grpc.CognitionServiceStub:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._resolve_target())
+            self._channel = self._dial(self._resolve_target())
         return cognition_pb2_grpc.CognitionServiceStub(self._channel)
 
     async def think(

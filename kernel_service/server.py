@@ -9,6 +9,7 @@ from kernel_service.servicer import METHOD_ROLES, KernelServicer
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
+from services.channels import channel_opener
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
 
@@ -26,6 +27,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
             else None
         ),
         queue_limit=kernel_settings.dispatch_queue_limit,
+        dial=channel_opener(settings),
     )
     await dispatcher.start()
     tick_log = (

@@ -24,10 +24,10 @@ class Services:
     tick_log: Path | None
 
 
-async def _all_serving(targets: dict[str, str]) -> bool:
+async def _all_serving(targets: dict[str, str], settings: EgbeSettings) -> bool:
     from services.cli import check_health
 
-    statuses = await check_health(targets, deadline_seconds=1.0)
+    statuses = await check_health(targets, deadline_seconds=1.0, settings=settings)
     return all(status == "SERVING" for status in statuses.values())
 
 
@@ -57,7 +57,7 @@ async def services_for_run(
 ) -> AsyncIterator[Services]:
     """The running services when every one answers SERVING, else embedded ones private to this run."""
     targets = published_targets(settings)
-    if reuse_running and await _all_serving(targets):
+    if reuse_running and await _all_serving(targets, settings):
         yield Services(targets, load_tokens(settings), settings, embedded=False, tick_log=None)
         return
     tick_log = run_dir / "tick-log.bin"
