@@ -21,7 +21,7 @@ from services.auth import Role
 from services.settings import SERVICE_NAMES
 from tests.conftest import ROOT
 
-# Dependencies first, so each service finds its peers serving.
+# Dependencies first; stopped in reverse.
 START_ORDER = ("biography", "policy", "gateway", "cognition", "kernel")
 assert set(START_ORDER) == set(SERVICE_NAMES)
 
@@ -75,6 +75,10 @@ class ServiceProcesses:
 
     def start(self, name: str, timeout: float = 30.0) -> None:
         """Start `egbe serve name` and return once its gRPC health says SERVING."""
+        self._spawn(name)
+        self._await_serving(name, timeout)
+
+    def _spawn(self, name: str) -> None:
         data_dir = self.root / name
         data_dir.mkdir(exist_ok=True)
         self.running[name] = subprocess.Popen(
@@ -84,10 +88,12 @@ class ServiceProcesses:
             stdout=subprocess.DEVNULL,
             stderr=(data_dir / "serve.log").open("ab"),
         )
+
+    def _await_serving(self, name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.running[name].poll() is not None:
-                log = (data_dir / "serve.log").read_text()[-3000:]
+                log = (self.root / name / "serve.log").read_text()[-3000:]
                 raise RuntimeError(f"egbe serve {name} exited with {self.running[name].returncode}: {log}")
             if self.serving(name):
                 return
@@ -102,9 +108,12 @@ class ServiceProcesses:
                 return False
         return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
-    def start_all(self) -> None:
+    def start_all(self, timeout: float = 60.0) -> None:
+        """All at once: peers are dialled lazily, so no service needs another to be up to start."""
         for name in START_ORDER:
-            self.start(name)
+            self._spawn(name)
+        for name in START_ORDER:
+            self._await_serving(name, timeout)
 
     def kill(self, name: str) -> None:
         """SIGKILL: no drain, no goodbye."""

@@ -61,7 +61,7 @@ def test_hamlet_runs_end_to_end_over_mtls(
     result = subprocess.run(
         [
             *(sys.executable, "-m", "services.cli", "--data-dir", str(mtls_services.data_dir)),
-            *("demo", "--reduced-time", "--quiet", "--runs-dir", str(tmp_path)),
+            *("demo", "--target", "running", "--reduced-time", "--quiet", "--runs-dir", str(tmp_path)),
         ],
         cwd=ROOT,
         capture_output=True,
