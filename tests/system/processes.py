@@ -43,7 +43,7 @@ class ServiceProcesses:
     """Five `egbe serve` processes sharing one tokens file, one database and fixed ports."""
 
     root: Path
-    database_url: str
+    database_url: str | None  # None: each service's own SQLite files
     ports: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -63,11 +63,12 @@ class ServiceProcesses:
             "EGBE_MODE": "production",
             "EGBE_LOG_FORMAT": "json",
             "EGBE_TOKENS_FILE": str(self.root / "tokens.json"),
-            "EGBE_DATABASE_URL": self.database_url,
             "EGBE_KERNEL__GATEWAY_TARGET": self.target("gateway"),
             "EGBE_KERNEL__BIOGRAPHY_TARGET": self.target("biography"),
         }
         env |= {f"EGBE_ENDPOINTS__{name.upper()}__PORT": str(port) for name, port in self.ports.items()}
+        if self.database_url is not None:
+            env["EGBE_DATABASE_URL"] = self.database_url
         return env
 
     def target(self, name: str) -> str:
