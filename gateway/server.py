@@ -60,7 +60,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
     gateway = await build_gateway(settings)
     cognition = CognitionClient(
         lambda: published_targets(settings)["cognition"],
-        tokens.token_for(Role.SERVICE),
+        lambda: tokens.token_for(Role.SERVICE),
         channel_opener(settings),
     )
     if settings.gateway.metrics_port:

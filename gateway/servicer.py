@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable
 
 import grpc
@@ -19,7 +20,7 @@ from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunS
 from gateway.retry_stats import roll_up
 from gateway.routing import select_route
 from services.auth import Role
-from services.errors import Aborted, EgbeError, InvalidArgument
+from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument
 from services.grpc_types import Context
 
 _GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
@@ -52,6 +53,11 @@ _OUTCOME_STATUS = {
     gateway_pb2.RUN_OUTCOME_KILLED: RunStatus.KILLED,
     gateway_pb2.RUN_OUTCOME_FAILED: RunStatus.FAILED,
 }
+# Zone kinds a prompt may carry: every defined kind but UNSPECIFIED.
+_ZONE_KINDS = frozenset(gateway_pb2.UntrustedZoneKind.values()) - {
+    gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED
+}
+
 _MODE_NAMES = {
     gateway_pb2.COGNITION_MODE_DIALOGUE: "dialogue",
     gateway_pb2.COGNITION_MODE_DECISION: "decision",
@@ -122,6 +128,16 @@ def _page(page_size: int, page_token: str) -> tuple[int, int]:
     return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
 
 
+def _earlier_reply(run_id: str, request_id: str, earlier_result: str) -> gateway_pb2.SubmitResponse:
+    """A repeated request id answers the first run's result, or says that run is still going."""
+    if not earlier_result:
+        raise Aborted(
+            f"request_id {request_id!r} is already running as run {run_id}",
+            metadata={"run_id": run_id, "request_id": request_id},
+        )
+    return gateway_pb2.SubmitResponse.FromString(base64.b64decode(earlier_result))
+
+
 def _who(ori: common_pb2.OriRef) -> Who:
     return Who(tenant_id=ori.tenant_id, world_id=ori.world_id, ori_id=ori.ori_id)
 
@@ -143,6 +159,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         admission = await self._gateway.admit(
             _who(candidate.ori), candidate.tier, candidate.cause, request_id=request.request_id
         )
+        if admission.repeated:
+            return _earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
         route = select_route(self._gateway.config.routing, candidate.tier)
         reply = gateway_pb2.SubmitResponse(
             run_id=admission.run.run_id,
@@ -204,14 +222,20 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             reply.cost.CopyFrom(
                 common_pb2.CostMicroUsd(micro_usd=tracked.micro_usd, estimated=tracked.cost_estimated)
             )
-        fallbacks = 0 if status is not RunStatus.FALLBACK else max(1, thought.validation_fallbacks)
-        await self._gateway.end_run(spec.run_id, status, detail=detail, fallbacks=fallbacks)
         reply.outcome = {
             RunStatus.COMPLETED: gateway_pb2.RUN_OUTCOME_COMPLETED,
             RunStatus.FALLBACK: gateway_pb2.RUN_OUTCOME_FALLBACK,
             RunStatus.KILLED: gateway_pb2.RUN_OUTCOME_KILLED,
         }.get(status, gateway_pb2.RUN_OUTCOME_FAILED)
         reply.detail = detail or "completed"
+        fallbacks = thought.validation_fallbacks if status is RunStatus.FALLBACK else 0
+        await self._gateway.end_run(
+            spec.run_id,
+            status,
+            detail=detail,
+            fallbacks=fallbacks,
+            result=base64.b64encode(reply.SerializeToString()).decode(),
+        )
         return reply
 
     async def Generate(
@@ -221,12 +245,15 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         if not mode and not request.output_schema:
             raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
         prompt = request.prompt
-        known_zone_kinds = gateway_pb2.UntrustedZoneKind.values()
-        for index, zone in enumerate(prompt.untrusted):
-            if zone.kind not in known_zone_kinds:
-                raise InvalidArgument.field(
-                    f"prompt.untrusted[{index}].kind", f"{zone.kind} is not an UntrustedZoneKind"
-                )
+        unknown_zones = [
+            FieldViolation(
+                f"prompt.untrusted[{i}].kind", "must be a defined UntrustedZoneKind other than UNSPECIFIED"
+            )
+            for i, zone in enumerate(prompt.untrusted)
+            if zone.kind not in _ZONE_KINDS
+        ]
+        if unknown_zones:
+            raise InvalidArgument(unknown_zones)
         model_request = ModelRequest(
             system_policy=prompt.system_policy,
             task_instruction=prompt.task_instruction,

@@ -20,6 +20,8 @@ METHOD_ROLES = {
         "StreamTicks": frozenset({Role.WORLD}),
         "GetAgentState": frozenset({Role.WORLD, Role.OPERATOR, Role.SERVICE}),
         "ApplyStewardDirective": frozenset({Role.WORLD}),
+        "ReplayTicks": frozenset({Role.WORLD, Role.OPERATOR}),
+        "RestoreSnapshot": frozenset({Role.WORLD}),
     }
 }
 
@@ -48,6 +50,31 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
             self._tick_log.record_tick(batch, merged, result, self._kernel)
         self._dispatcher.offer(result)
         return result
+
+    async def ReplayTicks(
+        self,
+        request_iterator: AsyncIterator[kernel_pb2.ReplayTicksRequest],
+        context: Context,
+    ) -> AsyncIterator[kernel_pb2.ReplayTicksResponse]:
+        """The logged results merge as they did; nothing reaches the dispatcher (no call is made twice)."""
+        async for request in request_iterator:
+            result = self._kernel.tick(request.tick.batch, request.tick.merged_results)
+            if self._tick_log is not None:
+                self._tick_log.record_tick(
+                    request.tick.batch, request.tick.merged_results, result, self._kernel
+                )
+            yield kernel_pb2.ReplayTicksResponse(result=result)
+
+    async def RestoreSnapshot(
+        self, request: kernel_pb2.RestoreSnapshotRequest, context: Context
+    ) -> kernel_pb2.RestoreSnapshotResponse:
+        snapshot = request.snapshot
+        if not snapshot.ori_ids:
+            raise InvalidArgument.field("snapshot.ori_ids", "a snapshot names at least one Ori")
+        self._kernel.restore(snapshot)
+        if self._tick_log is not None:
+            self._tick_log.record_snapshot(snapshot)
+        return kernel_pb2.RestoreSnapshotResponse(last_tick=snapshot.last_tick, agents=len(snapshot.ori_ids))
 
     async def Tick(self, request: kernel_pb2.TickRequest, context: Context) -> kernel_pb2.TickResponse:
         return kernel_pb2.TickResponse(result=self._tick(request.batch))

@@ -111,6 +111,11 @@ class TickLogWriter:
             self._write(kernel_pb2.TickLogRecord(snapshot=kernel.snapshot()))
         self._stream.flush()
 
+    def record_snapshot(self, snapshot: kernel_pb2.KernelSnapshot) -> None:
+        """A restored state: ticks after it continue from it."""
+        self._write(kernel_pb2.TickLogRecord(snapshot=snapshot))
+        self._stream.flush()
+
     def close(self) -> None:
         self._stream.close()
 

@@ -44,23 +44,34 @@ class TierSeries(_Strict):
     estimated_tokens: list[Count]
 
 
+class IssuedCalls(_Strict):
+    """Calls the kernel issued for one tier and cause, with its own token and cost estimates."""
+
+    tier: TierName
+    cause: str
+    calls: Count
+    token_estimate: Count
+    cost_estimate_micro_usd: Count
+
+
 class CognitionCall(_Strict):
-    """One call the kernel issued, joined with the gateway's audit record when it ran."""
+    """One model call the gateway ran for this world, as its audit log records it."""
 
     call_id: str
-    tick: Count
+    run_id: str
     ori_id: str
     tier: TierName
     cause: str
-    model: str = Field(description="The model the call ran on, or the route the kernel asked for.")
-    token_estimate: Count
-    input_tokens: Count = 0
-    output_tokens: Count = 0
+    model: str
+    input_tokens: Count
+    output_tokens: Count
     cost_micro_usd: Count
-    cost_estimated: bool = Field(description="True when the cost is the kernel's class-rate estimate.")
-    policy_decision: str = Field(description="The gate's decision, or 'not-run' when no run was audited.")
-    answered_by: Literal["offline", "model", "not-run"]
-    batch_group: str = ""
+    cost_estimated: bool = Field(description="True when priced from an estimate (the offline adapter).")
+    policy_decision: str
+    answered_by: Literal["offline", "model"]
+    merged_at_tick: Count | None = Field(
+        description="The tick the run's result re-entered the world; None if it never did."
+    )
 
 
 class KillRecord(_Strict):
@@ -70,9 +81,12 @@ class KillRecord(_Strict):
     kind: str
     target: str
     reason: str
-    control_id: str
+    applied: bool = Field(description="False when the gateway refused or could not throw the switch.")
+    detail: str = Field(description="The control id, or why the switch was not thrown.")
     calls_issued_after: Count = Field(description="Calls the kernel issued for the target after the kill.")
-    calls_run_after: Count = Field(description="Of those, how many a model or the offline adapter answered.")
+    calls_run_after: Count = Field(
+        description="Runs for the target whose results reached the world after it."
+    )
     actions_after: Count = Field(
         description="Ticks on which the target still acted (the believability floor)."
     )
@@ -117,6 +131,8 @@ class Bill(_Strict):
     blocked_by_world_cap: Count
     by_tier: list[TierSpend]
     calls_issued: Count
+    calls_run: Count = Field(description="Model calls the gateway's audit log holds for this world.")
+    killed: Count = Field(description="Calls the gateway refused under a kill switch.")
     naive_calls: Count = Field(description="Every Ori thinking on every tick: agents x ticks.")
     naive_tokens: Count
     naive_micro_usd: Count
@@ -181,6 +197,7 @@ class RunArtifact(_Strict):
     population: dict[str, Count]
     featured: list[str]
     tiers: TierSeries
+    issued: list[IssuedCalls]
     calls: list[CognitionCall]
     kills: list[KillRecord]
     directives: list[DirectiveRecord]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,17 +23,28 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
     def guarded(args: argparse.Namespace) -> int:
         from world.artifact import ArtifactError
+        from world.fork import ForkError
         from world.framing import FrameError
         from world.loop import WorldRunError
         from world.scenario import ScenarioError
 
         try:
             return run(args)
-        except (ScenarioError, ArtifactError, FrameError, WorldRunError) as exc:
+        except (ScenarioError, ArtifactError, FrameError, WorldRunError, ForkError) as exc:
             print(f"egbe {args.command}: {exc}", file=sys.stderr)
             return 2
 
     return guarded
+
+
+def quiet_services(loaded: EgbeSettings) -> EgbeSettings:
+    """Embedded services log warnings only under a world command, unless EGBE_LOG_LEVEL says otherwise."""
+    if "EGBE_LOG_LEVEL" in os.environ:
+        return loaded
+    from services.logging import configure_logging
+
+    configure_logging(loaded.log_format, "warning")
+    return loaded.model_copy(update={"log_level": "warning"})
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], settings: SettingsLoader) -> None:
@@ -41,9 +53,10 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     def cmd_demo(args: argparse.Namespace) -> int:
         from world.demo import run_demo, summary
 
+        loaded = quiet_services(settings(args))
         run_dir, artifact = asyncio.run(
             run_demo(
-                settings(args),
+                loaded,
                 args.scenario,
                 args.seed,
                 args.runs_dir,
@@ -59,7 +72,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     def cmd_replay(args: argparse.Namespace) -> int:
         from world.replay import replay_run
 
-        check = asyncio.run(replay_run(args.run, settings(args)))
+        check = asyncio.run(replay_run(args.run_dir, quiet_services(settings(args))))
         if check.matches:
             print(f"matches ({check.ticks_compared:,} ticks)")
             return 0
@@ -69,7 +82,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     def cmd_fork(args: argparse.Namespace) -> int:
         from world.fork import fork_run
 
-        print(asyncio.run(fork_run(args.run, args.at, args.config, settings(args), progress=not args.quiet)))
+        loaded = quiet_services(settings(args))
+        print(asyncio.run(fork_run(args.run_dir, args.at, args.config, loaded, progress=not args.quiet)))
         return 0
 
     demo = commands.add_parser("demo", help="run a scenario against the services; write runs/<run-id>/")
@@ -89,13 +103,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     demo.set_defaults(run=_guarded(cmd_demo))
 
     replay = commands.add_parser("replay", help="re-run a run's tick log through a fresh kernel")
-    replay.add_argument("run", type=Path, help="the run folder (runs/<run-id>)")
+    replay.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (runs/<run-id>)")
     replay.set_defaults(run=_guarded(cmd_replay))
 
     fork = commands.add_parser(
         "fork", help="resume a run from its snapshot under another config; compare bills"
     )
-    fork.add_argument("run", type=Path, help="the run folder (runs/<run-id>)")
+    fork.add_argument("run_dir", metavar="RUN", type=Path, help="the run folder (runs/<run-id>)")
     fork.add_argument("--at", type=int, required=True, help="tick of a snapshot to resume from")
     fork.add_argument(
         "--config", type=Path, required=True, help="TOML settings for the fork (budget, routing)"

@@ -14,13 +14,14 @@ from world.artifact import (
     BiographySummary,
     BudgetTier,
     CognitionCall,
+    IssuedCalls,
     KillRecord,
     Saturation,
     TierName,
     TierSpend,
 )
 from world.clients import ServiceClients
-from world.loop import Candidate, KillEffect, LoopRecording, WorldRunError, describe_rpc_error
+from world.loop import LoopRecording, WorldRunError, describe_rpc_error
 from world.population import Population
 from world.scenario import TICK_HZ
 
@@ -88,74 +89,64 @@ async def audit_records(clients: ServiceClients, world_id: str) -> dict[str, gat
     return records
 
 
-def joined_calls(
-    candidates: list[Candidate], audit: dict[str, gateway_pb2.AuditRecord], population: Population
-) -> list[CognitionCall]:
-    """Each issued call with what the gateway recorded of it; 'not-run' where nothing was audited."""
-    calls = []
-    for c in candidates:
-        record = audit.get(c.call_id)
-        if record is None:
-            calls.append(
-                CognitionCall(
-                    call_id=c.call_id,
-                    tick=c.tick,
-                    ori_id=population.ids[c.row],
-                    tier=TIER_NAME.get(c.tier, "unspecified"),
-                    cause=cause_name(c.cause),
-                    model=c.model_route,
-                    token_estimate=c.token_estimate,
-                    cost_micro_usd=c.cost_estimate_micro_usd,
-                    cost_estimated=True,
-                    policy_decision="not-run",
-                    answered_by="not-run",
-                    batch_group=c.batch_group,
-                )
-            )
-            continue
-        calls.append(
-            CognitionCall(
-                call_id=c.call_id,
-                tick=c.tick,
-                ori_id=population.ids[c.row],
-                tier=TIER_NAME.get(c.tier, "unspecified"),
-                cause=cause_name(c.cause),
-                model=record.model_ref or c.model_route,
-                token_estimate=c.token_estimate,
-                input_tokens=record.usage.input_tokens,
-                output_tokens=record.usage.output_tokens,
-                cost_micro_usd=record.cost.micro_usd,
-                cost_estimated=record.cost.estimated,
-                policy_decision=record.policy_decision or "none",
-                answered_by="offline" if record.offline else "model",
-                batch_group=c.batch_group,
-            )
-        )
-    return calls
-
-
-def _calls_after_kill(kill: KillEffect, calls: list[CognitionCall]) -> list[CognitionCall]:
-    by_ori = kill.row >= 0
+def issued_calls(recording: LoopRecording) -> list[IssuedCalls]:
     return [
-        c
-        for c in calls
-        if c.tick >= kill.action.at_tick and (c.ori_id if by_ori else c.tier) == kill.action.target
+        IssuedCalls(
+            tier=TIER_NAME.get(tier, "unspecified"),
+            cause=cause_name(cause),
+            calls=sums[0],
+            token_estimate=sums[1],
+            cost_estimate_micro_usd=sums[2],
+        )
+        for (tier, cause), sums in sorted(recording.issued.items())
+    ]
+
+
+def audited_calls(
+    audit: dict[str, gateway_pb2.AuditRecord], run_ticks: dict[str, int]
+) -> list[CognitionCall]:
+    """Every model call the gateway ran for this world, with the tick its result came back."""
+    return [
+        CognitionCall(
+            call_id=r.call_id,
+            run_id=r.run_id,
+            ori_id=r.ori.ori_id,
+            tier=TIER_NAME.get(r.tier, "unspecified"),
+            cause=r.cause,
+            model=r.model_ref,
+            input_tokens=r.usage.input_tokens,
+            output_tokens=r.usage.output_tokens,
+            cost_micro_usd=r.cost.micro_usd,
+            cost_estimated=r.cost.estimated,
+            policy_decision=r.policy_decision or "none",
+            answered_by="offline" if r.offline else "model",
+            merged_at_tick=run_ticks.get(r.run_id),
+        )
+        for r in sorted(audit.values(), key=lambda r: (r.recorded_at.seconds, r.recorded_at.nanos, r.call_id))
     ]
 
 
 def kill_records(recording: LoopRecording, calls: list[CognitionCall]) -> list[KillRecord]:
     out = []
     for kill in recording.kills:
-        after = _calls_after_kill(kill, calls)
+        by_ori = kill.row >= 0
+        runs_after = {
+            c.run_id
+            for c in calls
+            if c.merged_at_tick is not None
+            and c.merged_at_tick >= kill.action.at_tick
+            and (c.ori_id if by_ori else c.tier) == kill.action.target
+        }
         out.append(
             KillRecord(
                 at_tick=kill.action.at_tick,
                 kind=kill.action.kind.value,
                 target=kill.action.target,
                 reason=kill.action.reason,
-                control_id=kill.control_id,
-                calls_issued_after=len(after),
-                calls_run_after=sum(1 for c in after if c.answered_by != "not-run"),
+                applied=kill.applied,
+                detail=kill.detail,
+                calls_issued_after=kill.calls_issued_after,
+                calls_run_after=len(runs_after),
                 actions_after=kill.ticks_acting_after,
             )
         )
@@ -227,6 +218,7 @@ async def bill(
     population: Population,
     tenant_id: str,
 ) -> Bill:
+    # the naive design pays this run's mean issued call for every Ori on every tick
     """The ledger's view of the run, beside the naive every-agent-every-tick count for the same run."""
     try:
         spend = await clients.operator.GetSpend(
@@ -242,20 +234,21 @@ async def bill(
             )
             for t in spend.by_tier
         ]
-        ledger = (
+        ledger: tuple[int, ...] = (
             spend.world_cap_tokens,
             spend.consumed_tokens,
             spend.consumed_micro_usd,
             spend.blocked_by_world_cap,
+            spend.killed,
         )
     except grpc.aio.AioRpcError as exc:
         if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
             raise WorldRunError(describe_rpc_error("GetSpend", exc)) from exc
-        by_tier, ledger = [], (0, 0, 0, 0)
-    issued = len(calls)
+        by_tier, ledger = [], (0, 0, 0, 0, 0)
+    issued = sum(sums[0] for sums in recording.issued.values())
     naive_calls = population.size * len(recording.ticks)
-    mean_tokens = (sum(c.token_estimate for c in calls) / issued) if issued else 0.0
-    mean_cost = (sum(c.cost_micro_usd for c in calls) / issued) if issued else 0.0
+    mean_tokens = (sum(sums[1] for sums in recording.issued.values()) / issued) if issued else 0.0
+    mean_cost = (sum(sums[2] for sums in recording.issued.values()) / issued) if issued else 0.0
     return Bill(
         world_cap_tokens=ledger[0],
         consumed_tokens=ledger[1],
@@ -263,6 +256,8 @@ async def bill(
         blocked_by_world_cap=ledger[3],
         by_tier=by_tier,
         calls_issued=issued,
+        calls_run=len(calls),
+        killed=ledger[4],
         naive_calls=naive_calls,
         naive_tokens=round(naive_calls * mean_tokens),
         naive_micro_usd=round(naive_calls * mean_cost),

@@ -9,7 +9,8 @@ from services.settings import EgbeSettings
 from world.artifact import RunArtifact, write_artifact
 from world.embedded import DemoTarget, services_for_run
 from world.report import write_report
-from world.run import ARTIFACT_FILE, REPORT_FILE, RunOptions, execute, new_run_id
+from world.run import RunOptions, execute, new_run_id
+from world.run_folder import ARTIFACT_FILE, REPORT_FILE
 from world.scenario import load_scenario
 
 

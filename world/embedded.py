@@ -12,6 +12,7 @@ from pathlib import Path
 from services.auth import TokenStore
 from services.runtime import load_tokens, published_targets, start_services, stop_services
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint
+from world.run_folder import SERVICES_DIR, TICK_LOG_FILE
 
 
 @dataclass
@@ -83,9 +84,9 @@ async def services_for_run(
 
             down = {name: status for name, status in statuses.items() if status != "SERVING"}
             raise WorldRunError(f"--target {target.value} needs every service SERVING; not serving: {down}")
-    tick_log = run_dir / "tick-log.bin"
+    tick_log = run_dir / TICK_LOG_FILE
     with tempfile.TemporaryDirectory(prefix="egbe-") as socket_dir:
-        wired = _wired(settings, Path(socket_dir), run_dir / "services", tick_log, snapshot_every)
+        wired = _wired(settings, Path(socket_dir), run_dir / SERVICES_DIR, tick_log, snapshot_every)
         running = await start_services(SERVICE_NAMES, wired)
         try:
             yield Services(

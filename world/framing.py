@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -10,14 +11,18 @@ from google.protobuf.message import DecodeError, Message
 
 M = TypeVar("M", bound=Message)
 MAX_VARINT_BYTES = 10
+COMPRESS_LEVEL = 1  # fast; TickResults of one run repeat so much that level 1 takes them to ~5%
 
 
 class FrameError(ValueError):
     """A framed log that is truncated or corrupted; the message names the file and the frame."""
 
 
-def write_frame(stream: BinaryIO, message: Message) -> None:
+def write_frame(stream: BinaryIO, message: Message, *, compress: bool = False) -> None:
+    """One frame; `compress` deflates the message (the world's result log: a game-hour is mostly repeats)."""
     data = message.SerializeToString(deterministic=True)
+    if compress:
+        data = zlib.compress(data, COMPRESS_LEVEL)
     length = len(data)
     prefix = bytearray()
     while True:
@@ -60,10 +65,10 @@ def raw_frames(path: Path) -> Iterator[bytes]:
             index += 1
 
 
-def read_frames(path: Path, message_type: type[M]) -> Iterator[M]:
+def read_frames(path: Path, message_type: type[M], *, compressed: bool = False) -> Iterator[M]:
     """Every frame decoded; an undecodable frame raises FrameError naming it."""
     for index, data in enumerate(raw_frames(path)):
         try:
-            yield message_type.FromString(data)
-        except DecodeError as exc:
+            yield message_type.FromString(zlib.decompress(data) if compressed else data)
+        except (DecodeError, zlib.error) as exc:
             raise FrameError(f"{path}: frame {index} is not a {message_type.__name__}: {exc}") from exc

@@ -15,6 +15,7 @@ from typing import BinaryIO
 import grpc
 import numpy as np
 import numpy.typing as npt
+from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2, kernel_pb2, perception_pb2
 from world.actions import decode_actions
@@ -42,27 +43,22 @@ def describe_rpc_error(what: str, exc: grpc.aio.AioRpcError) -> str:
     return f"{what} failed: {exc.code().name}: {exc.details()}"
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A cognition call the kernel issued, as the tick result named it."""
-
-    call_id: str
-    tick: int
-    row: int
-    tier: int
-    cause: int
-    token_estimate: int
-    cost_estimate_micro_usd: int
-    model_route: str
-    batch_group: str
+def _cognition_payloads(actions: action_pb2.ActionBatch) -> list[struct_pb2.Struct]:
+    """Payloads of merged cognition results (they name the gateway run that produced them)."""
+    if actions.intents:
+        return [i.payload for i in actions.intents if i.source == action_pb2.ACTION_SOURCE_COGNITION]
+    return [p.payload for p in actions.columns.payloads if "run_id" in p.payload.fields]
 
 
 @dataclass
 class KillEffect:
     action: OperatorAction
-    control_id: str
+    applied: bool
+    detail: str
     row: int  # -1 for a tier kill
+    tier: int  # the killed tier for a tier kill, else 0
     ticks_acting_after: int = 0
+    calls_issued_after: int = 0
 
 
 @dataclass
@@ -76,7 +72,10 @@ class LoopRecording:
     atropos: list[int] = field(default_factory=list)
     calls_issued: list[int] = field(default_factory=list)
     estimated_tokens: list[int] = field(default_factory=list)
-    candidates: list[Candidate] = field(default_factory=list)
+    # (tier, cause) -> [calls, token estimate, cost estimate]
+    issued: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    # gateway run id -> the tick its result was merged into the world's actions
+    run_ticks: dict[str, int] = field(default_factory=dict)
     directives: list[DirectiveRecord] = field(default_factory=list)
     kills: list[KillEffect] = field(default_factory=list)
     fingerprints: dict[str, str] = field(default_factory=dict)
@@ -137,22 +136,25 @@ async def apply_directive(
     )
 
 
-async def apply_operator_action(clients: ServiceClients, action: OperatorAction) -> str:
-    """Throws an operator kill switch through the gateway's OperatorService; returns the control id."""
+async def apply_operator_action(clients: ServiceClients, action: OperatorAction) -> tuple[bool, str]:
+    """Throws an operator kill switch through the gateway's OperatorService: (applied, control id or why not).
+
+    A refused switch does not stop the world: the run records it and the report says it was not thrown.
+    """
     try:
         if action.kind is OperatorActionKind.KILL_ORI:
             ori_reply = await clients.operator.KillOri(
                 gateway_pb2.KillOriRequest(ori_id=action.target, reason=action.reason),
                 metadata=clients.operator_md,
             )
-            return str(ori_reply.control.control_id)
+            return True, str(ori_reply.control.control_id)
         tier = common_pb2.CognitionTier.Value(f"COGNITION_TIER_{action.target.upper()}")
         tier_reply = await clients.operator.KillTier(
             gateway_pb2.KillTierRequest(tier=tier, reason=action.reason), metadata=clients.operator_md
         )
-        return str(tier_reply.control.control_id)
+        return True, str(tier_reply.control.control_id)
     except grpc.aio.AioRpcError as exc:
-        raise WorldRunError(describe_rpc_error(f"operator {action.kind.value} {action.target}", exc)) from exc
+        return False, describe_rpc_error(f"operator {action.kind.value} {action.target}", exc)
 
 
 async def current_spend(clients: ServiceClients, world_id: str, tenant_id: str) -> tuple[int, int] | None:
@@ -193,8 +195,11 @@ class WorldLoop:
         self.tiers = np.zeros(size, dtype=np.uint8)
         self.spent, self.cap, self.calls, self.tokens = 0, 0, 0, 0
 
-    async def _script(self, tick: int) -> None:
-        """The steward's directives and the operator's kill switches due on this tick."""
+    async def _script(self, tick: int, first_tick: int) -> None:
+        """The steward's directives and the operator's kill switches due on this tick.
+
+        A fork starts with fresh services: kill switches thrown before its first tick are thrown again.
+        """
         script = self.setup.scenario.player
         for directive in script.steward_directives:
             if directive.at_tick == tick:
@@ -202,11 +207,14 @@ class WorldLoop:
                     await apply_directive(self.clients, self.setup.world_id, directive)
                 )
         for action in script.operator_actions:
-            if action.at_tick == tick:
-                control = await apply_operator_action(self.clients, action)
+            if action.at_tick == tick or (tick == first_tick and action.at_tick < tick):
+                applied, detail = await apply_operator_action(self.clients, action)
                 by_ori = action.kind is OperatorActionKind.KILL_ORI
                 row = self.setup.population.index_of(action.target) if by_ori else -1
-                self.recording.kills.append(KillEffect(action, control, row))
+                tier = (
+                    0 if by_ori else common_pb2.CognitionTier.Value(f"COGNITION_TIER_{action.target.upper()}")
+                )
+                self.recording.kills.append(KillEffect(action, applied, detail, row, tier))
 
     def _record(self, tick: int, result: action_pb2.TickResult) -> None:
         recording, report = self.recording, result.report
@@ -224,20 +232,18 @@ class WorldLoop:
         for kill in recording.kills:
             if kill.row >= 0 and self.kinds[kill.row] != action_pb2.ACTION_KIND_UNSPECIFIED:
                 kill.ticks_acting_after += 1
-        recording.candidates += [
-            Candidate(
-                c.call_id,
-                tick,
-                c.slot,
-                c.tier,
-                c.cause,
-                c.token_estimate,
-                c.cost_estimate_micro_usd,
-                c.model_route,
-                c.batch_group,
-            )
-            for c in result.candidates
-        ]
+        for c in result.candidates:
+            sums = recording.issued.setdefault((c.tier, c.cause), [0, 0, 0])
+            sums[0] += 1
+            sums[1] += c.token_estimate
+            sums[2] += c.cost_estimate_micro_usd
+            for kill in recording.kills:
+                if kill.row == c.slot or (kill.row < 0 and kill.tier == c.tier):
+                    kill.calls_issued_after += 1
+        for payload in _cognition_payloads(result.actions):
+            run_id = payload.fields.get("run_id")
+            if run_id is not None and run_id.string_value:
+                recording.run_ticks.setdefault(run_id.string_value, tick)
         self.calls += report.calls_issued
         self.tokens += report.estimated_tokens
 
@@ -266,7 +272,7 @@ class WorldLoop:
         try:
             while state.tick < end_tick:
                 tick = state.tick
-                await self._script(tick)
+                await self._script(tick, first_tick)
                 perception = build_perception(setup.scenario, setup.population, setup.script, state)
                 await stream.write(
                     kernel_pb2.StreamTicksRequest(batch=_batch(setup, perception, previous, self.slots))
@@ -276,7 +282,7 @@ class WorldLoop:
                     raise WorldRunError(f"the kernel closed the tick stream at tick {tick}")
                 result = reply.result
                 if self.hooks.result_log is not None:
-                    write_frame(self.hooks.result_log, result)
+                    write_frame(self.hooks.result_log, result, compress=True)
                 decode_actions(result.actions, self.kinds, self.tiers)
                 self._record(tick, result)
                 previous = perception

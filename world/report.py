@@ -100,18 +100,25 @@ def _spend(artifact: RunArtifact) -> str:
 
 
 def _calls_by_cause(artifact: RunArtifact) -> str:
-    counts: Counter[tuple[str, str]] = Counter((c.cause, c.tier) for c in artifact.calls)
-    causes = sorted({cause for cause, _ in counts})
+    causes = sorted({g.cause for g in artifact.issued})
+    counts: dict[tuple[str, str], int] = {(g.cause, g.tier): g.calls for g in artifact.issued}
     groups = [
-        (cause.replace("_", " "), [(tier, float(counts[(cause, tier)])) for tier in TIERS])
+        (cause.replace("_", " "), [(tier, float(counts.get((cause, tier), 0))) for tier in TIERS])
         for cause in causes
     ]
     answered = Counter(c.answered_by for c in artifact.calls)
-    detail = ", ".join(f"{n:,} {who}" for who, n in sorted(answered.items()))
+    detail = ", ".join(
+        f"{n:,} by the {who} adapter" if who == "offline" else f"{n:,} by a model"
+        for who, n in sorted(answered.items())
+    )
     return (
         "<h2>Calls by cause and tier</h2>"
-        + grouped_bars("Cognition calls by cause, per tier", groups or [("none", [])], "calls")
-        + f'<p class="muted">Answered: {escape(detail or "no calls")}.</p>'
+        + grouped_bars(
+            "Cognition calls the kernel issued, by cause, per tier", groups or [("none", [])], "calls"
+        )
+        + f'<p class="muted">{artifact.bill.calls_issued:,} calls issued; the gateway ran '
+        f"{len(artifact.calls):,} model calls ({escape(detail or 'none')}) and refused "
+        f"{artifact.bill.killed:,} under a kill switch.</p>"
     )
 
 
@@ -181,13 +188,20 @@ def _directives(artifact: RunArtifact) -> str:
 def _kills(artifact: RunArtifact) -> str:
     if not artifact.kills:
         return ""
-    cards = "".join(
-        f'<div class="card"><b>{escape(k.kind.replace("_", " "))} {escape(k.target)}</b> at tick '
-        f"{k.at_tick}: {escape(k.reason)}<br>After it: {k.calls_issued_after} calls issued, "
-        f"{k.calls_run_after} run by a model or the offline adapter; the Ori still acted on "
-        f"{k.actions_after} ticks (its behaviour tree).</div>"
-        for k in artifact.kills
-    )
+    cards = ""
+    for k in artifact.kills:
+        what = escape(f"{k.kind.replace('_', ' ')} {k.target}")
+        head = f"<b>{what}</b> at tick {k.at_tick}: {escape(k.reason)}"
+        if not k.applied:
+            cards += (
+                f'<div class="card">{head}<br><span class="bad">not thrown</span>: {escape(k.detail)}</div>'
+            )
+            continue
+        cards += (
+            f'<div class="card">{head}<br>After it: {k.calls_issued_after} calls issued, '
+            f"{k.calls_run_after} run by a model or the offline adapter; "
+            f"the Ori still acted on {k.actions_after} ticks (its behaviour tree).</div>"
+        )
     return f"<h2>Kill switches and their effect</h2>{cards}"
 
 

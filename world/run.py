@@ -14,7 +14,7 @@ from typing import Literal
 
 import grpc
 
-from egbe.v1 import gateway_pb2
+from egbe.v1 import gateway_pb2, kernel_pb2
 from world.artifact import (
     CognitionCall,
     Fingerprint,
@@ -29,9 +29,10 @@ from world.artifact import (
 from world.clients import ServiceClients
 from world.collect import (
     audit_records,
+    audited_calls,
     bill,
     biographies,
-    joined_calls,
+    issued_calls,
     kill_records,
     saturation,
     tier_occupancy,
@@ -44,13 +45,10 @@ from world.perception import ScriptIndex
 from world.population import build_population
 from world.progress import ProgressBar
 from world.registration import registration_request
+from world.replay import tick_log_summary
+from world.run_folder import ARTIFACT_FILE, RESULT_LOG_FILE, SNAPSHOT_DIR, TICK_LOG_FILE
 from world.scenario import Scenario
 from world.simulation import WorldState, WorldStepper, initial_state
-
-ARTIFACT_FILE = "artifact.json"
-REPORT_FILE = "report.html"
-RESULT_LOG_FILE = "results.bin"
-SNAPSHOT_DIR = "snapshots"
 
 
 @dataclass(frozen=True)
@@ -60,9 +58,12 @@ class RunOptions:
     reduced_time: bool = False
     realtime: bool = False
     progress: bool = True
+    ticks: int | None = None  # overrides the scenario's length (a fork runs to its parent's end)
 
     @property
     def end_tick(self) -> int:
+        if self.ticks is not None:
+            return self.ticks
         if self.reduced_time and self.scenario.reduced_duration_ticks is not None:
             return self.scenario.reduced_duration_ticks
         return self.scenario.duration_ticks
@@ -108,28 +109,39 @@ async def register(clients: ServiceClients, setup: WorldSetup) -> None:
         )
 
 
+async def restore_kernel(clients: ServiceClients, snapshot: kernel_pb2.KernelSnapshot) -> None:
+    try:
+        await clients.kernel.RestoreSnapshot(
+            kernel_pb2.RestoreSnapshotRequest(snapshot=snapshot), metadata=clients.world_md
+        )
+    except grpc.aio.AioRpcError as exc:
+        raise WorldRunError(describe_rpc_error("RestoreSnapshot", exc)) from exc
+
+
 async def execute(
     services: Services,
     *,
     options: RunOptions,
     run_dir: Path,
     run_id: str,
-    start: WorldState | None = None,
+    start: tuple[WorldState, kernel_pb2.KernelSnapshot] | None = None,
     forked_from: dict[str, object] | None = None,
 ) -> RunArtifact:
-    """Runs the scenario (from `start`, for a fork) and writes artifact.json; returns the artifact."""
+    """Runs the scenario (from `start`'s world and kernel state, for a fork) and writes artifact.json."""
     started_at = datetime.now(UTC).isoformat()
     wall = time.monotonic()
     scenario, seed = options.scenario, options.seed
     world_id = f"{scenario.name}-{seed}"
     setup = world_setup(scenario, seed, world_id)
-    state = start.copy() if start is not None else initial_state(scenario, setup.population)
+    state = start[0].copy() if start is not None else initial_state(scenario, setup.population)
     clients = ServiceClients.dial(services.targets, services.tokens, services.settings)
     progress = ProgressBar(options.end_tick, enabled=options.progress)
     try:
         await register(clients, setup)
         if start is None:
             save_world_snapshot(run_dir, 0, state)
+        else:
+            await restore_kernel(clients, start[1])
         with (run_dir / RESULT_LOG_FILE).open("wb") as result_log:
             hooks = LoopHooks(
                 realtime=options.realtime,
@@ -139,7 +151,7 @@ async def execute(
             recording = await WorldLoop(clients, setup, progress, hooks).run(state, options.end_tick)
         await wait_for_dispatch(clients, world_id, scenario.tenant_id)
         audit = await audit_records(clients, world_id)
-        calls = joined_calls(recording.candidates, audit, setup.population)
+        calls = audited_calls(audit, recording.run_ticks)
         artifact = RunArtifact(
             run_id=run_id,
             created_at=started_at,
@@ -158,6 +170,7 @@ async def execute(
             population={"total": setup.population.size, **tier_occupancy(recording)},
             featured=[i for i, f in zip(setup.population.ids, setup.population.featured, strict=True) if f],
             tiers=_series(recording),
+            issued=issued_calls(recording),
             calls=calls,
             kills=kill_records(recording, calls),
             directives=recording.directives,
@@ -210,8 +223,6 @@ def _series(recording: LoopRecording) -> TierSeries:
 
 
 def _tick_log_record(services: Services, run_dir: Path) -> TickLogRecord | None:
-    from world.replay import tick_log_summary
-
     if services.tick_log is None or not services.tick_log.is_file():
         return None
     digest, frames = tick_log_summary(services.tick_log)
@@ -226,6 +237,6 @@ def _snapshots(run_dir: Path) -> list[SnapshotRecord]:
     for path in sorted(folder.glob("world-*.json")):
         tick = int(path.stem.removeprefix("world-"))
         out.append(
-            SnapshotRecord(tick=tick, world_path=str(path.relative_to(run_dir)), kernel_path="tick-log.bin")
+            SnapshotRecord(tick=tick, world_path=str(path.relative_to(run_dir)), kernel_path=TICK_LOG_FILE)
         )
     return out

@@ -660,3 +660,85 @@ class KernelSnapshot(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KernelSnapshot: _TypeAlias = KernelSnapshot  # noqa: Y015
+
+@_typing.final
+class ReplayTicksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TICK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def tick(self) -> Global___TickLogTick: ...
+    def __init__(
+        self,
+        *,
+        tick: Global___TickLogTick | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tick", b"tick"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tick", b"tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplayTicksRequest: _TypeAlias = ReplayTicksRequest  # noqa: Y015
+
+@_typing.final
+class ReplayTicksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def result(self) -> _action_pb2.TickResult: ...
+    def __init__(
+        self,
+        *,
+        result: _action_pb2.TickResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplayTicksResponse: _TypeAlias = ReplayTicksResponse  # noqa: Y015
+
+@_typing.final
+class RestoreSnapshotRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def snapshot(self) -> Global___KernelSnapshot: ...
+    def __init__(
+        self,
+        *,
+        snapshot: Global___KernelSnapshot | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["snapshot", b"snapshot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreSnapshotRequest: _TypeAlias = RestoreSnapshotRequest  # noqa: Y015
+
+@_typing.final
+class RestoreSnapshotResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAST_TICK_FIELD_NUMBER: _builtins.int
+    AGENTS_FIELD_NUMBER: _builtins.int
+    last_tick: _builtins.int
+    agents: _builtins.int
+    def __init__(
+        self,
+        *,
+        last_tick: _builtins.int = ...,
+        agents: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents", "last_tick", b"last_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreSnapshotResponse: _TypeAlias = RestoreSnapshotResponse  # noqa: Y015

@@ -60,6 +60,16 @@ class KernelServiceStub:
                 request_serializer=egbe_dot_v1_dot_kernel__pb2.ApplyStewardDirectiveRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_kernel__pb2.ApplyStewardDirectiveResponse.FromString,
                 _registered_method=True)
+        self.ReplayTicks = channel.stream_stream(
+                '/egbe.v1.KernelService/ReplayTicks',
+                request_serializer=egbe_dot_v1_dot_kernel__pb2.ReplayTicksRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_kernel__pb2.ReplayTicksResponse.FromString,
+                _registered_method=True)
+        self.RestoreSnapshot = channel.unary_unary(
+                '/egbe.v1.KernelService/RestoreSnapshot',
+                request_serializer=egbe_dot_v1_dot_kernel__pb2.RestoreSnapshotRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_kernel__pb2.RestoreSnapshotResponse.FromString,
+                _registered_method=True)
 
 
 class KernelServiceServicer:
@@ -100,6 +110,21 @@ class KernelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplayTicks(self, request_iterator, context):
+        """Replays tick-log ticks: each request's batch with the cognition results the log merged on that
+        tick; one result per request. Replayed ticks issue no new cognition calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreSnapshot(self, request, context):
+        """Becomes exactly the kernel that took the snapshot (a fork resumes here); recorded in the tick log.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KernelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +152,16 @@ def add_KernelServiceServicer_to_server(servicer, server):
                     servicer.ApplyStewardDirective,
                     request_deserializer=egbe_dot_v1_dot_kernel__pb2.ApplyStewardDirectiveRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_kernel__pb2.ApplyStewardDirectiveResponse.SerializeToString,
+            ),
+            'ReplayTicks': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplayTicks,
+                    request_deserializer=egbe_dot_v1_dot_kernel__pb2.ReplayTicksRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_kernel__pb2.ReplayTicksResponse.SerializeToString,
+            ),
+            'RestoreSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreSnapshot,
+                    request_deserializer=egbe_dot_v1_dot_kernel__pb2.RestoreSnapshotRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_kernel__pb2.RestoreSnapshotResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +300,60 @@ class KernelService:
             '/egbe.v1.KernelService/ApplyStewardDirective',
             egbe_dot_v1_dot_kernel__pb2.ApplyStewardDirectiveRequest.SerializeToString,
             egbe_dot_v1_dot_kernel__pb2.ApplyStewardDirectiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplayTicks(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/egbe.v1.KernelService/ReplayTicks',
+            egbe_dot_v1_dot_kernel__pb2.ReplayTicksRequest.SerializeToString,
+            egbe_dot_v1_dot_kernel__pb2.ReplayTicksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.KernelService/RestoreSnapshot',
+            egbe_dot_v1_dot_kernel__pb2.RestoreSnapshotRequest.SerializeToString,
+            egbe_dot_v1_dot_kernel__pb2.RestoreSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,12 @@ class KernelServiceStub:
     GetAgentState: _grpc.UnaryUnaryMultiCallable[_kernel_pb2.GetAgentStateRequest, _kernel_pb2.GetAgentStateResponse]
     ApplyStewardDirective: _grpc.UnaryUnaryMultiCallable[_kernel_pb2.ApplyStewardDirectiveRequest, _kernel_pb2.ApplyStewardDirectiveResponse]
     """Steward-not-owner: exposed directives pass, forbidden or laundered ones are refused."""
+    ReplayTicks: _grpc.StreamStreamMultiCallable[_kernel_pb2.ReplayTicksRequest, _kernel_pb2.ReplayTicksResponse]
+    """Replays tick-log ticks: each request's batch with the cognition results the log merged on that
+    tick; one result per request. Replayed ticks issue no new cognition calls.
+    """
+    RestoreSnapshot: _grpc.UnaryUnaryMultiCallable[_kernel_pb2.RestoreSnapshotRequest, _kernel_pb2.RestoreSnapshotResponse]
+    """Becomes exactly the kernel that took the snapshot (a fork resumes here); recorded in the tick log."""
 
 @_typing.type_check_only
 class KernelServiceAsyncStub(KernelServiceStub):
@@ -57,6 +63,12 @@ class KernelServiceAsyncStub(KernelServiceStub):
     GetAgentState: _aio.UnaryUnaryMultiCallable[_kernel_pb2.GetAgentStateRequest, _kernel_pb2.GetAgentStateResponse]  # type: ignore[assignment]
     ApplyStewardDirective: _aio.UnaryUnaryMultiCallable[_kernel_pb2.ApplyStewardDirectiveRequest, _kernel_pb2.ApplyStewardDirectiveResponse]  # type: ignore[assignment]
     """Steward-not-owner: exposed directives pass, forbidden or laundered ones are refused."""
+    ReplayTicks: _aio.StreamStreamMultiCallable[_kernel_pb2.ReplayTicksRequest, _kernel_pb2.ReplayTicksResponse]  # type: ignore[assignment]
+    """Replays tick-log ticks: each request's batch with the cognition results the log merged on that
+    tick; one result per request. Replayed ticks issue no new cognition calls.
+    """
+    RestoreSnapshot: _aio.UnaryUnaryMultiCallable[_kernel_pb2.RestoreSnapshotRequest, _kernel_pb2.RestoreSnapshotResponse]  # type: ignore[assignment]
+    """Becomes exactly the kernel that took the snapshot (a fork resumes here); recorded in the tick log."""
 
 class KernelServiceServicer(metaclass=_abc_1.ABCMeta):
     """Moirai: one kernel serves one world."""
@@ -99,5 +111,23 @@ class KernelServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_kernel_pb2.ApplyStewardDirectiveResponse, _abc.Awaitable[_kernel_pb2.ApplyStewardDirectiveResponse]]:
         """Steward-not-owner: exposed directives pass, forbidden or laundered ones are refused."""
+
+    @_abc_1.abstractmethod
+    def ReplayTicks(
+        self,
+        request_iterator: _MaybeAsyncIterator[_kernel_pb2.ReplayTicksRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_kernel_pb2.ReplayTicksResponse], _abc.AsyncIterator[_kernel_pb2.ReplayTicksResponse]]:
+        """Replays tick-log ticks: each request's batch with the cognition results the log merged on that
+        tick; one result per request. Replayed ticks issue no new cognition calls.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreSnapshot(
+        self,
+        request: _kernel_pb2.RestoreSnapshotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_kernel_pb2.RestoreSnapshotResponse, _abc.Awaitable[_kernel_pb2.RestoreSnapshotResponse]]:
+        """Becomes exactly the kernel that took the snapshot (a fork resumes here); recorded in the tick log."""
 
 def add_KernelServiceServicer_to_server(servicer: KernelServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -9,6 +9,7 @@ from world.artifact import (
     CognitionCall,
     DirectiveRecord,
     Fingerprint,
+    IssuedCalls,
     KillRecord,
     ReplayCheck,
     RunArtifact,
@@ -28,37 +29,22 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
     lachesis = [12 - c - a for c, a in zip(clotho, atropos, strict=True)]
     calls = [
         CognitionCall(
-            call_id=f"hamlet-7:{t}:{t % 12}:clotho_live_planning",
-            tick=t,
+            call_id=f"run-{t}:1",
+            run_id=f"run-{t}",
             ori_id="adaeze",
             tier="clotho",
             cause="clotho_live_planning",
-            model="offline:deterministic",
-            token_estimate=3_800,
+            model="offline-deterministic",
             input_tokens=3_000,
             output_tokens=200,
             cost_micro_usd=5_700,
             cost_estimated=True,
-            policy_decision="allow",
+            policy_decision="v1:isis-behavior-policy:admitted",
             answered_by="offline",
+            merged_at_tick=t + 2,
         )
         for t in range(0, ticks, 5)
     ]
-    calls.append(
-        CognitionCall(
-            call_id="hamlet-7:120:5:lachesis_reflection",
-            tick=120,
-            ori_id="olumide",
-            tier="lachesis",
-            cause="lachesis_reflection",
-            model="offline:deterministic",
-            token_estimate=8_800,
-            cost_micro_usd=2_640,
-            cost_estimated=True,
-            policy_decision="not-run",
-            answered_by="not-run",
-        )
-    )
     issued = [1 if t % 5 == 0 else 0 for t in span]
     return RunArtifact(
         run_id="hamlet-s7-recorded",
@@ -85,6 +71,22 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
             calls_issued=issued,
             estimated_tokens=[3_800 * i for i in issued],
         ),
+        issued=[
+            IssuedCalls(
+                tier="clotho",
+                cause="clotho_live_planning",
+                calls=len(calls),
+                token_estimate=3_800 * len(calls),
+                cost_estimate_micro_usd=5_700 * len(calls),
+            ),
+            IssuedCalls(
+                tier="lachesis",
+                cause="lachesis_reflection",
+                calls=1,
+                token_estimate=8_800,
+                cost_estimate_micro_usd=2_640,
+            ),
+        ],
         calls=calls,
         kills=[
             KillRecord(
@@ -92,7 +94,8 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
                 kind="kill_ori",
                 target="emeka",
                 reason="demo",
-                control_id="ctl-1",
+                applied=True,
+                detail="ctl-1",
                 calls_issued_after=3,
                 calls_run_after=0,
                 actions_after=199,
@@ -132,11 +135,13 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
             consumed_micro_usd=380_000,
             blocked_by_world_cap=0,
             by_tier=[TierSpend(tier="clotho", calls=80, tokens=250_000, micro_usd=380_000)],
-            calls_issued=len(calls),
+            calls_issued=len(calls) + 1,
+            calls_run=len(calls),
+            killed=0,
             naive_calls=12 * ticks,
             naive_tokens=12 * ticks * 3_800,
             naive_micro_usd=12 * ticks * 5_700,
-            relevance_ratio=len(calls) / (12 * ticks),
+            relevance_ratio=(len(calls) + 1) / (12 * ticks),
         ),
         saturation=Saturation(
             window_ticks=ticks,

@@ -21,7 +21,7 @@ def test_every_section_a_producer_reads_is_drawn() -> None:
     for caption in (
         "Ori per cognition tier, tick by tick",
         "against the world cap",
-        "Cognition calls by cause, per tier",
+        "Cognition calls the kernel issued, by cause, per tier",
         "every-agent-every-tick",
         "Featured Ori: biography events over the run",
         "Steward directives: allowed and refused",

@@ -1,0 +1,168 @@
+"""The hamlet demo end to end over real gRPC (embedded services), then replay and fork of that run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from egbe.v1 import action_pb2, kernel_pb2
+from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from tests.conftest import ROOT
+from world.artifact import ArtifactError, RunArtifact, read_artifact
+from world.demo import run_demo
+from world.fork import fork_run
+from world.framing import FrameError, read_frames, write_frame
+from world.replay import replay_run
+from world.run_folder import ARTIFACT_FILE, REPORT_FILE, RESULT_LOG_FILE, TICK_LOG_FILE
+
+pytestmark = pytest.mark.slow
+
+
+def isolated_settings(data_dir: Path) -> EgbeSettings:
+    """Never the services another process may be running on the default ports: the demo starts its own."""
+    return load_settings(
+        data_dir=data_dir, endpoints={name: Endpoint(port=0) for name in SERVICE_NAMES}, log_level="warning"
+    )
+
+
+@pytest.fixture(scope="module")
+async def hamlet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunArtifact]:
+    root = tmp_path_factory.mktemp("hamlet")
+    return await run_demo(isolated_settings(root / "data"), "hamlet", 7, root / "runs", progress=False)
+
+
+def _copy(run_dir: Path, into: Path) -> Path:
+    target = into / run_dir.name
+    shutil.copytree(run_dir, target, ignore=shutil.ignore_patterns("services"))
+    return target
+
+
+async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
+    run_dir, artifact = hamlet
+    assert read_artifact(run_dir / ARTIFACT_FILE) == artifact
+    assert artifact.ticks_run == 3_600
+    tiers = artifact.tiers
+    counts = zip(tiers.clotho, tiers.lachesis, tiers.atropos, strict=True)
+    assert all(sum(per_tier) == 12 for per_tier in counts)
+    assert max(tiers.clotho) >= 1  # the player walks up to Ori and talks to them
+    assert artifact.answered_by == "offline"
+    assert artifact.bill.calls_issued == sum(tiers.calls_issued) > 0
+    assert artifact.bill.relevance_ratio < 0.05  # cost follows relevance, not 12 Ori x 3,600 ticks
+    assert artifact.calls
+    assert all(c.answered_by == "offline" for c in artifact.calls)
+    assert artifact.bill.consumed_tokens > 0
+    directives = {d.kind: d for d in artifact.directives}
+    assert directives["offer_counsel"].allowed
+    assert not directives["wipe_memory"].allowed
+    laundered = [d for d in artifact.directives if d.reclassified]
+    assert laundered
+    assert not laundered[0].allowed
+    assert laundered[0].classified_kind == "force_past_refusal"
+    (kill,) = artifact.kills
+    assert kill.applied
+    assert kill.actions_after > 0  # the killed Ori keeps living on its behaviour tree
+    # Runs in flight at the kill may still land; the gateway refuses every later one.
+    assert kill.calls_run_after * 10 < kill.calls_issued_after
+    assert artifact.bill.killed > 0
+    assert artifact.replay.checked
+    assert artifact.replay.matches
+    assert artifact.tick_log is not None
+    assert (run_dir / TICK_LOG_FILE).is_file()
+    featured = [b for b in artifact.biographies if b.featured]
+    assert featured
+    assert any(b.events for b in featured)
+    html = (run_dir / REPORT_FILE).read_text()
+    assert html.split("<body>", 1)[1].startswith('<p class="banner offline">OFFLINE')
+
+
+async def test_replay_names_a_changed_field_in_the_recorded_results(
+    hamlet: tuple[Path, RunArtifact], tmp_path: Path
+) -> None:
+    run_dir = _copy(hamlet[0], tmp_path)
+    results = list(read_frames(run_dir / RESULT_LOG_FILE, action_pb2.TickResult, compressed=True))
+    original = results[250].report.lachesis_count
+    results[250].report.lachesis_count = original + 1
+    with (run_dir / RESULT_LOG_FILE).open("wb") as stream:
+        for result in results:
+            write_frame(stream, result, compress=True)
+    check = await replay_run(run_dir, isolated_settings(tmp_path / "data"))
+    assert not check.matches
+    assert check.divergence == "results[250].report.lachesis_count"
+    assert (check.recorded, check.fresh) == (str(original + 1), str(original))
+
+
+async def test_replay_names_where_a_changed_tick_log_diverges(
+    hamlet: tuple[Path, RunArtifact], tmp_path: Path
+) -> None:
+    run_dir = _copy(hamlet[0], tmp_path)
+    log = run_dir / TICK_LOG_FILE
+    records = list(read_frames(log, kernel_pb2.TickLogRecord))
+    ticks = [r for r in records if r.WhichOneof("entry") == "tick"]
+    chidi = 9  # the ferryman, a kilometre from the player: Atropos unless something calls him on screen
+    frame = ticks[300].tick.batch.frames[chidi]
+    assert not frame.on_screen
+    frame.on_screen = True
+    with log.open("wb") as stream:
+        for record in records:
+            write_frame(stream, record)
+    check = await replay_run(run_dir, isolated_settings(tmp_path / "data"))
+    assert not check.matches
+    assert check.divergence.startswith("results[300].")
+
+
+async def test_a_corrupted_tick_log_or_artifact_is_refused(
+    hamlet: tuple[Path, RunArtifact], tmp_path: Path
+) -> None:
+    run_dir = _copy(hamlet[0], tmp_path)
+    log = run_dir / TICK_LOG_FILE
+    log.write_bytes(log.read_bytes()[:-7])
+    with pytest.raises(FrameError, match="truncated"):
+        await replay_run(run_dir, isolated_settings(tmp_path / "data"))
+    artifact = run_dir / ARTIFACT_FILE
+    artifact.write_text(artifact.read_text()[:-200])
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        await replay_run(run_dir, isolated_settings(tmp_path / "data"))
+
+
+async def test_fork_under_a_lower_cap_gives_a_different_bill(
+    hamlet: tuple[Path, RunArtifact], tmp_path: Path
+) -> None:
+    run_dir = _copy(hamlet[0], tmp_path)
+    config = tmp_path / "low-cap.toml"
+    config.write_text("[gateway.budget]\nworld_cap_tokens_per_hour = 60000\n")
+    out = await fork_run(run_dir, 1_800, config, isolated_settings(tmp_path / "data"), progress=False)
+    assert "bills for ticks 1800..3599" in out
+    fork_dir = Path(out.split("fork run", 1)[1].split()[0]).parent
+    fork = read_artifact(fork_dir / ARTIFACT_FILE)
+    parent = hamlet[1]
+    assert fork.forked_from is not None
+    assert fork.forked_from["at_tick"] == 1_800
+    assert fork.tiers.ticks[0] == 1_800
+    assert fork.bill.world_cap_tokens == 60_000
+    assert fork.bill.blocked_by_world_cap > 0
+    assert fork.bill.consumed_tokens <= 60_000 < parent.bill.consumed_tokens
+    with pytest.raises(ValueError, match="no snapshot at tick 1801"):
+        await fork_run(run_dir, 1_801, config, isolated_settings(tmp_path / "data"), progress=False)
+
+
+def test_egbe_replay_command_reports_matches(hamlet: tuple[Path, RunArtifact], tmp_path: Path) -> None:
+    run_dir = _copy(hamlet[0], tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "--data-dir", str(tmp_path / "data"), "replay", str(run_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"EGBE_LOG_LEVEL": "warning", "PATH": "/usr/bin:/bin", **_endpoint_env()},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("matches (3,600 ticks)")
+
+
+def _endpoint_env() -> dict[str, str]:
+    return {f"EGBE_ENDPOINTS__{name.upper()}__PORT": "0" for name in SERVICE_NAMES}
