@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 from egbe.v1 import kernel_pb2_grpc
 from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.dispatcher import Dispatcher
@@ -12,7 +10,7 @@ from kernel_service.servicer import METHOD_ROLES, KernelServicer
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
-from services.channels import open_channel
+from services.channels import channel_opener
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
 
@@ -33,7 +31,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
             else None
         ),
         queue_limit=kernel_settings.dispatch_queue_limit,
-        dial=functools.partial(open_channel, settings=settings),
+        dial=channel_opener(settings),
     )
     await dispatcher.start()
     tick_log = (

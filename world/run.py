@@ -134,7 +134,7 @@ async def execute(
     world_id = f"{scenario.name}-{seed}"
     setup = world_setup(scenario, seed, world_id)
     state = start[0].copy() if start is not None else initial_state(scenario, setup.population)
-    clients = ServiceClients.dial(services.targets, services.tokens, services.settings.max_message_bytes)
+    clients = ServiceClients.dial(services.targets, services.tokens, services.settings)
     progress = ProgressBar(options.end_tick, enabled=options.progress)
     try:
         await register(clients, setup)
