@@ -39,6 +39,7 @@ DRAIN_POLL_SECONDS = 0.25
 DRAIN_QUIET_POLLS = 3
 DRAIN_MAX_SECONDS = 30.0
 BIOGRAPHY_LINES = 12
+BIOGRAPHY_LINE_CHARS = 240
 
 
 def cause_name(cause: int) -> str:
@@ -207,7 +208,9 @@ def _event_line(event: biography_pb2.OriEvent) -> str:
     fields = event.payload.fields
     for key in ("text", "summary", "insight", "utterance", "narrative", "reason"):
         if key in fields and fields[key].string_value:
-            return f"tick {event.world_tick}: {kind}: {fields[key].string_value}"
+            text = fields[key].string_value
+            text = text if len(text) <= BIOGRAPHY_LINE_CHARS else text[: BIOGRAPHY_LINE_CHARS - 1] + "…"
+            return f"tick {event.world_tick}: {kind}: {text}"
     return f"tick {event.world_tick}: {kind}"
 
 
