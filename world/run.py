@@ -178,7 +178,7 @@ async def execute(
             directives=recording.directives,
             biographies=await biographies(clients, setup.population),
             bill=await bill(clients, recording, calls, setup.population, scenario.tenant_id),
-            saturation=await saturation(clients, recording),
+            saturation=await saturation(clients, recording, setup.population.ids),
             replay=ReplayCheck(checked=False),
             tick_log=_tick_log_record(services, run_dir),
             snapshots=_snapshots(run_dir),
