@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from services.settings import SERVICE_NAMES, Endpoint, load_settings
+from services.logging import configure_logging
+from services.settings import SERVICE_NAMES, Endpoint, LogFormat, load_settings
 from world.artifact import RunArtifact
 from world.demo import run_demo
 from world.embedded import services_for_run
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object (the only output form)")
     parser.add_argument("--solo-ticks", type=int, default=GAME_HOUR_TICKS, help="solo-ceiling ticks to run")
     args = parser.parse_args(argv)
+    configure_logging(
+        LogFormat.JSON, "warning"
+    )  # service logs go to stderr; stdout holds the one JSON object
     print(json.dumps(asyncio.run(_bench(args.solo_ticks)), indent=None if args.json else 2))
     return 0
 
