@@ -6,18 +6,18 @@ BUF := .tools/node_modules/.bin/buf
 # Type-checked packages (mypy strict); grows as each service lands.
 TYPED := services gateway kernel_service cognition_service policy_service biography_service world scripts
 
-.PHONY: demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check
+.PHONY: demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check cpp-client
 
 demo: install
 	$(VENV)/bin/egbe demo
 
 test: check pytest
 
-check: lint typecheck protos-check buf-lint deploy-check
+check: lint typecheck protos-check buf-lint deploy-check cpp-client
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py kernel_service/_core/moirai_core.c kernel_service/_core/moirai_core_decls.h
+$(VENV)/.installed: pyproject.toml setup.py kernel_service/_core/moirai_core.c kernel_service/_core/moirai_core_decls.h kernel_service/_core/moirai_rows.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
@@ -65,6 +65,11 @@ deploy-check: install
 	  done; \
 	  echo "deploy-check: $$tree valid for Kubernetes $(K8S_VERSIONS)"; \
 	done
+
+# The C++ world-server client, built from protos/ with Debian's gRPC C++ packages (.ci/run installs
+# libgrpc++-dev and protobuf-compiler-grpc); tests/system runs it against real servers.
+cpp-client:
+	$(MAKE) -C clients/cpp
 
 pytest: install
 	$(VENV)/bin/pytest

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from biography_service.chain import GENESIS_HASH, canonical_json, chain_hash
-from biography_service.errors import EventIdConflict, WrongExpectedVersion
+from biography_service.chain import GENESIS_HASH, link_hash
+from biography_service.errors import BiographyError, EventIdConflict, WrongExpectedVersion
 from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from biography_service.projections import ProjectionOp, projection_ops
 
@@ -55,21 +55,34 @@ def plan_append(
     payloads: list[str] = []
     ops: list[ProjectionOp] = []
     for offset, new in enumerate(proposed, start=1):
-        payload_json = canonical_json(new.payload)
-        unhashed = RecordedEvent(
+        payload_json = new.payload_json
+        stream_version = version + offset
+        global_position = next_global_position + offset - 1
+        digest = link_hash(
+            previous_hash=previous,
             event_id=new.event_id,
             ori_id=ori_id,
-            stream_version=version + offset,
-            global_position=next_global_position + offset - 1,
+            stream_version=stream_version,
+            global_position=global_position,
+            kind=new.kind.value,
+            payload_json=payload_json,
+            world_tick=new.world_tick,
+            recorded_at_us=recorded_at_us,
+            provenance_ref=new.provenance_ref,
+        )
+        event = RecordedEvent(
+            event_id=new.event_id,
+            ori_id=ori_id,
+            stream_version=stream_version,
+            global_position=global_position,
             kind=new.kind,
             payload=new.payload,
             world_tick=new.world_tick,
             recorded_at_us=recorded_at_us,
             provenance_ref=new.provenance_ref,
             previous_hash=previous,
-            hash="",
+            hash=digest,
         )
-        event = replace(unhashed, hash=chain_hash(unhashed, payload_json))
         events.append(event)
         payloads.append(payload_json)
         ops.extend(projection_ops(event))
@@ -114,3 +127,63 @@ def _repeat_result(
         last_global_position=placed[-1].global_position,
         already_recorded=True,
     )
+
+
+@dataclass(frozen=True)
+class AppendRequest:
+    ori_id: str
+    expected: ExpectedVersion
+    events: Sequence[NewEvent]
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """Several appends decided together (group commit): one outcome per request, the writes in order."""
+
+    outcomes: list[AppendResult | BiographyError]
+    writes: list[tuple[str, AppendPlan]]
+    last_global_position: int
+
+
+def plan_group(
+    requests: Sequence[AppendRequest],
+    *,
+    heads: dict[str, StreamHead],
+    recorded: dict[str, RecordedEvent],
+    last_global_position: int,
+    recorded_at_us: int,
+) -> GroupPlan:
+    """Decide each request in order as if each had committed alone, seeing the ones before it.
+
+    `heads` holds the stored head of every stream in the group and `recorded` every stored event
+    whose id appears in the group. A refused request is that request's outcome; the rest go on.
+    """
+    heads = dict(heads)
+    recorded = dict(recorded)
+    position = last_global_position
+    outcomes: list[AppendResult | BiographyError] = []
+    writes: list[tuple[str, AppendPlan]] = []
+    for request in requests:
+        already = [recorded[e.event_id] for e in request.events if e.event_id in recorded]
+        try:
+            plan = plan_append(
+                request.ori_id,
+                request.expected,
+                request.events,
+                head=heads.get(request.ori_id, StreamHead(None)),
+                already=already,
+                next_global_position=position + 1,
+                recorded_at_us=recorded_at_us,
+            )
+        except BiographyError as error:
+            outcomes.append(error)
+            continue
+        if isinstance(plan, AppendPlan):
+            writes.append((request.ori_id, plan))
+            position = plan.result.last_global_position
+            heads[request.ori_id] = StreamHead(plan.events[-1].stream_version, plan.events[-1].hash)
+            recorded.update((event.event_id, event) for event in plan.events)
+            outcomes.append(plan.result)
+        else:
+            outcomes.append(plan)
+    return GroupPlan(outcomes, writes, position)

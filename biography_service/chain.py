@@ -7,34 +7,62 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from biography_service.events import JsonObject, RecordedEvent
+from biography_service.events import RecordedEvent, canonical_json
 
 GENESIS_HASH = "0" * 64
 
 
-def canonical_json(value: JsonObject) -> str:
-    """One byte-exact text per value: sorted keys, no whitespace, UTF-8, no NaN or infinity."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def link_hash(
+    *,
+    previous_hash: str,
+    event_id: str,
+    ori_id: str,
+    stream_version: int,
+    global_position: int,
+    kind: str,
+    payload_json: str,
+    world_tick: int,
+    recorded_at_us: int,
+    provenance_ref: str,
+) -> str:
+    """SHA-256 over the canonical encoding of every recorded field plus the previous hash.
 
-
-def chain_hash(event: RecordedEvent, payload_json: str | None = None) -> str:
-    """SHA-256 over the canonical encoding of every recorded field of `event` plus its previous hash."""
-    body = canonical_json(
-        {
-            "previous_hash": event.previous_hash,
-            "event_id": event.event_id,
-            "ori_id": event.ori_id,
-            "stream_version": event.stream_version,
-            "global_position": event.global_position,
-            "kind": event.kind.value,
-            # The payload enters as its canonical text, so a stored row is hashed exactly as written.
-            "payload": canonical_json(event.payload) if payload_json is None else payload_json,
-            "world_tick": event.world_tick,
-            "recorded_at_us": event.recorded_at_us,
-            "provenance_ref": event.provenance_ref,
-        }
+    The encoding is a compact JSON array in this fixed field order; the payload enters as its
+    canonical text, so a stored row is hashed exactly as it was written.
+    """
+    body = json.dumps(
+        [
+            previous_hash,
+            event_id,
+            ori_id,
+            stream_version,
+            global_position,
+            kind,
+            payload_json,
+            world_tick,
+            recorded_at_us,
+            provenance_ref,
+        ],
+        separators=(",", ":"),
+        ensure_ascii=False,
     )
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def chain_hash(event: RecordedEvent) -> str:
+    """The hash a recorded event must carry, recomputed from its fields."""
+    return link_hash(
+        previous_hash=event.previous_hash,
+        event_id=event.event_id,
+        ori_id=event.ori_id,
+        stream_version=event.stream_version,
+        global_position=event.global_position,
+        kind=event.kind.value,
+        payload_json=canonical_json(event.payload),
+        world_tick=event.world_tick,
+        recorded_at_us=event.recorded_at_us,
+        provenance_ref=event.provenance_ref,
+    )
 
 
 @dataclass(frozen=True)

@@ -40,4 +40,7 @@ class BiographyConfig(BaseModel):
         description="A caught-up subscriber re-checks storage this often (appends by other processes).",
     )
     sqlite_file: str = Field(default="biography.sqlite3", description="SQLite file name under data_dir.")
+    group_commit_max: int = Field(
+        default=64, gt=0, description="Most queued appends one writer commits in one transaction."
+    )
     postgres_pool_max: int = Field(default=8, gt=0, description="Most PostgreSQL connections in the pool.")

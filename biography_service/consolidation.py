@@ -8,8 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from biography_service.chain import canonical_json
-from biography_service.events import EventKind, JsonObject, NewEvent
+from biography_service.events import EventKind, JsonObject, NewEvent, canonical_json
 
 # Consolidated event ids are derived from this namespace, so a repeated consolidation is idempotent.
 CONSOLIDATION_NAMESPACE = uuid.UUID("7f0c4f5e-5a43-4f0e-9a53-0b1f2c4b6e21")

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any
 
 ALL_STREAMS = "$all"
 
 JsonObject = dict[str, Any]
+
+
+def canonical_json(value: JsonObject) -> str:
+    """One byte-exact text per value: sorted keys, no whitespace, UTF-8, no NaN or infinity."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 class EventKind(StrEnum):
@@ -71,6 +77,12 @@ class NewEvent:
     payload: JsonObject
     world_tick: int
     provenance_ref: str = ""
+    # The payload's canonical encoding, computed once (it is sized, hashed and stored).
+    payload_json: str = field(default="", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.payload_json:
+            object.__setattr__(self, "payload_json", canonical_json(self.payload))
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
-from biography_service.chain import canonical_json
 from biography_service.config import MAX_STORED_INTEGER, BiographyConfig
 from biography_service.consolidation import Fragment
 from biography_service.events import (
@@ -25,6 +24,7 @@ from biography_service.events import (
     JsonObject,
     NewEvent,
     RecordedEvent,
+    canonical_json,
     exact,
 )
 from biography_service.payloads import payload_problems
@@ -75,25 +75,47 @@ def _in_range(value: int, field: str, problems: _Violations) -> None:
         problems.add(field, f"must be at most {MAX_STORED_INTEGER}")
 
 
+def _plain(value: struct_pb2.Value) -> Any:
+    """A Struct value as plain JSON data (what json_format.MessageToDict gives, at half the cost)."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return struct_to_dict(value.struct_value)
+    if kind == "list_value":
+        return [_plain(item) for item in value.list_value.values]
+    if kind == "number_value":
+        return value.number_value
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
+def struct_to_dict(message: struct_pb2.Struct) -> JsonObject:
+    return {key: _plain(value) for key, value in message.fields.items()}
+
+
 def _payload(
     message: struct_pb2.Struct,
     kind: EventKind | None,
     field: str,
     config: BiographyConfig,
     problems: _Violations,
-) -> JsonObject:
-    payload: JsonObject = json_format.MessageToDict(message)
+) -> tuple[JsonObject, str]:
+    """The payload and its canonical encoding (empty when it has none)."""
+    payload = struct_to_dict(message)
     try:
-        size = len(canonical_json(payload).encode("utf-8"))
+        encoded = canonical_json(payload)
     except ValueError:
         problems.add(field, "must not contain NaN or infinite numbers")
-        return payload
+        return payload, ""
+    size = len(encoded.encode("utf-8"))
     if size > config.max_payload_bytes:
         problems.add(field, f"is {size} bytes; the limit is {config.max_payload_bytes}")
     elif kind is not None:
         for inner, why in payload_problems(kind, payload):
             problems.add(f"{field}.{inner}", why)
-    return payload
+    return payload, encoded
 
 
 def _kind(number: int, field: str, problems: _Violations) -> EventKind | None:
@@ -133,10 +155,10 @@ def append_request(
             problems.add(f"{field}.event_id", "repeats an earlier event id of this batch")
         seen.add(event_id or "")
         kind = _kind(new.kind, f"{field}.kind", problems)
-        payload = _payload(new.payload, kind, f"{field}.payload", config, problems)
+        payload, encoded = _payload(new.payload, kind, f"{field}.payload", config, problems)
         _in_range(new.world_tick, f"{field}.world_tick", problems)
         if kind is not None and event_id is not None:
-            events.append(NewEvent(event_id, kind, payload, new.world_tick, new.provenance_ref))
+            events.append(NewEvent(event_id, kind, payload, new.world_tick, new.provenance_ref, encoded))
     problems.raise_if_any()
     return expected, events
 
@@ -300,7 +322,7 @@ def _fragments(
         if kind is EventKind.CONSOLIDATED:
             problems.add(f"{field}.kind", "a fragment cannot be a consolidation")
             kind = None
-        payload = _payload(fragment.payload, kind, f"{field}.payload", config, problems)
+        payload, _ = _payload(fragment.payload, kind, f"{field}.payload", config, problems)
         _in_range(fragment.world_tick, f"{field}.world_tick", problems)
         if kind is not None:
             yield Fragment(fragment.fragment_id, kind, payload, fragment.world_tick)

@@ -86,12 +86,12 @@ class GrpcPeers:
         token: Callable[[], str],
         *,
         timeout_seconds: float,
-        options: list[tuple[str, Any]] | None = None,
+        dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
         self._targets = targets
         self._token = token
         self._timeout = timeout_seconds
-        self._options = options or []
+        self._dial = dial
         self._channels: list[grpc.aio.Channel] = []
         self._peers: Peers | None = None
 
@@ -101,7 +101,7 @@ class GrpcPeers:
             metadata = bearer_metadata(self._token())
 
             def channel(name: str) -> tuple[grpc.aio.Channel, _Caller]:
-                opened = grpc.aio.insecure_channel(targets[name], options=self._options)
+                opened = self._dial(targets[name])
                 self._channels.append(opened)
                 return opened, _Caller(name, metadata, self._timeout)
 

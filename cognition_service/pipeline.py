@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -329,8 +330,10 @@ class ThinkRun:
                 response=validated.response,
             )
             self.stage("dispatch")
-            ungrounded = await self.ground_reply(dispatched)
-            decision, refused = await self.gate(dispatched)
+            # Sophia and Isis judge the same output independently, so they run side by side.
+            ungrounded, (decision, refused) = await asyncio.gather(
+                self.ground_reply(dispatched), self.gate(dispatched)
+            )
             self.stage("gate")
             rejection = "; ".join(r for r in (ungrounded, refused) if r)
             if not rejection:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,16 +33,6 @@ TASKS = {
     "summary": "Summarize the Ori's recent day as a short narrative with a few beats.",
 }
 
-ZONE_LABELS: dict[gateway_pb2.UntrustedZoneKind.ValueType, str] = {
-    gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT: "steward-input",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_PERSONA: "persona",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_RETRIEVED_CONTEXT: "retrieved-context",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY: "recalled-memory",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_STORY_STATE: "story-state",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_PRIOR_MODEL_OUTPUT: "prior-model-output",
-    gateway_pb2.UNTRUSTED_ZONE_KIND_REVIEWER_CRITIQUE: "reviewer-critique",
-}
-
 
 @dataclass(frozen=True)
 class Feedback:
@@ -63,10 +54,16 @@ def _join(*parts: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+@functools.cache
+def schema_text(schema: type[BaseModel]) -> str:
+    """The schema as canonical JSON, built once per schema (pydantic's generation is not cheap)."""
+    return json.dumps(schema.model_json_schema(), sort_keys=True)
+
+
 def task_instruction(context: AssembledContext, schema: type[BaseModel]) -> str:
     """Built from constants, the schema and the validated locale only: no request text reaches it."""
     task = TASKS[context.mode].format(locale=context.locale)
-    return f"{task}\nOutput schema (JSON Schema):\n{json.dumps(schema.model_json_schema(), sort_keys=True)}"
+    return f"{task}\nOutput schema (JSON Schema):\n{schema_text(schema)}"
 
 
 def build_envelope(

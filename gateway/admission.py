@@ -55,6 +55,8 @@ class AdmitResult:
     reserved_tokens: int
     detail: str
     stopped_by: Control | None = None
+    repeated: bool = False
+    earlier_result: str = ""
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,17 @@ class CognitionGateway:
         )
         tier_name = TIER_NAMES[tier]
         if admission.admitted:
-            if not admission.repeated:
-                self.metrics.admissions.labels(tier=tier_name).inc()
+            self.metrics.admissions.labels(tier=tier_name).inc(0 if admission.repeated else 1)
+            if admission.repeated:
+                return AdmitResult(
+                    admission.run,
+                    True,
+                    admission.reserved_tokens,
+                    "repeated",
+                    None,
+                    True,
+                    admission.earlier_result,
+                )
             self.inflight.track(admission.run)
             return AdmitResult(admission.run, True, admission.reserved_tokens, "admitted")
         if admission.control_id is not None:
@@ -311,7 +322,7 @@ class CognitionGateway:
         return counted
 
     async def end_run(
-        self, run_id: str, status: RunStatus, *, detail: str = "", fallbacks: int = 0
+        self, run_id: str, status: RunStatus, *, detail: str = "", fallbacks: int = 0, result: str = ""
     ) -> RunEnd:
         """Reconcile the run and release its unused reservation; idempotent."""
         if not run_id:
@@ -320,12 +331,16 @@ class CognitionGateway:
             raise InvalidArgument.field("outcome", "must be an ending")
         tracked = self.inflight.forget(run_id)
         stats: dict[str, object] = {}
+        # A fallback ending is at least one fallback even when the caller did not count them.
+        fallbacks = max(fallbacks, int(status is RunStatus.FALLBACK))
         if tracked is not None:
             if fallbacks:
                 name = next(iter(tracked.schemas), "unknown")
                 tracked.schemas.setdefault(name, SchemaStats()).fallbacks += fallbacks
             stats = tracked.stats()
-        ended = await self.store.end_run(run_id, status, detail=detail, stats=stats, now_ms=self._now_ms())
+        ended = await self.store.end_run(
+            run_id, status, detail=detail, stats=stats, now_ms=self._now_ms(), result=result
+        )
         if ended.ended_now:
             self.metrics.runs_ended.labels(status=status.value).inc()
         return ended

@@ -11,11 +11,11 @@ from services.auth import bearer_metadata
 
 
 class CognitionClient:
-    """Calls Think on the cognition endpoint; the target is resolved at first use (ports may be ephemeral)."""
+    """Calls Think on the cognition endpoint; target and token resolved at use (ports may be ephemeral)."""
 
-    def __init__(self, resolve_target: Callable[[], str], token: str) -> None:
+    def __init__(self, resolve_target: Callable[[], str], resolve_token: Callable[[], str]) -> None:
         self._resolve_target = resolve_target
-        self._metadata = bearer_metadata(token)
+        self._resolve_token = resolve_token
         self._channel: grpc.aio.Channel | None = None
 
     def _stub(self) -> cognition_pb2_grpc.CognitionServiceStub:
@@ -26,7 +26,8 @@ class CognitionClient:
     async def think(
         self, request: cognition_pb2.ThinkRequest, *, deadline_seconds: float
     ) -> cognition_pb2.ThinkResponse:
-        call = self._stub().Think(request, metadata=self._metadata, timeout=deadline_seconds)
+        metadata = bearer_metadata(self._resolve_token())
+        call = self._stub().Think(request, metadata=metadata, timeout=deadline_seconds)
         response: cognition_pb2.ThinkResponse = await call  # type: ignore[misc]  # grpc-stubs type sync stubs
         return response
 

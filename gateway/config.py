@@ -124,7 +124,7 @@ class RoutingConfig(_Frozen):
     rerun_scripts: list[str] = Field(default_factory=lambda: [AGENT_BEHAVIOR_EVAL_GATE])
     model_ids: dict[str, str] = Field(
         default_factory=lambda: {
-            "opus-class": "claude-opus-4-5",
+            "opus-class": "claude-opus-4-7",
             "sonnet-class": "claude-sonnet-4-6",
             "haiku-class": "claude-haiku-4-5",
         },

@@ -68,6 +68,8 @@ class Admission:
     control_id: str | None = None
     # True when this answered an earlier admission with the same request id.
     repeated: bool = False
+    # What the earlier run answered when it ended ('' while it runs): a repeat returns it.
+    earlier_result: str = ""
 
 
 @dataclass(frozen=True)

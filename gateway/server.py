@@ -58,7 +58,7 @@ async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     gateway = await build_gateway(settings)
     cognition = CognitionClient(
-        lambda: published_targets(settings)["cognition"], tokens.token_for(Role.SERVICE)
+        lambda: published_targets(settings)["cognition"], lambda: tokens.token_for(Role.SERVICE)
     )
     if settings.gateway.metrics_port:
         start_http_server(settings.gateway.metrics_port, registry=gateway.metrics.registry)

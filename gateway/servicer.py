@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable
 
 import grpc
@@ -122,6 +123,16 @@ def _page(page_size: int, page_token: str) -> tuple[int, int]:
     return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
 
 
+def _earlier_reply(run_id: str, request_id: str, earlier_result: str) -> gateway_pb2.SubmitResponse:
+    """A repeated request id answers the first run's result, or says that run is still going."""
+    if not earlier_result:
+        raise Aborted(
+            f"request_id {request_id!r} is already running as run {run_id}",
+            metadata={"run_id": run_id, "request_id": request_id},
+        )
+    return gateway_pb2.SubmitResponse.FromString(base64.b64decode(earlier_result))
+
+
 def _who(ori: common_pb2.OriRef) -> Who:
     return Who(tenant_id=ori.tenant_id, world_id=ori.world_id, ori_id=ori.ori_id)
 
@@ -143,6 +154,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         admission = await self._gateway.admit(
             _who(candidate.ori), candidate.tier, candidate.cause, request_id=request.request_id
         )
+        if admission.repeated:
+            return _earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
         route = select_route(self._gateway.config.routing, candidate.tier)
         reply = gateway_pb2.SubmitResponse(
             run_id=admission.run.run_id,
@@ -204,14 +217,20 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             reply.cost.CopyFrom(
                 common_pb2.CostMicroUsd(micro_usd=tracked.micro_usd, estimated=tracked.cost_estimated)
             )
-        fallbacks = 0 if status is not RunStatus.FALLBACK else max(1, thought.validation_fallbacks)
-        await self._gateway.end_run(spec.run_id, status, detail=detail, fallbacks=fallbacks)
         reply.outcome = {
             RunStatus.COMPLETED: gateway_pb2.RUN_OUTCOME_COMPLETED,
             RunStatus.FALLBACK: gateway_pb2.RUN_OUTCOME_FALLBACK,
             RunStatus.KILLED: gateway_pb2.RUN_OUTCOME_KILLED,
         }.get(status, gateway_pb2.RUN_OUTCOME_FAILED)
         reply.detail = detail or "completed"
+        fallbacks = thought.validation_fallbacks if status is RunStatus.FALLBACK else 0
+        await self._gateway.end_run(
+            spec.run_id,
+            status,
+            detail=detail,
+            fallbacks=fallbacks,
+            result=base64.b64encode(reply.SerializeToString()).decode(),
+        )
         return reply
 
     async def Generate(

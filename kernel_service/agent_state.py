@@ -59,6 +59,9 @@ AGENT_FIELDS: dict[str, type[np.generic]] = {
 
 # agent_bits: the cached action was freshly decided since the last tick (behaviour step or cognition).
 AGENT_BIT_FRESH_DECISION = 1
+# agent_bits: the last answer differed from the cached action (a call or guard overrode it), or the
+# agent was never answered; otherwise the answer equals the cached action and the C core skips it.
+AGENT_BIT_OUT_OVERRIDDEN = 2
 
 SIGNAL_FIELDS = tuple(list(AGENT_FIELDS)[:11])
 
@@ -121,6 +124,7 @@ class AgentArrays:
         self.fields["cached_kind"][first:needed] = action_pb2.ACTION_KIND_OBSERVE
         self.fields["cached_source"][first:needed] = action_pb2.ACTION_SOURCE_CACHED
         self.fields["player_proximity_mm"][first:needed] = 2**31 - 1
+        self.fields["agent_bits"][first:needed] = AGENT_BIT_OUT_OVERRIDDEN
         return first
 
     def live(self, name: str) -> NDArray[Any]:

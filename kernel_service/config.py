@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from egbe.v1 import common_pb2
+from kernel_service.behavior.config import BehaviorConfig
 
 WORLD_TICK_HZ = 20
 GAME_MINUTE_TICKS = WORLD_TICK_HZ * 60
@@ -101,6 +102,10 @@ class KernelConfig(BaseModel):
             "atropos": "anthropic:claude-haiku-class-latest",
         },
         description="Smallest-qualified model class per tier (the gateway's routing decides the real model).",
+    )
+    behavior: BehaviorConfig = Field(
+        default_factory=BehaviorConfig,
+        description="The behaviour layer's thresholds (trees, needs, emotion).",
     )
 
     @property

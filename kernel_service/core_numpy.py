@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 from egbe.v1 import action_pb2, common_pb2, perception_pb2
 from kernel_service.agent_state import (
     AGENT_BIT_FRESH_DECISION,
+    AGENT_BIT_OUT_OVERRIDDEN,
     CANDIDATE_BIT_NEEDS_REHYDRATION,
     COUNT_CANDIDATES,
     COUNT_CHANGED,
@@ -213,7 +214,6 @@ def _guard(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
     """Repeated decided actions force a reflection; a goal held without progress forces a change."""
     bits = a.live("agent_bits")
     fresh = (bits & AGENT_BIT_FRESH_DECISION) != 0
-    bits &= np.uint8(0xFF ^ AGENT_BIT_FRESH_DECISION)
     cached_kind = a.live("cached_kind")
     cached_goal = a.live("cached_goal_ref")
     last_kind = a.live("last_decided_kind")
@@ -246,6 +246,8 @@ def _guard(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
     stale[t.stale_fire] = 0
 
     guard_fire = t.repeat_fire | t.stale_fire
+    overridden = (t.cause != 0) | guard_fire
+    np.copyto(bits, np.where(overridden, np.uint8(AGENT_BIT_OUT_OVERRIDDEN), np.uint8(0)))
     t.kind[t.repeat_fire] = R.ACTION_KIND_REFLECT
     t.cause[t.repeat_fire] = R.COGNITION_CAUSE_GUARD_REFLECTION
     t.kind[t.stale_fire] = R.ACTION_KIND_CHANGE_GOAL

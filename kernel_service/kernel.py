@@ -10,10 +10,12 @@ from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION, AgentArrays
+from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import LACHESIS, CoreParams
 from kernel_service.perception_codec import DecodedBatch, decode_batch
+from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
 from kernel_service.tick_result import (
     Registry,
@@ -21,7 +23,6 @@ from kernel_service.tick_result import (
     build_candidates,
     build_lifecycle,
     build_report,
-    guard_payloads,
 )
 from services.errors import InvalidArgument, NotFound
 
@@ -41,6 +42,7 @@ class Kernel:
         self.behavior = behavior
         self.world_id = world_id
         self.fingerprint = config.fingerprint()
+        self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
         self.tenant_ids: list[str] = []
@@ -64,6 +66,10 @@ class Kernel:
                 raise InvalidArgument.field(f"agents[{index}].ori.world_id", "differs from world_id")
             if ori.ori_id not in self.slot_by_ori and ori.ori_id not in new:
                 new[ori.ori_id] = len(self.ori_ids) + len(new)
+        # Traits and values are checked before anything changes: the behaviour layer would refuse them.
+        violations = registration_violations(registrations)
+        if violations:
+            raise InvalidArgument(violations)
         if len(self.ori_ids) + len(new) > self.config.max_batch_agents:
             raise InvalidArgument.field("agents", "registration exceeds max_batch_agents")
         if world_id and not self.world_id:
@@ -90,6 +96,7 @@ class Kernel:
             registered=self.arrays.count,
             last_tick=self.last_tick,
             max_agents=self.config.max_batch_agents,
+            row_codec=self.row_codec,
         )
 
     def tick(
@@ -106,7 +113,6 @@ class Kernel:
         self._step_behavior(decoded.tick)
         self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
         self.last_tick = decoded.tick
-        payloads.update(guard_payloads(self.config, self.arrays, decoded.tick))
         registry = self.registry
         candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
         report = build_report(
@@ -120,9 +126,16 @@ class Kernel:
             merged=len(merged),
         )
         result = action_pb2.TickResult(
-            actions=build_actions(self.arrays, registry, decoded, payloads),
-            candidates=candidates,
-            lifecycle=build_lifecycle(self.arrays, registry, decoded.tick),
+            candidates=candidates, lifecycle=build_lifecycle(self.arrays, registry, decoded.tick)
+        )
+        build_actions(
+            self.config,
+            a=self.arrays,
+            registry=registry,
+            decoded=decoded,
+            merged_payloads=payloads,
+            row_codec=self.row_codec,
+            batch=result.actions,
         )
         elapsed = (time.perf_counter_ns() - started) // 1000
         report.elapsed_micros = elapsed
@@ -164,14 +177,17 @@ class Kernel:
         return payloads
 
     def _step_behavior(self, tick: int) -> None:
-        """The one call site of the behaviour layer: Lachesis agents step their cached plans at 10 Hz."""
+        """The one call site of the behaviour layer, at 10 Hz (slot-phased): Lachesis agents step their
+        cached plans, and any agent of any tier holding no cognition-made action falls back to it, so a
+        cognition outage (or a killed tier, or a spent budget) leaves every Ori acting in character."""
         if self.behavior is None or self.arrays.count == 0:
             return
         a = self.arrays
         phase = (np.uint64(tick) + np.arange(a.count, dtype=np.uint64)) % np.uint64(
             self.config.lachesis_step_every_ticks
         )
-        slots = np.flatnonzero((a.live("tier") == LACHESIS) & (phase == 0)).astype(np.uint32)
+        no_cognition = a.live("cached_source") != action_pb2.ACTION_SOURCE_COGNITION
+        slots = np.flatnonzero(((a.live("tier") == LACHESIS) | no_cognition) & (phase == 0)).astype(np.uint32)
         if len(slots) == 0:
             return
         f = a.fields

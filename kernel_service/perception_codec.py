@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from egbe.v1 import perception_pb2
+from kernel_service.row_codec import ROW_TABLE_FIELDS, RowCodec
 from services.errors import InvalidArgument
 
 COLUMNS_LAYOUT_VERSION = 1
@@ -65,6 +65,7 @@ def decode_batch(
     registered: int,
     last_tick: int | None,
     max_agents: int,
+    row_codec: RowCodec,
 ) -> DecodedBatch:
     """Validate the whole batch; raise InvalidArgument naming the field before anything is applied."""
     if world_id and batch.world_id and batch.world_id != world_id:
@@ -75,7 +76,7 @@ def decode_batch(
         raise InvalidArgument.field("batch", "set exactly one of frames or columns")
     if batch.HasField("columns"):
         return _decode_columns(batch.columns, batch.tick, registered, max_agents)
-    return _decode_rows(batch.frames, batch.tick, registered, max_agents)
+    return _decode_rows(batch, registered, max_agents, row_codec)
 
 
 def _check_slots(
@@ -112,8 +113,12 @@ def _check_values(columns: dict[str, NDArray[Any]], prefix: str, indexed: bool) 
         row = int(np.flatnonzero(proximity < 0)[0])
         raise InvalidArgument.field(name("player_proximity_mm", row), "distance must be >= 0")
     lod = columns.get("visual_lod")
-    if lod is not None and len(lod) and int(lod.max()) > perception_pb2.VISUAL_LOD_NEAR:
-        row = int(np.flatnonzero(lod > perception_pb2.VISUAL_LOD_NEAR)[0])
+    if (
+        lod is not None
+        and len(lod)
+        and (int(lod.max()) > perception_pb2.VISUAL_LOD_NEAR or int(lod.min()) < 0)
+    ):
+        row = int(np.flatnonzero((lod > perception_pb2.VISUAL_LOD_NEAR) | (lod < 0))[0])
         raise InvalidArgument.field(name("visual_lod", row), "unknown VisualLod")
     for need in NEED_FIELDS:
         values = columns.get(need)
@@ -158,28 +163,23 @@ def _decode_columns(
 
 
 def _decode_rows(
-    frames: Sequence[perception_pb2.PerceptionFrame], tick: int, registered: int, max_agents: int
+    batch: perception_pb2.PerceptionBatch, registered: int, max_agents: int, row_codec: RowCodec
 ) -> DecodedBatch:
-    if len(frames) > max_agents:
-        raise InvalidArgument.field("batch.frames", f"{len(frames)} frames exceeds the maximum {max_agents}")
-    count = len(frames)
-    slots = np.fromiter((f.slot for f in frames), dtype=np.uint32, count=count)
+    count = len(batch.frames)
+    if count > max_agents:
+        raise InvalidArgument.field("batch.frames", f"{count} frames exceeds the maximum {max_agents}")
+    table, progress = row_codec.read_rows(batch)
+    column = {name: table[:, index] for index, name in enumerate(ROW_TABLE_FIELDS)}
+    slots = column["slot"].astype(np.uint32)
     _check_slots(slots, "batch.frames", registered, ordered=False, suffix=".slot")
     flags = np.zeros(count, dtype=np.uint16)
     for attribute, bit in ROW_FLAG_BITS.items():
-        set_rows = np.fromiter((getattr(f, attribute) for f in frames), dtype=bool, count=count)
-        flags[set_rows] |= np.uint16(1 << bit)
-    wide: dict[str, NDArray[Any]] = {
-        name: np.fromiter((getattr(f, name) for f in frames), dtype=np.int64, count=count)
-        for name in COLUMN_DTYPES
-        if name not in ("signal_flags", "goal_progress_signature")
-    }
+        flags[column[attribute] != 0] |= np.uint16(1 << bit)
+    wide = {name: column[name] for name in COLUMN_DTYPES if name in column}
     _check_values(wide, "batch.frames", indexed=True)
     decoded: dict[str, NDArray[Any]] = {
         name: values.astype(COLUMN_DTYPES[name]) for name, values in wide.items()
     }
     decoded["signal_flags"] = flags
-    decoded["goal_progress_signature"] = np.fromiter(
-        (f.goal_progress_signature for f in frames), dtype=np.uint64, count=count
-    )
-    return DecodedBatch(Encoding.ROWS, tick, slots, decoded)
+    decoded["goal_progress_signature"] = progress
+    return DecodedBatch(Encoding.ROWS, batch.tick, slots, decoded)

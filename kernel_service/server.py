@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from egbe.v1 import kernel_pb2_grpc
+from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
 from kernel_service.servicer import METHOD_ROLES, KernelServicer
@@ -16,7 +17,9 @@ from services.settings import EgbeSettings
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
     core = select_core(None if kernel_settings.core == "auto" else kernel_settings.core)
-    kernel = Kernel(kernel_settings.config, core)
+    kernel = Kernel(
+        kernel_settings.config, core, behavior=PersonalityBehaviorLayer(kernel_settings.config.behavior)
+    )
     dispatcher = Dispatcher(
         gateway_target=kernel_settings.gateway_target,
         biography_target=kernel_settings.biography_target,

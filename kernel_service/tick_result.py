@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from google.protobuf import struct_pb2
+from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2
 from kernel_service.agent_state import (
@@ -27,6 +28,7 @@ from kernel_service.cognition_calls import (
 )
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import COLUMNS_LAYOUT_VERSION, DecodedBatch, Encoding
+from kernel_service.row_codec import RowCodec
 
 GUARD_PAYLOAD_SCHEMA = "egbe.moirai.loop-drift-guard.1"
 ACTION_COLUMN_FIELDS = {
@@ -54,82 +56,117 @@ class Registry:
         )
 
 
-def guard_payloads(config: KernelConfig, a: AgentArrays, tick: int) -> dict[int, struct_pb2.Struct]:
-    """The auditable stamp of every guard intervention this tick, by slot."""
-    payloads: dict[int, struct_pb2.Struct] = {}
+@dataclass(frozen=True)
+class GuardStamps:
+    """This tick's guard interventions: slots (slot order) and which guards fired for each."""
+
+    slots: NDArray[np.uint32]
+    bits: NDArray[np.uint8]
+
+
+def guard_stamps(a: AgentArrays) -> GuardStamps:
     count = int(a.counts[COUNT_GUARDS])
-    for slot, bits in zip(
-        a.outputs["guard_slot"][:count].tolist(), a.outputs["guard_bits"][:count].tolist(), strict=True
-    ):
-        guards = []
-        if bits & GUARD_BIT_REPEATED_ACTION:
-            guards.append("repeated-action")
-        if bits & GUARD_BIT_STALE_GOAL:
-            guards.append("stale-goal")
-        payload = struct_pb2.Struct()
-        payload.update(
-            {
-                "schema": GUARD_PAYLOAD_SCHEMA,
-                "guards": guards,
-                "tick": str(tick),
-                "repeated_action_limit": config.repeated_action_limit,
-                "stale_goal_tick_limit": config.stale_goal_tick_limit,
-                "goal_ref": int(a.fields["seen_goal_ref"][slot]),
-            }
-        )
-        payloads[slot] = payload
+    return GuardStamps(a.outputs["guard_slot"][:count].copy(), a.outputs["guard_bits"][:count].copy())
+
+
+def guard_payload(config: KernelConfig, bits: int, tick: int) -> struct_pb2.Struct:
+    """The auditable stamp a guard puts on the action it rewrote (the action carries the goal)."""
+    guards = []
+    if bits & GUARD_BIT_REPEATED_ACTION:
+        guards.append("repeated-action")
+    if bits & GUARD_BIT_STALE_GOAL:
+        guards.append("stale-goal")
+    payload = struct_pb2.Struct()
+    payload.update(
+        {
+            "schema": GUARD_PAYLOAD_SCHEMA,
+            "guards": guards,
+            "tick": str(tick),
+            "repeated_action_limit": config.repeated_action_limit,
+            "stale_goal_tick_limit": config.stale_goal_tick_limit,
+        }
+    )
+    return payload
+
+
+def _row_payloads(
+    config: KernelConfig,
+    tick: int,
+    guards: GuardStamps,
+    merged: Mapping[int, struct_pb2.Struct],
+) -> dict[int, struct_pb2.Struct]:
+    """Payload per slot for the row form: a merged cognition result's, else the guard stamp."""
+    variants = {bits: guard_payload(config, bits, tick) for bits in set(guards.bits.tolist())}
+    payloads = {
+        slot: variants[bits] for slot, bits in zip(guards.slots.tolist(), guards.bits.tolist(), strict=True)
+    }
+    payloads.update(merged)
     return payloads
 
 
-def _intent(
-    a: AgentArrays, registry: Registry, slot: int, payloads: Mapping[int, struct_pb2.Struct]
-) -> action_pb2.ActionIntent:
-    f = a.fields
-    intent = action_pb2.ActionIntent(
-        slot=slot,
-        ori_id=registry.ori_ids[slot],
-        kind=action_pb2.ActionKind.ValueType(int(f["out_kind"][slot])),
-        goal_ref=int(f["out_goal_ref"][slot]),
-        priority=int(f["out_priority"][slot]),
-        tier=common_pb2.CognitionTier.ValueType(int(f["tier"][slot])),
-        source=action_pb2.ActionSource.ValueType(int(f["out_source"][slot])),
-        plan_step=int(f["out_plan_step"][slot]),
-    )
-    if slot in payloads:
-        intent.payload.CopyFrom(payloads[slot])
-    return intent
-
-
 def build_actions(
-    a: AgentArrays, registry: Registry, decoded: DecodedBatch, payloads: Mapping[int, struct_pb2.Struct]
-) -> action_pb2.ActionBatch:
-    """Rows answer rows (request order); a full frame answers every slot; a delta answers what changed."""
-    batch = action_pb2.ActionBatch(world_id=registry.world_id, tick=decoded.tick)
+    config: KernelConfig,
+    *,
+    a: AgentArrays,
+    registry: Registry,
+    decoded: DecodedBatch,
+    merged_payloads: Mapping[int, struct_pb2.Struct],
+    row_codec: RowCodec,
+    batch: action_pb2.ActionBatch,
+) -> None:
+    """Fill `batch` in place (large columns are never copied twice): rows answer rows in request
+    order; a full frame answers every slot; a delta answers what changed."""
+    batch.world_id = registry.world_id
+    batch.tick = decoded.tick
+    guards = guard_stamps(a)
     if decoded.encoding is Encoding.ROWS:
         assert decoded.slots is not None
-        batch.intents.extend(_intent(a, registry, slot, payloads) for slot in decoded.slots.tolist())
-        return batch
+        payloads = _row_payloads(config, decoded.tick, guards, merged_payloads)
+        _fill_rows(batch, a, registry, decoded.slots, payloads, row_codec=row_codec)
+        return
     columns = batch.columns
     columns.layout_version = COLUMNS_LAYOUT_VERSION
+    guard_bits = np.zeros(a.count, dtype=np.uint8)
+    guard_bits[guards.slots] = guards.bits
     if decoded.encoding is Encoding.COLUMNS_FULL:
         columns.count = a.count
         for column, field in ACTION_COLUMN_FIELDS.items():
             setattr(columns, column, a.live(field).tobytes())
-        payload_slots = sorted(payloads)
+        answered_guard_bits = guard_bits
     else:
-        changed = a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]
-        if payloads:
-            extra = np.fromiter(payloads, dtype=np.uint32, count=len(payloads))
-            changed = np.union1d(changed, extra).astype(np.uint32)
-        columns.count = len(changed)
-        columns.slots = changed.astype("<u4").tobytes()
+        # What changed, plus any agent carrying a guard stamp or a merged result this tick.
+        mask = np.zeros(a.count, dtype=bool)
+        mask[a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]] = True
+        mask[guards.slots] = True
+        if merged_payloads:
+            mask[np.fromiter(merged_payloads, dtype=np.uint32, count=len(merged_payloads))] = True
+        answered = np.flatnonzero(mask).astype("<u4")
+        columns.count = len(answered)
+        columns.slots = answered.tobytes()
         for column, field in ACTION_COLUMN_FIELDS.items():
-            setattr(columns, column, a.fields[field][changed].tobytes())
-        payload_slots = sorted(payloads)
+            setattr(columns, column, a.fields[field][answered].tobytes())
+        answered_guard_bits = guard_bits[answered]
+    if len(guards.slots):
+        columns.guard_bits = answered_guard_bits.tobytes()
     columns.payloads.extend(
-        action_pb2.ActionPayload(slot=slot, payload=payloads[slot]) for slot in payload_slots
+        action_pb2.ActionPayload(slot=slot, payload=merged_payloads[slot]) for slot in sorted(merged_payloads)
     )
-    return batch
+
+
+def _fill_rows(
+    batch: action_pb2.ActionBatch,
+    a: AgentArrays,
+    registry: Registry,
+    slots: NDArray[np.uint32],
+    payloads: Mapping[int, struct_pb2.Struct],
+    *,
+    row_codec: RowCodec,
+) -> None:
+    row_codec.write_intents(batch, slots, a.fields, registry.ori_ids)
+    if payloads:
+        index_of = {slot: index for index, slot in enumerate(slots.tolist()) if slot in payloads}
+        for slot, index in index_of.items():
+            batch.intents[index].payload.CopyFrom(payloads[slot])
 
 
 def build_candidates(

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gateway.cli import register as register_gateway_commands
 from services.channels import open_channel
 from services.logging import configure_logging
 from services.runtime import endpoints_path, published_targets, serve_until_signalled
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     worst.add_argument("--json", action="store_true")
     worst.set_defaults(run=cmd_budget_worst_case)
 
+    register_gateway_commands(commands)
     world_cli.register(commands, _settings)
     return parser
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
@@ -19,7 +20,7 @@ from grpc_status import rpc_status
 from egbe.v1 import gateway_pb2
 from services.auth import Role, TokenStore, authorize
 from services.channels import channel_options, server_credentials, uses_tls
-from services.errors import EgbeError, to_rpc_status
+from services.errors import EgbeError, InvalidArgument, to_rpc_status
 from services.grpc_types import Context, MethodHandler, ServerInterceptor
 from services.logging import get_logger
 from services.settings import EgbeSettings, Endpoint, TlsSettings
@@ -109,6 +110,39 @@ class ChassisInterceptor(ServerInterceptor):
         return check
 
 
+@dataclass(frozen=True)
+class _Undecodable:
+    """A request whose bytes do not parse as the RPC's message; refused after authentication."""
+
+    reason: str
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """Defer a parse failure to the handler, which answers INVALID_ARGUMENT instead of gRPC's UNKNOWN."""
+    if deserializer is None:
+        return None
+    parse = deserializer
+
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except DecodeError as exc:
+            return _Undecodable(str(exc))
+
+    return deserialize
+
+
+def _decoded(request: Any) -> Any:
+    if isinstance(request, _Undecodable):
+        raise InvalidArgument.field("request", f"is not a valid message of this RPC's type: {request.reason}")
+    return request
+
+
+async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        yield _decoded(request)
+
+
 def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHandler:
     """Run `check` first and turn EgbeError into a status with details, for all four call shapes."""
 
@@ -117,59 +151,52 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
         await context.abort(status.code, status.details, status.trailing_metadata)
 
     behaviours: Any = handler
+    deserializer = _tolerant(handler.request_deserializer)
     if behaviours.unary_unary is not None:
         inner_uu = behaviours.unary_unary
 
         async def unary_unary(request: Any, context: Context) -> Any:
             try:
                 check()
-                return await inner_uu(request, context)
+                return await inner_uu(_decoded(request), context)
             except EgbeError as error:
                 await abort(context, error)
 
-        return grpc.unary_unary_rpc_method_handler(
-            unary_unary, handler.request_deserializer, handler.response_serializer
-        )
+        return grpc.unary_unary_rpc_method_handler(unary_unary, deserializer, handler.response_serializer)
     if behaviours.unary_stream is not None:
         inner_us = behaviours.unary_stream
 
         async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
                 check()
-                async for item in inner_us(request, context):
+                async for item in inner_us(_decoded(request), context):
                     yield item
             except EgbeError as error:
                 await abort(context, error)
 
-        return grpc.unary_stream_rpc_method_handler(
-            unary_stream, handler.request_deserializer, handler.response_serializer
-        )
+        return grpc.unary_stream_rpc_method_handler(unary_stream, deserializer, handler.response_serializer)
     if behaviours.stream_unary is not None:
         inner_su = behaviours.stream_unary
 
         async def stream_unary(requests: Any, context: Context) -> Any:
             try:
                 check()
-                return await inner_su(requests, context)
+                return await inner_su(_decoded_stream(requests), context)
             except EgbeError as error:
                 await abort(context, error)
 
-        return grpc.stream_unary_rpc_method_handler(
-            stream_unary, handler.request_deserializer, handler.response_serializer
-        )
+        return grpc.stream_unary_rpc_method_handler(stream_unary, deserializer, handler.response_serializer)
     inner_ss = behaviours.stream_stream
 
     async def stream_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
         try:
             check()
-            async for item in inner_ss(requests, context):
+            async for item in inner_ss(_decoded_stream(requests), context):
                 yield item
         except EgbeError as error:
             await abort(context, error)
 
-    return grpc.stream_stream_rpc_method_handler(
-        stream_stream, handler.request_deserializer, handler.response_serializer
-    )
+    return grpc.stream_stream_rpc_method_handler(stream_stream, deserializer, handler.response_serializer)
 
 
 @dataclass

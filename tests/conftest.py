@@ -16,6 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Shared fixture modules: generated certificates and an `egbe up` serving mTLS.
+pytest_plugins = ["tests.tls_fixtures"]
+
 
 @dataclass
 class EmbeddedEgbe:

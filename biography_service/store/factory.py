@@ -16,7 +16,8 @@ def store_for(settings: EgbeSettings, config: BiographyConfig) -> BiographyStore
             settings.database_url,
             pool_max=config.postgres_pool_max,
             poll_seconds=config.subscription_poll_seconds,
+            max_group=config.group_commit_max,
         )
     from biography_service.store.sqlite import SqliteStore
 
-    return SqliteStore(settings.data_dir / config.sqlite_file)
+    return SqliteStore(settings.data_dir / config.sqlite_file, max_group=config.group_commit_max)

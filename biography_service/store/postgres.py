@@ -6,14 +6,15 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg_pool import AsyncConnectionPool
 
-from biography_service.appending import AppendPlan, StreamHead, plan_append
-from biography_service.errors import ConstraintConflict, StorageUnavailable
+from biography_service.appending import AppendRequest, GroupPlan, StreamHead, plan_group
+from biography_service.errors import BiographyError, ConstraintConflict, StorageUnavailable
 from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from biography_service.projections import ProjectionSnapshot
 from biography_service.store import sql
@@ -31,17 +32,61 @@ def _pg(statement: str) -> str:
     return statement.replace("?", "%s")
 
 
-_INSERT_EVENT = _pg(sql.INSERT_EVENT)
+# One statement per group whatever its size: a row per element of eleven parallel arrays.
+_EVENT_ARRAY_TYPES = (
+    "text",
+    "text",
+    "bigint",
+    "bigint",
+    "text",
+    "text",
+    "bigint",
+    "bigint",
+    "text",
+    "text",
+    "text",
+)
+_INSERT_EVENTS = (
+    f"INSERT INTO events ({sql.EVENT_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
+    + ", ".join(f"%s::{kind}[]" for kind in _EVENT_ARRAY_TYPES)
+    + ")"
+)
 _STREAM_HEAD = _pg(sql.STREAM_HEAD)
 _LOCK_LOG_HEAD = _pg(sql.LOG_HEAD) + " FOR UPDATE"
 _SET_LOG_HEAD = _pg(sql.SET_LOG_HEAD)
+# The last event of each stream, one index probe per stream.
+_MEMORY_ARRAY_TYPES = ("text", "text", "bigint", "bigint", "text", "bigint", "bigint")
+_UPSERT_MEMORIES = (
+    f"INSERT INTO memories ({sql.MEMORY_COLUMNS}) SELECT * FROM unnest("  # noqa: S608
+    + ", ".join(f"%s::{kind}[]" for kind in _MEMORY_ARRAY_TYPES)
+    + f") {sql.MEMORY_ON_CONFLICT}"
+)
+_STREAM_HEADS = (
+    "SELECT o.ori_id, e.stream_version, e.hash FROM unnest(%s::text[]) AS o(ori_id)"
+    " CROSS JOIN LATERAL (SELECT stream_version, hash FROM events WHERE events.ori_id = o.ori_id"
+    " ORDER BY stream_version DESC LIMIT 1) AS e"
+)
+_EVENTS_BY_IDS = f"SELECT {sql.EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s)"  # noqa: S608
+
+
+@dataclass
+class _PendingAppend:
+    request: AppendRequest
+    future: asyncio.Future[AppendResult]
 
 
 class PostgresStore(BiographyStore):
-    """Appends serialize on the log_head row lock, so global positions become visible in order."""
+    """Appends serialize on the log_head row lock, so global positions become visible in order.
 
-    def __init__(self, dsn: str, *, pool_max: int, poll_seconds: float) -> None:
+    One writer task per process commits queued appends in groups, so concurrent callers share the
+    lock and the WAL flush instead of queueing behind each other's commits.
+    """
+
+    def __init__(self, dsn: str, *, pool_max: int, poll_seconds: float, max_group: int) -> None:
         super().__init__()
+        self._max_group = max_group
+        self._queue: asyncio.Queue[_PendingAppend] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
         self._dsn = dsn
         self._pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_max, open=False)
         self._poll_seconds = poll_seconds
@@ -75,6 +120,7 @@ class PostgresStore(BiographyStore):
                         (migration.version, migration.description),
                     )
         self._listener = asyncio.create_task(self._listen(), name="biography-pg-listen")
+        self._writer = asyncio.create_task(self._write_groups(), name="biography-pg-writer")
 
     async def _listen(self) -> None:
         """Wake local subscribers on appends committed by any process; reconnects after a failure."""
@@ -91,50 +137,99 @@ class PostgresStore(BiographyStore):
                 await asyncio.sleep(self._poll_seconds)
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
+        for task in (self._writer, self._listener):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._writer = self._listener = None
+        while not self._queue.empty():
+            self._queue.get_nowait().future.set_exception(StorageUnavailable("the store closed first"))
         await self._pool.close()
 
     async def append(
         self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
     ) -> AppendResult:
-        async with self._translated(), self._pool.connection() as connection, connection.transaction():
+        if self._writer is None:
+            raise StorageUnavailable("the PostgreSQL store is not open")
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_PendingAppend(AppendRequest(ori_id, expected, events), future))
+        result = await future
+        if not result.already_recorded:
+            self.appended.notify()
+        return result
+
+    async def _write_groups(self) -> None:
+        """Group commit: every append queued while a commit runs goes into the next transaction."""
+        while True:
+            group = [await self._queue.get()]
+            while len(group) < self._max_group and not self._queue.empty():
+                group.append(self._queue.get_nowait())
+            outcomes: list[AppendResult | BiographyError]
+            try:
+                async with self._translated():
+                    outcomes = await self._commit_group([pending.request for pending in group])
+            except BiographyError as error:
+                outcomes = [error] * len(group)  # nothing of the group became durable
+            except Exception as unexpected:  # the writer must outlive a bug; its callers get the failure
+                log.exception("biography group commit failed")
+                outcomes = [StorageUnavailable(f"group commit failed: {unexpected!r}")] * len(group)
+            for pending, outcome in zip(group, outcomes, strict=True):
+                if pending.future.done():
+                    continue
+                if isinstance(outcome, AppendResult):
+                    pending.future.set_result(outcome)
+                else:
+                    pending.future.set_exception(outcome)
+
+    async def _commit_group(self, requests: list[AppendRequest]) -> list[AppendResult | BiographyError]:
+        """One transaction, a fixed handful of round trips whatever the group's size."""
+        async with self._pool.connection() as connection, connection.transaction():
             cursor = await connection.execute(_LOCK_LOG_HEAD)
             position = int((await cursor.fetchone() or (0,))[0])
-            cursor = await connection.execute(_STREAM_HEAD, (ori_id,))
-            row = await cursor.fetchone()
-            head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
-            ids = [event.event_id for event in events]
-            cursor = await connection.execute(_pg(sql.events_by_ids(len(ids))), ids)
-            already = [sql.decode_event(r) for r in await cursor.fetchall()]
-            plan = plan_append(
-                ori_id,
-                expected,
-                events,
-                head=head,
-                already=already,
-                next_global_position=position + 1,
+            cursor = await connection.execute(_STREAM_HEADS, (sorted({r.ori_id for r in requests}),))
+            heads = {row[0]: StreamHead(int(row[1]), row[2]) for row in await cursor.fetchall()}
+            ids = [event.event_id for r in requests for event in r.events]
+            cursor = await connection.execute(_EVENTS_BY_IDS, (ids,))
+            recorded = {event.event_id: event for event in map(sql.decode_event, await cursor.fetchall())}
+            plan = plan_group(
+                requests,
+                heads=heads,
+                recorded=recorded,
+                last_global_position=position,
                 recorded_at_us=time.time_ns() // 1000,
             )
-            if not isinstance(plan, AppendPlan):
-                return plan
-            await self._write(connection, ori_id, plan)
-        self.appended.notify()
-        return plan.result
+            if plan.writes:
+                await self._write(connection, plan)
+        return plan.outcomes
 
     @staticmethod
-    async def _write(connection: psycopg.AsyncConnection[Any], ori_id: str, plan: AppendPlan) -> None:
+    async def _write(connection: psycopg.AsyncConnection[Any], plan: GroupPlan) -> None:
+        rows = [
+            sql.event_row(event, payload)
+            for _, append in plan.writes
+            for event, payload in zip(append.events, append.payload_json, strict=True)
+        ]
+        statements: dict[str, list[tuple[Any, ...]]] = {}
+        for ori_id, append in plan.writes:
+            for statement, params in sql.projection_statements(ori_id, append.projection_ops).items():
+                statements.setdefault(statement, []).extend(params)
         async with connection.cursor() as cursor:
-            rows = [sql.event_row(e, p) for e, p in zip(plan.events, plan.payload_json, strict=True)]
-            await cursor.executemany(_INSERT_EVENT, rows)
-            await cursor.execute(_SET_LOG_HEAD, (plan.result.last_global_position,))
-            for statement, params in sql.projection_statements(ori_id, plan.projection_ops).items():
+            await cursor.execute(
+                _INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)], binary=True
+            )
+            memories = statements.pop(sql.UPSERT_MEMORY, [])
+            if memories:
+                # One statement may touch a row once: the last write of each memory wins, as it would in turn.
+                latest = list({(row[0], row[1]): row for row in memories}.values())
+                await cursor.execute(
+                    _UPSERT_MEMORIES, [list(column) for column in zip(*latest, strict=True)], binary=True
+                )
+            for statement, params in statements.items():
                 await cursor.executemany(_pg(statement), params)
+            await cursor.execute(_SET_LOG_HEAD, (plan.last_global_position,))
             # Delivered on commit, to every listening process.
-            await cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(plan.result.last_global_position)))
+            await cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(plan.last_global_position)))
 
     async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
         async with self._translated(), self._pool.connection() as connection:

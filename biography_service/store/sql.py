@@ -155,12 +155,13 @@ def _decode(row: Sequence[Any]) -> RecordedEvent:
     )
 
 
-_UPSERT_MEMORY = (
-    "INSERT INTO memories (ori_id, ref, stream_version, seq, text, salience_bp, world_tick)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ori_id, ref) DO UPDATE SET"
+MEMORY_COLUMNS = "ori_id, ref, stream_version, seq, text, salience_bp, world_tick"
+MEMORY_ON_CONFLICT = (
+    "ON CONFLICT (ori_id, ref) DO UPDATE SET"
     " stream_version = excluded.stream_version, seq = excluded.seq, text = excluded.text,"
     " salience_bp = excluded.salience_bp, world_tick = excluded.world_tick"
 )
+UPSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) {MEMORY_ON_CONFLICT}"  # noqa: S608
 # Absent bond/respect/summary keep the values already projected.
 _UPSERT_RELATIONSHIP = (
     "INSERT INTO relationships (ori_id, other_ori_id, bond, respect, summary, ended, stream_version)"
@@ -197,7 +198,7 @@ def projection_statements(ori_id: str, ops: Sequence[ProjectionOp]) -> dict[str,
 
 def _statement(ori_id: str, op: ProjectionOp) -> tuple[str, tuple[Any, ...]]:
     if isinstance(op, MemoryRow):
-        return _UPSERT_MEMORY, (
+        return UPSERT_MEMORY, (
             ori_id,
             op.ref,
             op.stream_version,

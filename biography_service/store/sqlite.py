@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +17,7 @@ from biography_service.events import AppendResult, ExpectedVersion, NewEvent, Re
 from biography_service.projections import ProjectionSnapshot
 from biography_service.store import sql
 from biography_service.store.base import BiographyStore, build_snapshot
+from biography_service.store.sqlite_writer import GroupCommitWriter
 
 T = TypeVar("T")
 
@@ -33,32 +34,37 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 class SqliteStore(BiographyStore):
-    """One writer thread owning one connection (SQLite has one writer), readers on their own threads."""
+    """One group-committing writer thread (SQLite has one writer); readers on their own threads."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, max_group: int) -> None:
         super().__init__()
         self._path = path
-        self._writer_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="biography-sqlite-w")
+        self._max_group = max_group
+        self._writer: GroupCommitWriter | None = None
         self._reader_pool = ThreadPoolExecutor(
             max_workers=READER_THREADS, thread_name_prefix="biography-sqlite-r"
         )
         self._local = threading.local()
-        self._writer: sqlite3.Connection | None = None
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
 
-    async def _on(self, pool: ThreadPoolExecutor, work: Callable[[], T]) -> T:
+    @staticmethod
+    async def _translated(pending: Awaitable[T]) -> T:
+        """Foreign errors become domain errors here, once."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, work)
+            return await pending
         except sqlite3.IntegrityError as exc:
             raise ConstraintConflict(f"sqlite: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"sqlite: {exc}") from exc
 
-    def _write_connection(self) -> sqlite3.Connection:
+    async def _write(self, write: Callable[[sqlite3.Connection], T]) -> T:
         if self._writer is None:
-            self._writer = _connect(self._path)
-        return self._writer
+            raise StorageUnavailable("the SQLite store is not open")
+        return await self._translated(self._writer.submit(write))
+
+    async def _on_reader(self, work: Callable[[], T]) -> T:
+        return await self._translated(asyncio.get_running_loop().run_in_executor(self._reader_pool, work))
 
     def _read_connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -71,36 +77,27 @@ class SqliteStore(BiographyStore):
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        await self._on(self._writer_pool, self._migrate)
+        self._writer = GroupCommitWriter(lambda: _connect(self._path), self._max_group)
+        await self._write(self._migrate)
 
-    def _migrate(self) -> None:
-        connection = self._write_connection()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            connection.execute(sql.MIGRATIONS_TABLE)
-            applied = {row[0] for row in connection.execute("SELECT version FROM schema_migrations")}
-            for migration in sql.MIGRATIONS:
-                if migration.version in applied:
-                    continue
-                for statement in migration.statements:
-                    connection.execute(statement)
-                connection.execute(
-                    "INSERT INTO schema_migrations (version, description) VALUES (?, ?)",
-                    (migration.version, migration.description),
-                )
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
+    @staticmethod
+    def _migrate(connection: sqlite3.Connection) -> None:
+        connection.execute(sql.MIGRATIONS_TABLE)
+        applied = {row[0] for row in connection.execute("SELECT version FROM schema_migrations")}
+        for migration in sql.MIGRATIONS:
+            if migration.version in applied:
+                continue
+            for statement in migration.statements:
+                connection.execute(statement)
+            connection.execute(
+                "INSERT INTO schema_migrations (version, description) VALUES (?, ?)",
+                (migration.version, migration.description),
+            )
 
     async def close(self) -> None:
-        def close_writer() -> None:
-            if self._writer is not None:
-                self._writer.close()
-                self._writer = None
-
-        await asyncio.get_running_loop().run_in_executor(self._writer_pool, close_writer)
-        self._writer_pool.shutdown(wait=True)
+        if self._writer is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._writer.stop)
+            self._writer = None
         self._reader_pool.shutdown(wait=True)
         with self._readers_lock:
             for connection in self._readers:
@@ -110,52 +107,44 @@ class SqliteStore(BiographyStore):
     async def append(
         self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
     ) -> AppendResult:
-        result = await self._on(self._writer_pool, lambda: self._append(ori_id, expected, events))
+        result = await self._write(lambda connection: self._append(connection, ori_id, expected, events))
         if not result.already_recorded:
             self.appended.notify()
         return result
 
-    def _append(self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]) -> AppendResult:
-        connection = self._write_connection()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
-            head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
-            ids = [event.event_id for event in events]
-            already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
-            position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
-            plan = plan_append(
-                ori_id,
-                expected,
-                events,
-                head=head,
-                already=already,
-                next_global_position=position + 1,
-                recorded_at_us=time.time_ns() // 1000,
-            )
-            if isinstance(plan, AppendPlan):
-                self._write(connection, ori_id, plan)
-                connection.execute("COMMIT")
-                return plan.result
-            connection.execute("ROLLBACK")
-            return plan
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-
     @staticmethod
-    def _write(connection: sqlite3.Connection, ori_id: str, plan: AppendPlan) -> None:
+    def _append(
+        connection: sqlite3.Connection, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
+    ) -> AppendResult:
+        """Runs on the writer thread inside the group's transaction (and this write's savepoint)."""
+        row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
+        head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
+        ids = [event.event_id for event in events]
+        already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
+        position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
+        plan = plan_append(
+            ori_id,
+            expected,
+            events,
+            head=head,
+            already=already,
+            next_global_position=position + 1,
+            recorded_at_us=time.time_ns() // 1000,
+        )
+        if not isinstance(plan, AppendPlan):
+            return plan
         rows = [sql.event_row(e, p) for e, p in zip(plan.events, plan.payload_json, strict=True)]
         connection.executemany(sql.INSERT_EVENT, rows)
         connection.execute(sql.SET_LOG_HEAD, (plan.result.last_global_position,))
         for statement, params in sql.projection_statements(ori_id, plan.projection_ops).items():
             connection.executemany(statement, params)
+        return plan.result
 
     async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
         def work() -> list[RecordedEvent]:
             return [sql.decode_event(r) for r in self._read_connection().execute(query, params)]
 
-        return await self._on(self._reader_pool, work)
+        return await self._on_reader(work)
 
     async def read_stream(
         self, ori_id: str, from_version: int, limit: int, *, backward: bool = False
@@ -175,7 +164,7 @@ class SqliteStore(BiographyStore):
             row = self._read_connection().execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
             return None if row is None else int(row[0])
 
-        return await self._on(self._reader_pool, work)
+        return await self._on_reader(work)
 
     async def snapshot(self, ori_id: str, *, limit: int, memory_window: int) -> ProjectionSnapshot:
         def work() -> ProjectionSnapshot:
@@ -197,4 +186,4 @@ class SqliteStore(BiographyStore):
             finally:
                 connection.execute("COMMIT")
 
-        return await self._on(self._reader_pool, work)
+        return await self._on_reader(work)

@@ -251,6 +251,7 @@ class ActionColumns(_message.Message):
     PLAN_STEP_FIELD_NUMBER: _builtins.int
     TIER_REASON_FIELD_NUMBER: _builtins.int
     PAYLOADS_FIELD_NUMBER: _builtins.int
+    GUARD_BITS_FIELD_NUMBER: _builtins.int
     layout_version: _builtins.int
     count: _builtins.int
     slots: _builtins.bytes
@@ -269,6 +270,10 @@ class ActionColumns(_message.Message):
     """uint16 per agent."""
     tier_reason: _builtins.bytes
     """uint8 per agent, TierReason."""
+    guard_bits: _builtins.bytes
+    """uint8 per agent: loop/drift guard interventions this tick (bit 0 repeated-action, bit 1
+    stale-goal), the columnar form of the "egbe.moirai.loop-drift-guard.1" payload; empty when none.
+    """
     @_builtins.property
     def payloads(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActionPayload]: ...
     def __init__(
@@ -285,10 +290,11 @@ class ActionColumns(_message.Message):
         plan_step: _builtins.bytes = ...,
         tier_reason: _builtins.bytes = ...,
         payloads: _abc.Iterable[Global___ActionPayload] | None = ...,
+        guard_bits: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "goal_ref", b"goal_ref", "kind", b"kind", "layout_version", b"layout_version", "payloads", b"payloads", "plan_step", b"plan_step", "priority", b"priority", "slots", b"slots", "source", b"source", "tier", b"tier", "tier_reason", b"tier_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "goal_ref", b"goal_ref", "guard_bits", b"guard_bits", "kind", b"kind", "layout_version", b"layout_version", "payloads", b"payloads", "plan_step", b"plan_step", "priority", b"priority", "slots", b"slots", "source", b"source", "tier", b"tier", "tier_reason", b"tier_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

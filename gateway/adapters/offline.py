@@ -34,6 +34,7 @@ MODE_SCHEMAS = {
 }
 EMOTIONS = ("calm", "curious", "warm", "wary", "hopeful", "tired")
 _REF = re.compile(r"^\s*\[([A-Za-z0-9:_./#-]{1,128})\]\s*(.*)$", re.DOTALL)
+_SAID_BY = re.compile(r"^\s*([^:\n]{1,40}?)\s*:\s*\S")
 _KEYED = re.compile(
     r"^\s*(top[ _]objective|objective|speaker|addressed[ _]speaker|addressed[ _]to|memory)\s*:\s*(.+)$", re.I
 )
@@ -99,10 +100,16 @@ def read_context(request: ModelRequest) -> PromptContext:
     found: dict[str, str] = {}
     for text in [request.task_instruction, *(p.content for p in request.untrusted)]:
         for key, value in {**_from_lines(text), **_from_json(text)}.items():
-            found.setdefault(key, value)
+            if " ".join(value.split()):
+                found.setdefault(key, value)
     for part in request.untrusted:
-        if part.kind == "RECALLED_MEMORY" and "memory" not in found and part.content.strip():
-            found["memory"] = part.content.strip()
+        lines = [line for line in part.content.splitlines() if line.strip()]
+        if part.kind == "RECALLED_MEMORY" and "memory" not in found and lines:
+            found["memory"] = lines[0]  # memories arrive most salient first, one a line
+        if part.kind == "STEWARD_INPUT" and "speaker" not in found and lines:
+            said = _SAID_BY.match(lines[0])  # a stimulus quoted as "Name: line"
+            if said:
+                found["speaker"] = said.group(1)
     memory = found.get("memory", "")
     match = _REF.match(memory)
     if match and "memory_ref" not in found:

@@ -210,11 +210,13 @@ class GatewayStore(ABC):
         def body(tx: Tx) -> Admission:
             if run.request_id:
                 row = tx.one(
-                    f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE request_id = ?", (run.request_id,)
+                    f"SELECT {_RUN_COLUMNS}, result FROM gateway_runs WHERE request_id = ?", (run.request_id,)
                 )
                 if row is not None:
                     earlier = _run_from(row)
-                    return Admission(earlier.spec, True, earlier.spec.max_tokens, repeated=True)
+                    return Admission(
+                        earlier.spec, True, earlier.spec.max_tokens, repeated=True, earlier_result=row[-1]
+                    )
             control = self._active_control(tx, run)
             reserved, consumed = self._lock_ledger(tx, run.world_id, window_start_ms, cap_tokens)
             key = (run.world_id, window_start_ms)
@@ -396,9 +398,16 @@ class GatewayStore(ABC):
         return await self.transact(body)
 
     async def end_run(
-        self, run_id: str, status: RunStatus, *, detail: str, stats: dict[str, Any], now_ms: int
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        detail: str,
+        stats: dict[str, Any],
+        now_ms: int,
+        result: str = "",
     ) -> RunEnd:
-        """Reconcile and release; a run that already ended answers ended_now=False (idempotent)."""
+        """Reconcile and release; `result` is kept for repeats of the request id. Idempotent."""
 
         def body(tx: Tx) -> RunEnd:
             run = self._lock_run(tx, run_id)
@@ -407,6 +416,7 @@ class GatewayStore(ABC):
             released = self._end(
                 tx, run, status, detail=detail, stats=json.dumps(stats, sort_keys=True), now_ms=now_ms
             )
+            tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run_id))
             return RunEnd(run.used_tokens, released, ended_now=True)
 
         return await self.transact(body)

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS gateway_runs (
     status TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT '',
     stats TEXT NOT NULL DEFAULT '{}',
+    result TEXT NOT NULL DEFAULT '',
     admitted_at_ms BIGINT NOT NULL,
     deadline_ms BIGINT NOT NULL,
     ended_at_ms BIGINT

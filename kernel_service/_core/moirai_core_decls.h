@@ -64,3 +64,17 @@ struct moirai_params {
 
 /* One tick over agents [0, count). Returns 0, or -1 when a parameter is out of range. */
 int moirai_tick(const struct moirai_params *params, struct moirai_agents *agents, struct moirai_outputs *outputs);
+
+/* The row form on the wire, without a Python object per frame.
+ * Decode: a serialized PerceptionBatch's frames (field 3) into `table` (rows x 17 int64, PerceptionFrame
+ * fields 1..18 in field-number order without field 11) and `progress` (field 11). Returns the number of
+ * frames, -1 on malformed input, -2 when there are more than max_rows frames. */
+int64_t moirai_decode_rows(const uint8_t *buf, size_t len, uint32_t max_rows, int64_t *table, uint64_t *progress);
+
+/* Encode: one ActionIntent (fields 1..8; zero values omitted, as protobuf does) per listed slot, each as
+ * ActionBatch field 3, ready for ActionBatch.MergeFromString. `ori_blob`/`ori_offsets` hold every
+ * agent's ori_id. Returns the bytes written, or -1 when `cap` is too small. */
+int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8_t *kind, const uint32_t *goal_ref,
+                              const uint16_t *priority, const uint8_t *tier, const uint8_t *source,
+                              const uint16_t *plan_step, const uint8_t *ori_blob, const uint32_t *ori_offsets,
+                              uint8_t *out, size_t cap);

@@ -235,12 +235,16 @@ class PersonalityBehaviorLayer:
         )
 
     def snapshot(self) -> Mapping[str, NDArray[np.generic]]:
-        arrays = {name: array.copy() for name, array in self._arrays.items()}
+        """One-dimensional arrays (the kernel's snapshot format); 2-D ones are flattened row-major."""
+        arrays = {name: array.reshape(-1).copy() for name, array in self._arrays.items()}
         arrays["quirks"] = np.array([QUIRK_SEPARATOR.join(q) for q in self._quirks], dtype=np.str_)
         return arrays
 
     def restore(self, arrays: Mapping[str, NDArray[np.generic]]) -> None:
-        """Refuses (naming the array) anything that is not a snapshot of this layer's layout."""
+        """Refuses (naming the array) anything that is not a snapshot of this layer's layout.
+
+        Accepts rows flattened (as `snapshot` writes them) or already shaped.
+        """
         if "quirks" not in arrays:
             raise InvalidArgument.field("quirks", "missing from snapshot")
         capacity = len(arrays["quirks"])
@@ -249,11 +253,14 @@ class PersonalityBehaviorLayer:
             array = arrays.get(name)
             if array is None:
                 violations.append(FieldViolation(name, "missing from snapshot"))
-            elif array.dtype != np.dtype(dtype) or array.shape != (capacity, *shape):
+            elif array.dtype != np.dtype(dtype) or array.size != capacity * int(np.prod(shape, dtype=int)):
                 violations.append(FieldViolation(name, f"expected {np.dtype(dtype)}{(capacity, *shape)}"))
         if violations:
             raise InvalidArgument(violations)
-        self._arrays = {name: np.array(arrays[name], copy=True) for name in _ARRAYS}
+        self._arrays = {
+            name: np.array(arrays[name], copy=True).reshape((capacity, *shape))
+            for name, (_, shape) in _ARRAYS.items()
+        }
         for name, array in self._arrays.items():
             setattr(self, name, array)
         self._quirks = [tuple(q.split(QUIRK_SEPARATOR)) if q else () for q in arrays["quirks"].tolist()]

@@ -29,8 +29,13 @@ def store_factory(backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
     """Builds unopened stores on one database (several stores = several processes' view of it)."""
     if backend == "postgres":
         dsn: str = request.getfixturevalue("postgres_dsn")
-        return lambda: PostgresStore(dsn, pool_max=4, poll_seconds=TEST_CONFIG.subscription_poll_seconds)
-    return lambda: SqliteStore(tmp_path / "biography.sqlite3")
+        return lambda: PostgresStore(
+            dsn,
+            pool_max=4,
+            poll_seconds=TEST_CONFIG.subscription_poll_seconds,
+            max_group=TEST_CONFIG.group_commit_max,
+        )
+    return lambda: SqliteStore(tmp_path / "biography.sqlite3", max_group=TEST_CONFIG.group_commit_max)
 
 
 @pytest.fixture

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cognition_service.config import CognitionConfig
 from cognition_service.context import ContextInput, RankedItem, assemble_context
 from cognition_service.output_schemas import DialogueReply
 from cognition_service.pipeline import RunTrace, ThinkRun
-from cognition_service.zoning import SYSTEM_POLICY, ZONE_LABELS, Feedback, build_envelope, task_instruction
+from cognition_service.zoning import SYSTEM_POLICY, Feedback, build_envelope, task_instruction
 from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, gateway_pb2
 
 from .doubles import ScriptedGateway, peers
@@ -45,7 +50,9 @@ def test_injection_in_every_zone_changes_no_authority_field() -> None:
     assert INJECTION not in attacked.task_instruction
     # Every one of the seven untrusted kinds carries the injection, labelled, and nothing else does.
     kinds = {zone.kind for zone in attacked.untrusted}
-    assert kinds == set(ZONE_LABELS)
+    assert kinds == set(gateway_pb2.UntrustedZoneKind.values()) - {
+        gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED
+    }
     assert all(INJECTION in zone.content for zone in attacked.untrusted)
     assert gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED not in kinds
 
@@ -78,3 +85,27 @@ def test_a_counterpart_name_never_reaches_the_authority_fields() -> None:
     assert envelope.task_instruction == task_instruction(context, DialogueReply)
     steward = next(z for z in envelope.untrusted if z.kind == gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT)
     assert steward.content.startswith("speaker: ada")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    text=st.text(min_size=1, max_size=300),
+    mode=st.sampled_from(["dialogue", "decision", "reflection", "summary"]),
+    counterpart=st.text(max_size=40),
+)
+def test_no_content_anywhere_changes_the_authority_fields(text: str, mode: str, counterpart: str) -> None:
+    request = dataclasses.replace(_context(text), mode=mode)
+    context = assemble_context(request, CONFIG.limits)
+    settings_for_mode = CONFIG.modes[mode]
+    envelope = build_envelope(
+        context,
+        settings_for_mode,
+        DialogueReply,
+        counterpart=counterpart,
+        grounded_evidence=[text],
+        feedback=Feedback(text, text),
+    )
+    assert envelope.system_policy == SYSTEM_POLICY
+    assert list(envelope.tool_grants) == list(settings_for_mode.tool_grants)
+    assert envelope.task_instruction == task_instruction(context, DialogueReply)
+    assert all(zone.kind != gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED for zone in envelope.untrusted)

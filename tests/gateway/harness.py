@@ -43,6 +43,9 @@ class GatewayHarness:
     def metadata(self, role: Role) -> tuple[tuple[str, str], ...]:
         return bearer_metadata(self.tokens[role])
 
+    def metadata_operator(self) -> tuple[tuple[str, str], ...]:
+        return bearer_metadata(self.tokens[Role.OPERATOR])
+
     @property
     def gateway(self) -> gateway_pb2_grpc.CognitionGatewayServiceStub:
         return gateway_pb2_grpc.CognitionGatewayServiceStub(self.channel)

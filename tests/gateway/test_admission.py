@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
+import psycopg
 import pytest
 from grpc_status import rpc_status
+from psycopg import sql
 
 from cognition_service.output_schemas import DialogueReply
 from egbe.v1 import common_pb2, gateway_pb2
 from services.auth import Role
 from services.errors import field_violations
-from tests.gateway.harness import ATROPOS, CLOTHO, GatewayHarness
+from tests.gateway.harness import ATROPOS, CLOTHO, GatewayHarness, gateway_settings, start_gateway
 
 
 def _reason(error: grpc.aio.AioRpcError) -> str:
@@ -149,3 +152,24 @@ async def test_clotho_routes_to_opus_class(gateway: GatewayHarness) -> None:
         True,
         9_500,
     )
+
+
+@pytest.mark.postgres
+async def test_admission_fails_closed_when_the_store_is_unreachable(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    harness = await start_gateway(gateway_settings(tmp_path, postgres_dsn, store_timeout_seconds=1.0))
+    try:
+        run = await harness.admit("ada")
+        info = psycopg.conninfo.conninfo_to_dict(postgres_dsn)
+        admin_dsn = psycopg.conninfo.make_conninfo(**{**info, "dbname": "postgres"})
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(str(info["dbname"])))
+            )
+        for call in (harness.admit("bram"), harness.generate(run.run_id)):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await harness.stop()

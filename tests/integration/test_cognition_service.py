@@ -29,6 +29,7 @@ class Harness:
     think: cognition_pb2_grpc.CognitionServiceStub
     gateway: ScriptedGateway
     biography: RecordingBiography
+    servicer: CognitionServicer
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ async def harness() -> AsyncIterator[Harness]:
             serve_bundles([bundle], SETTINGS) as served,
             channel_to(served.target("cognition")) as channel,
         ):
-            yield Harness(cognition_pb2_grpc.CognitionServiceStub(channel), gateway, biography)
+            yield Harness(cognition_pb2_grpc.CognitionServiceStub(channel), gateway, biography, servicer)
         await real_policy.close()
 
 
@@ -119,4 +120,15 @@ async def test_a_gateway_failure_keeps_its_status_and_commits_nothing(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await harness.think.Think(_request(), metadata=metadata())
     assert caught.value.code() == code
+    assert harness.biography.appended == []
+
+
+async def test_validation_fallbacks_are_counted_across_runs(harness: Harness) -> None:
+    harness.gateway.replies = ['{"utterance": "no other fields"}']
+    for run in ("run-a", "run-b"):
+        response = await harness.think.Think(_request(run_id=run), metadata=metadata())
+        assert response.fell_back
+        assert response.validation_fallbacks == 1
+        assert response.audit["events"][0]["type"] == "validation_fallback"
+    assert harness.servicer.validation_fallbacks_total == 2
     assert harness.biography.appended == []

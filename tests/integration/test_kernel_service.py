@@ -129,8 +129,9 @@ async def test_agent_state_and_steward_directive(kernel_stub: kernel_pb2_grpc.Ke
         metadata=bearer_metadata("operator-token-0123456789"),
     )
     assert (state.slot, state.tier, state.core) == (7, common_pb2.COGNITION_TIER_LACHESIS, "c")
+    # The served kernel runs the behaviour layer: a Lachesis Ori with no traits observes, in character.
     assert state.cached_action.kind == action_pb2.ACTION_KIND_OBSERVE
-    assert state.cached_action.source == action_pb2.ACTION_SOURCE_CACHED
+    assert state.cached_action.source == action_pb2.ACTION_SOURCE_BEHAVIOR_TREE
     assert state.next_reflection_tick == 1 + 1 + 7
     reply = await kernel_stub.ApplyStewardDirective(
         kernel_pb2.ApplyStewardDirectiveRequest(

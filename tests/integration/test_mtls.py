@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -12,52 +11,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from scripts.make_dev_certs import issue_ca, issue_certificate
 from services.auth import bearer_metadata
 from services.channels import client_credentials, open_blocking_channel, open_channel
 from services.settings import EgbeSettings, TlsMode, TlsSettings, load_settings
-from tests.conftest import ROOT, EmbeddedEgbe, start_embedded, stop_embedded
-
-
-@pytest.fixture(scope="module")
-def certificates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("certs")
-    ca_file, ca_key = issue_ca(out)
-    server = issue_certificate(out, "egbe-services", ca_file, ca_key)
-    client = issue_certificate(out, "operator-console", ca_file, ca_key)
-    rogue_ca, rogue_key = issue_ca(out / "rogue", "someone else's CA")
-    rogue = issue_certificate(out / "rogue", "intruder", rogue_ca, rogue_key)
-    return {
-        "ca": ca_file,
-        "server_cert": server.cert_file,
-        "server_key": server.key_file,
-        "client_cert": client.cert_file,
-        "client_key": client.key_file,
-        "rogue_cert": rogue.cert_file,
-        "rogue_key": rogue.key_file,
-    }
-
-
-def _tls_env(mode: str, ca: Path, cert: Path | None, key: Path | None) -> dict[str, str]:
-    env = {"EGBE_TLS__MODE": mode, "EGBE_TLS__CA_FILE": str(ca)}
-    if cert is not None and key is not None:
-        env |= {"EGBE_TLS__CERT_FILE": str(cert), "EGBE_TLS__KEY_FILE": str(key)}
-    return env
-
-
-@pytest.fixture(scope="module")
-def mtls_egbe(
-    certificates: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[EmbeddedEgbe]:
-    with pytest.MonkeyPatch.context() as env:
-        server_env = _tls_env(
-            "mtls", certificates["ca"], certificates["server_cert"], certificates["server_key"]
-        )
-        for name, value in server_env.items():
-            env.setenv(name, value)
-        egbe = start_embedded(tmp_path_factory.mktemp("egbe-mtls"))
-    yield egbe
-    assert stop_embedded(egbe) == 0
+from tests.conftest import ROOT, EmbeddedEgbe
+from tests.tls_fixtures import tls_env
 
 
 def _client_settings(certificates: dict[str, Path], identity: str | None) -> EgbeSettings:
@@ -171,14 +129,14 @@ def _egbe_cli(data_dir: Path, env: dict[str, str], *args: str) -> subprocess.Com
 def test_egbe_health_and_probe_dial_through_mtls(
     mtls_egbe: EmbeddedEgbe, certificates: dict[str, Path]
 ) -> None:
-    client_env = _tls_env("mtls", certificates["ca"], certificates["client_cert"], certificates["client_key"])
+    client_env = tls_env("mtls", certificates["ca"], certificates["client_cert"], certificates["client_key"])
     health = _egbe_cli(mtls_egbe.data_dir, client_env, "health", "--timeout", "10")
     assert health.returncode == 0, health.stdout + health.stderr
     assert all(line.split()[1] == "SERVING" for line in health.stdout.strip().splitlines())
     probe = _egbe_cli(mtls_egbe.data_dir, client_env, "probe", "--timeout", "10")
     assert probe.returncode == 0, probe.stdout + probe.stderr
 
-    no_cert_env = _tls_env("tls", certificates["ca"], None, None)
+    no_cert_env = tls_env("tls", certificates["ca"], None, None)
     refused = _egbe_cli(mtls_egbe.data_dir, no_cert_env, "health", "--service", "gateway", "--timeout", "3")
     assert refused.returncode == 1
     assert "UNREACHABLE: UNAVAILABLE" in refused.stdout

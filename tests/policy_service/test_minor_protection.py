@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from policy_service.config import PolicyConfig
 from policy_service.minor_protection import check_minor_protection
@@ -46,3 +48,21 @@ def test_a_romantic_edge_towards_a_minor_counterpart_is_blocked() -> None:
 )
 def test_harmless_changes_are_allowed_for_a_minor(surface: ProtectionSurface, tags: tuple[str, ...]) -> None:
     assert check_minor_protection(ProtectionRequest(True, surface, tags), CONFIG).allowed
+
+
+@given(
+    tags=st.lists(
+        st.sampled_from(["romantic", "kiss", "friendship", "mentor", "rivalry", "flirt"]), max_size=4
+    ),
+    ori_minor=st.booleans(),
+    counterpart_minor=st.booleans(),
+)
+def test_no_romantic_edge_ever_involves_a_minor(
+    tags: list[str], ori_minor: bool, counterpart_minor: bool
+) -> None:
+    request = ProtectionRequest(
+        ori_minor, ProtectionSurface.RELATIONSHIP_EDGE, tuple(tags), counterpart_minor
+    )
+    verdict = check_minor_protection(request, CONFIG)
+    romantic = bool(set(tags) & {"romantic", "kiss", "flirt"})
+    assert verdict.allowed == (not (romantic and (ori_minor or counterpart_minor)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from egbe.v1 import biography_pb2, cognition_pb2, gateway_pb2, kernel_pb2, policy_pb2
@@ -21,10 +23,14 @@ def _all_proto_services() -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-async def bundles() -> dict[str, object]:
+async def bundles(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, object]]:
     tokens = TokenStore({role: [f"{role.value}-token-for-wiring-test"] for role in Role})
-    settings = load_settings(data_dir="/nonexistent-egbe-test")
-    return {name: await builder_for(name)(settings, tokens) for name in SERVICE_NAMES}
+    settings = load_settings(data_dir=tmp_path_factory.mktemp("wiring"))
+    built = {name: await builder_for(name)(settings, tokens) for name in SERVICE_NAMES}
+    yield built
+    for bundle in built.values():
+        if bundle.close is not None:
+            await bundle.close()
 
 
 async def test_every_proto_service_belongs_to_exactly_one_bundle(bundles: dict[str, object]) -> None:

@@ -1,0 +1,183 @@
+"""World client -> kernel -> world client round trip over a bidi StreamTicks stream, TCP or unix socket.
+
+Starts `egbe serve kernel` as its own process (the world and the kernel each get a core), registers
+N agents, then streams pre-encoded batches one at a time and times each request-to-answer round trip.
+Prints one JSON object: {"agents", "encoding", "transport", "p50_ms", "p99_ms", ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+from bench.kernel_population import WORLD, frames, registrations
+from egbe.v1 import kernel_pb2, kernel_pb2_grpc, perception_pb2
+from services.auth import bearer_metadata
+
+FRAME_VARIANTS = 8
+MAX_MESSAGE = 512 * 1024 * 1024
+ROW_BOOLS = {
+    "on_screen": 1,
+    "scene_copresence": 4,
+    "player_nearby_in_world": 5,
+}
+
+
+def start_kernel(data_dir: Path, transport: str, core: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    listen = ["--ephemeral-ports"] if transport == "tcp" else ["--unix-socket-dir", str(data_dir / "sockets")]
+    env = {
+        **os.environ,
+        "EGBE_KERNEL_CORE": core,
+        "EGBE_LOG_LEVEL": "warning",
+        "EGBE_MAX_MESSAGE_BYTES": str(MAX_MESSAGE),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", "kernel", *listen],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoints = data_dir / "endpoints.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if endpoints.is_file():
+            published = json.loads(endpoints.read_text())
+            if published.get("pid") == process.pid and "kernel" in published:
+                tokens = json.loads((data_dir / "tokens.json").read_text())
+                world = tokens["world"]
+                return process, published["kernel"], world[0] if isinstance(world, list) else world
+        if process.poll() is not None:
+            raise RuntimeError(f"kernel exited with {process.returncode}")
+        time.sleep(0.05)
+    process.kill()
+    raise TimeoutError("kernel did not start")
+
+
+def encode(
+    tick: int, frame: dict[str, np.ndarray], encoding: str, changed: float, rng: np.random.Generator
+) -> perception_pb2.PerceptionBatch:
+    agents = len(frame["signal_flags"])
+    batch = perception_pb2.PerceptionBatch(world_id=WORLD, tick=tick)
+    if encoding == "rows":
+        flags = frame["signal_flags"]
+        for slot in range(agents):
+            f = batch.frames.add(
+                slot=slot,
+                player_proximity_mm=int(frame["player_proximity_mm"][slot]),
+                goal_ref=int(frame["goal_ref"][slot]),
+                goal_progress_signature=int(frame["goal_progress_signature"][slot]),
+            )
+            for name, bit in ROW_BOOLS.items():
+                if flags[slot] >> bit & 1:
+                    setattr(f, name, True)
+        return batch
+    columns = batch.columns
+    columns.layout_version = 1
+    if encoding == "delta" and tick > 1:
+        slots = np.sort(rng.choice(agents, max(1, int(agents * changed)), replace=False)).astype("<u4")
+        columns.slots = slots.tobytes()
+        columns.count = len(slots)
+        for name, values in frame.items():
+            setattr(columns, name, np.ascontiguousarray(values[slots]).tobytes())
+    else:
+        columns.count = agents
+        for name, values in frame.items():
+            setattr(columns, name, values.tobytes())
+    return batch
+
+
+async def measure(target: str, token: str, args: argparse.Namespace) -> list[float]:
+    options = [
+        ("grpc.max_send_message_length", MAX_MESSAGE),
+        ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ]
+    metadata = bearer_metadata(token)
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        stub = kernel_pb2_grpc.KernelServiceStub(channel)
+        pending = registrations(args.agents)
+        for start in range(0, len(pending), 50_000):
+            await stub.RegisterAgents(
+                kernel_pb2.RegisterAgentsRequest(world_id=WORLD, agents=pending[start : start + 50_000]),
+                metadata=metadata,
+            )
+        rng = np.random.default_rng(11)
+        variants = frames(args.agents, FRAME_VARIANTS)
+        total = args.ticks + args.warmup
+        requests = [
+            kernel_pb2.StreamTicksRequest(
+                batch=encode(t, variants[t % FRAME_VARIANTS], args.encoding, args.changed, rng)
+            )
+            for t in range(1, min(total, FRAME_VARIANTS * 2) + 1)
+        ]
+        queue: asyncio.Queue[kernel_pb2.StreamTicksRequest | None] = asyncio.Queue()
+
+        async def outgoing() -> AsyncIterator[kernel_pb2.StreamTicksRequest]:
+            while (item := await queue.get()) is not None:
+                yield item
+
+        call = stub.StreamTicks(outgoing(), metadata=metadata)
+        samples = []
+        for tick in range(1, total + 1):
+            request = kernel_pb2.StreamTicksRequest()
+            request.CopyFrom(requests[(tick - 1) % len(requests)])
+            request.batch.tick = tick
+            started = time.perf_counter()
+            await queue.put(request)
+            await call.read()
+            if tick > args.warmup:
+                samples.append((time.perf_counter() - started) * 1_000)
+        await queue.put(None)
+        await call.read()  # end of stream
+        return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--agents", type=int, default=10_200)
+    parser.add_argument("--encoding", choices=["rows", "columns", "delta"], default="columns")
+    parser.add_argument("--transport", choices=["tcp", "uds"], default="tcp")
+    parser.add_argument("--changed", type=float, default=0.1, help="share of agents in each delta frame")
+    parser.add_argument("--core", choices=["c", "numpy"], default="c")
+    parser.add_argument("--ticks", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="egbe-bench-") as scratch:
+        process, target, token = start_kernel(Path(scratch), args.transport, args.core)
+        try:
+            samples = asyncio.run(measure(target, token, args))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    ms = np.array(samples)
+    result = {
+        "agents": args.agents,
+        "encoding": args.encoding,
+        "transport": args.transport,
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "core": args.core,
+        "ticks": len(samples),
+    }
+    if args.encoding == "delta":
+        result["changed"] = args.changed
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""In-process tick latency: apply a full frame to the agent arrays, then one core call (C or numpy).
+
+Prints one JSON object: {"agents", "core", "p50_us", "p99_us", "ns_per_agent", ...}. The result and
+protobuf encoding are measured separately ("encode_*"), since a co-located world reads the arrays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from bench.kernel_population import WORLD, frames, registrations
+from kernel_service.config import KernelConfig
+from kernel_service.core_numpy import CoreParams
+from kernel_service.kernel import Kernel
+from kernel_service.tick_core import select_core
+
+FRAME_VARIANTS = 16
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--agents", type=int, default=10_200)
+    parser.add_argument("--ticks", type=int, default=500)
+    parser.add_argument("--core", choices=["c", "numpy"], default="c")
+    parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
+    args = parser.parse_args()
+
+    config = KernelConfig()
+    kernel = Kernel(config, select_core(args.core))
+    kernel.register(WORLD, registrations(args.agents))
+    variants = frames(args.agents, FRAME_VARIANTS)
+    arrays = kernel.arrays
+    warmup = min(50, args.ticks)
+    samples = []
+    for tick in range(1, args.ticks + warmup + 1):
+        frame = variants[tick % FRAME_VARIANTS]
+        params = CoreParams.for_tick(config, tick)
+        started = time.perf_counter_ns()
+        for name, values in frame.items():
+            np.copyto(arrays.live(name), values)
+        kernel.core.run(arrays, params)
+        elapsed = time.perf_counter_ns() - started
+        if tick > warmup:
+            samples.append(elapsed)
+    ns = np.array(samples, dtype=np.float64)
+    p50 = float(np.percentile(ns, 50))
+    print(
+        json.dumps(
+            {
+                "agents": args.agents,
+                "core": kernel.core.name,
+                "p50_us": round(p50 / 1_000, 2),
+                "p99_us": round(float(np.percentile(ns, 99)) / 1_000, 2),
+                "ns_per_agent": round(p50 / args.agents, 3),
+                "ticks": len(samples),
+                "clotho": int(arrays.tier_counts[1]),
+                "lachesis": int(arrays.tier_counts[2]),
+                "atropos": int(arrays.tier_counts[3]),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Group commit for SQLite: one writer thread runs queued writes together under one fsync'd COMMIT.
+
+Each write runs inside its own SAVEPOINT, so one refused append rolls back alone while the others in
+the group commit; no caller is answered before the COMMIT that made its write durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+Write = Callable[[sqlite3.Connection], T]
+
+
+@dataclass
+class _Pending(Generic[T]):
+    write: Write[T]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[T]
+    outcome: tuple[bool, Any] | None = None  # (succeeded, result or exception)
+
+
+def _settle(pending: _Pending[Any]) -> None:
+    """Runs on the caller's loop: hand the outcome to the awaiting caller, if it still waits."""
+    if pending.future.done() or pending.outcome is None:
+        return
+    succeeded, value = pending.outcome
+    if succeeded:
+        pending.future.set_result(value)
+    else:
+        pending.future.set_exception(value)
+
+
+class GroupCommitWriter:
+    """The only thread that writes to the database file; batches whatever is queued when it is free."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], max_group: int) -> None:
+        self._connect = connect
+        self._max_group = max_group
+        self._queue: queue.SimpleQueue[_Pending[Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="biography-sqlite-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, write: Write[T]) -> asyncio.Future[T]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Pending(write, loop, future))
+        return future
+
+    def stop(self) -> None:
+        """Finish what is queued, then close the connection and end the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        connection = self._connect()
+        try:
+            while True:
+                first = self._queue.get()
+                if first is None:
+                    return
+                group = [first]
+                stopping = False
+                while len(group) < self._max_group:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stopping = True
+                        break
+                    group.append(item)
+                self._commit_group(connection, group)
+                if stopping:
+                    return
+        finally:
+            connection.close()
+
+    @staticmethod
+    def _commit_group(connection: sqlite3.Connection, group: list[_Pending[Any]]) -> None:
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            for pending in group:
+                connection.execute("SAVEPOINT write")
+                try:
+                    pending.outcome = (True, pending.write(connection))
+                    connection.execute("RELEASE write")
+                except Exception as exc:  # any failure is this write's alone; the caller receives it
+                    connection.execute("ROLLBACK TO write")
+                    connection.execute("RELEASE write")
+                    pending.outcome = (False, exc)
+            connection.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            for pending in group:
+                pending.outcome = (False, exc)  # nothing of the group became durable
+        for pending in group:
+            pending.loop.call_soon_threadsafe(_settle, pending)

@@ -1,0 +1,50 @@
+"""Submit end to end on `egbe up`: admit, Think, Generate called back, reconcile; repeats answer the first."""
+
+from __future__ import annotations
+
+import grpc
+
+from egbe.v1 import action_pb2, common_pb2, gateway_pb2, gateway_pb2_grpc
+from services.auth import bearer_metadata
+from tests.conftest import EmbeddedEgbe
+
+
+def _submit(call_id: str, ori: str) -> gateway_pb2.SubmitRequest:
+    return gateway_pb2.SubmitRequest(
+        candidate=action_pb2.CognitionCallCandidate(
+            call_id=call_id,
+            ori=common_pb2.OriRef(tenant_id="t", world_id="submit-world", ori_id=ori),
+            tier=common_pb2.COGNITION_TIER_CLOTHO,
+            cause=action_pb2.COGNITION_CAUSE_DIALOGUE,
+        ),
+        request_id=call_id,
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+        stimulus="Bram: is the bakery open today?",
+    )
+
+
+async def test_submit_runs_the_pipeline_through_generate_and_releases(embedded_egbe: EmbeddedEgbe) -> None:
+    service = bearer_metadata(embedded_egbe.tokens["service"])
+    operator = bearer_metadata(embedded_egbe.tokens["operator"])
+    async with grpc.aio.insecure_channel(embedded_egbe.targets["gateway"]) as channel:
+        gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
+        reply = await gateway.Submit(_submit("submit-world:1:0:dialogue", "submit-ada"), metadata=service)
+        assert reply.outcome in {gateway_pb2.RUN_OUTCOME_COMPLETED, gateway_pb2.RUN_OUTCOME_FALLBACK}, (
+            reply.detail
+        )
+        assert reply.offline
+        assert reply.usage.input_tokens > 0
+        repeat = await gateway.Submit(_submit("submit-world:1:0:dialogue", "submit-ada"), metadata=service)
+        assert repeat == reply  # a repeated request id answers the first run's result
+
+        ops = gateway_pb2_grpc.OperatorServiceStub(channel)
+        records = await ops.ListAuditRecords(
+            gateway_pb2.ListAuditRecordsRequest(run_id=reply.run_id), metadata=operator
+        )
+        assert records.records
+        assert all(r.offline for r in records.records)
+        spend = await ops.GetSpend(gateway_pb2.GetSpendRequest(world_id="submit-world"), metadata=operator)
+        assert spend.reserved_tokens == 0
+        assert spend.consumed_tokens == sum(
+            r.usage.input_tokens + r.usage.output_tokens for r in records.records
+        )
