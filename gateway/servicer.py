@@ -20,7 +20,7 @@ from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunS
 from gateway.retry_stats import roll_up
 from gateway.routing import select_route
 from services.auth import Role
-from services.errors import Aborted, EgbeError, InvalidArgument
+from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument
 from services.grpc_types import Context
 
 _GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
@@ -53,6 +53,11 @@ _OUTCOME_STATUS = {
     gateway_pb2.RUN_OUTCOME_KILLED: RunStatus.KILLED,
     gateway_pb2.RUN_OUTCOME_FAILED: RunStatus.FAILED,
 }
+# Zone kinds a prompt may carry: every defined kind but UNSPECIFIED.
+_ZONE_KINDS = frozenset(gateway_pb2.UntrustedZoneKind.values()) - {
+    gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED
+}
+
 _MODE_NAMES = {
     gateway_pb2.COGNITION_MODE_DIALOGUE: "dialogue",
     gateway_pb2.COGNITION_MODE_DECISION: "decision",
@@ -240,6 +245,15 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         if not mode and not request.output_schema:
             raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
         prompt = request.prompt
+        unknown_zones = [
+            FieldViolation(
+                f"prompt.untrusted[{i}].kind", "must be a defined UntrustedZoneKind other than UNSPECIFIED"
+            )
+            for i, zone in enumerate(prompt.untrusted)
+            if zone.kind not in _ZONE_KINDS
+        ]
+        if unknown_zones:
+            raise InvalidArgument(unknown_zones)
         model_request = ModelRequest(
             system_policy=prompt.system_policy,
             task_instruction=prompt.task_instruction,

@@ -9,7 +9,7 @@ import numpy as np
 from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
-from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION, AgentArrays
+from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION, AGENT_FIELDS, AgentArrays
 from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
 from kernel_service.config import KernelConfig
@@ -24,7 +24,7 @@ from kernel_service.tick_result import (
     build_lifecycle,
     build_report,
 )
-from services.errors import InvalidArgument, NotFound
+from services.errors import FieldViolation, InvalidArgument, NotFound
 
 
 class Kernel:
@@ -266,15 +266,40 @@ class Kernel:
         return snapshot
 
     def restore(self, snapshot: kernel_pb2.KernelSnapshot) -> None:
-        """Become exactly the kernel that took the snapshot."""
+        """Become exactly the kernel that took the snapshot; a snapshot that does not fit changes nothing."""
+        arrays = _decode_arrays(snapshot.arrays, "snapshot.arrays")
+        behavior_arrays = _decode_arrays(snapshot.behavior_arrays, "snapshot.behavior_arrays")
+        agents = len(snapshot.ori_ids)
+        violations = [
+            FieldViolation(f"snapshot.arrays.{name}", f"missing or not {agents} values")
+            for name in AGENT_FIELDS
+            if name not in arrays or len(arrays[name]) != agents
+        ]
+        if violations:
+            raise InvalidArgument(violations)
+        if self.behavior is not None:
+            self.behavior.restore(behavior_arrays)  # validates everything before it changes anything
         self.world_id = snapshot.world_id
         self.last_tick = snapshot.last_tick if snapshot.has_ticked else None
         self.ori_ids = list(snapshot.ori_ids)
         self.tenant_ids = list(snapshot.tenant_ids)
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
-        self.arrays.restore({named.name: _unnamed(named) for named in snapshot.arrays})
-        if self.behavior is not None:
-            self.behavior.restore({named.name: _unnamed(named) for named in snapshot.behavior_arrays})
+        self.arrays.restore(arrays)
+
+
+def _decode_arrays(
+    named_arrays: Sequence[kernel_pb2.NamedArray], field: str
+) -> dict[str, np.ndarray[tuple[int], np.dtype[np.generic]]]:
+    """Decode a snapshot's named arrays, refusing (by index) any whose dtype or length is malformed."""
+    decoded = {}
+    for index, named in enumerate(named_arrays):
+        try:
+            decoded[named.name] = _unnamed(named)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument.field(
+                f"{field}[{index}]", f"not a little-endian numpy array: {exc}"
+            ) from exc
+    return decoded
 
 
 def _named(name: str, values: np.ndarray[tuple[int], np.dtype[np.generic]]) -> kernel_pb2.NamedArray:

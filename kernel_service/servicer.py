@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import numpy as np
-
 from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
 from kernel_service.steward import enforce_steward_not_owner
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role
-from services.errors import FieldViolation, InvalidArgument
+from services.errors import InvalidArgument
 from services.grpc_types import Context
 
 METHOD_ROLES = {
@@ -71,15 +69,9 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self, request: kernel_pb2.RestoreSnapshotRequest, context: Context
     ) -> kernel_pb2.RestoreSnapshotResponse:
         snapshot = request.snapshot
-        violations = _snapshot_violations(snapshot)
-        if violations:
-            raise InvalidArgument(violations)
-        before = self._kernel.snapshot()
-        try:
-            self._kernel.restore(snapshot)
-        except (ValueError, KeyError, TypeError) as exc:
-            self._kernel.restore(before)  # nothing half-applied
-            raise InvalidArgument.field("snapshot.arrays", f"does not fit this kernel: {exc}") from exc
+        if not snapshot.ori_ids:
+            raise InvalidArgument.field("snapshot.ori_ids", "a snapshot names at least one Ori")
+        self._kernel.restore(snapshot)
         if self._tick_log is not None:
             self._tick_log.record_snapshot(snapshot)
         return kernel_pb2.RestoreSnapshotResponse(last_tick=snapshot.last_tick, agents=len(snapshot.ori_ids))
@@ -122,26 +114,3 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
             action=decision.action,
             policy_ref="policy:steward-not-owner",
         )
-
-
-def _snapshot_violations(snapshot: kernel_pb2.KernelSnapshot) -> list[FieldViolation]:
-    """What a snapshot must hold before the kernel is touched: Ori, one tenant each, readable arrays."""
-    out = []
-    if not snapshot.ori_ids:
-        out.append(FieldViolation("snapshot.ori_ids", "a snapshot names at least one Ori"))
-    if len(snapshot.tenant_ids) != len(snapshot.ori_ids):
-        out.append(FieldViolation("snapshot.tenant_ids", "must hold one tenant per Ori"))
-    for group in ("arrays", "behavior_arrays"):
-        for i, named in enumerate(getattr(snapshot, group)):
-            try:
-                itemsize = np.dtype(named.dtype).itemsize
-            except TypeError:
-                out.append(
-                    FieldViolation(f"snapshot.{group}[{i}].dtype", f"not a numpy dtype: {named.dtype!r}")
-                )
-                continue
-            if itemsize == 0 or len(named.data) % itemsize:
-                out.append(
-                    FieldViolation(f"snapshot.{group}[{i}].data", f"not a whole number of {named.dtype}")
-                )
-    return out
