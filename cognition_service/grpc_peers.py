@@ -18,6 +18,7 @@ from egbe.v1 import (
     policy_pb2_grpc,
 )
 from services.auth import bearer_metadata
+from services.channels import ChannelOpener
 
 
 class _Caller:
@@ -86,7 +87,7 @@ class GrpcPeers:
         token: Callable[[], str],
         *,
         timeout_seconds: float,
-        dial: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
+        dial: ChannelOpener,
     ) -> None:
         self._targets = targets
         self._token = token

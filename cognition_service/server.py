@@ -6,7 +6,7 @@ from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
 from egbe.v1 import cognition_pb2_grpc
 from services.auth import Role, TokenStore
-from services.channels import open_channel
+from services.channels import channel_opener
 from services.runtime import published_targets
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
@@ -18,7 +18,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         lambda: published_targets(settings),
         lambda: tokens.token_for(Role.SERVICE),
         timeout_seconds=settings.cognition.rpc_timeout_seconds,
-        dial=lambda target: open_channel(target, settings),
+        dial=channel_opener(settings),
     )
     return ServiceBundle(
         name="cognition",

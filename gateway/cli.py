@@ -19,7 +19,7 @@ from gateway.config import TIERS_BY_NAME
 from gateway.servicer import OPERATOR_ID_METADATA
 from services.auth import Role, bearer_metadata
 from services.channels import open_channel
-from services.runtime import load_tokens, published_targets
+from services.runtime import load_tokens, operator_target
 from services.settings import load_settings
 
 SCOPES = {"ori": gateway_pb2.CONTROL_SCOPE_ORI, "tier": gateway_pb2.CONTROL_SCOPE_TIER}
@@ -43,10 +43,7 @@ def _run(args: argparse.Namespace, command: Command) -> int:
     )
 
     async def call() -> Any:
-        # OperatorService answers on its own listener when one is configured.
-        endpoint = settings.operator_endpoint
-        target = endpoint.target() if endpoint is not None else published_targets(settings)["gateway"]
-        async with open_channel(target, settings) as channel:
+        async with open_channel(operator_target(settings), settings) as channel:
             return await command(gateway_pb2_grpc.OperatorServiceStub(channel), metadata, args)
 
     try:

@@ -8,21 +8,23 @@ import grpc
 
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc
 from services.auth import bearer_metadata
+from services.channels import ChannelOpener
 
 
 class CognitionClient:
     """Calls Think on the cognition endpoint; target and token resolved at use (ports may be ephemeral)."""
 
     def __init__(
-        self, open_channel: Callable[[], grpc.aio.Channel], resolve_token: Callable[[], str]
+        self, resolve_target: Callable[[], str], resolve_token: Callable[[], str], dial: ChannelOpener
     ) -> None:
-        self._open_channel = open_channel
+        self._resolve_target = resolve_target
         self._resolve_token = resolve_token
+        self._dial = dial
         self._channel: grpc.aio.Channel | None = None
 
     def _stub(self) -> cognition_pb2_grpc.CognitionServiceStub:
         if self._channel is None:
-            self._channel = self._open_channel()
+            self._channel = self._dial(self._resolve_target())
         return cognition_pb2_grpc.CognitionServiceStub(self._channel)
 
     async def think(

@@ -18,7 +18,7 @@ from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role, TokenStore
-from services.channels import open_channel
+from services.channels import channel_opener
 from services.runtime import published_targets
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
@@ -60,8 +60,9 @@ async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     gateway = await build_gateway(settings)
     cognition = CognitionClient(
-        lambda: open_channel(published_targets(settings)["cognition"], settings),
+        lambda: published_targets(settings)["cognition"],
         lambda: tokens.token_for(Role.SERVICE),
+        channel_opener(settings),
     )
     if settings.gateway.metrics_port:
         start_http_server(settings.gateway.metrics_port, registry=gateway.metrics.registry)

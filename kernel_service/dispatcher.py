@@ -17,6 +17,7 @@ import grpc
 
 from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
+from services.channels import ChannelOpener
 from services.logging import get_logger
 
 if TYPE_CHECKING:
@@ -59,7 +60,11 @@ class Dispatcher:
         queue_limit: int = 10_000,
         concurrency: int = 8,
         call_timeout_seconds: float = 30.0,
+        dial: ChannelOpener | None = None,
     ) -> None:
+        if (gateway_target or biography_target) and dial is None:
+            raise ValueError("a dispatcher with targets needs a channel opener (services.channels)")
+        self._dial = dial
         self.gateway_target = gateway_target
         self.biography_target = biography_target
         self.stats = DispatchStats()
@@ -67,6 +72,7 @@ class Dispatcher:
         self._queue_limit = queue_limit
         self._concurrency = concurrency
         self._timeout = call_timeout_seconds
+        self._dial = dial  # services.channels.open_channel in a server, so TLS settings apply
         self._candidates: deque[action_pb2.CognitionCallCandidate] = deque()
         self._lifecycle: deque[action_pb2.LifecycleRequest] = deque()
         self._results: list[action_pb2.ActionIntent] = []
@@ -94,19 +100,28 @@ class Dispatcher:
         if self._candidates or self._lifecycle:
             self._wake.set()
 
+    @property
+    def pending_candidates(self) -> int:
+        """Candidates queued for the gateway and not yet sent."""
+        return len(self._candidates)
+
     def take_results(self) -> list[action_pb2.ActionIntent]:
         """Completed cognition actions, to merge into the next tick."""
         results, self._results = self._results, []
         return results
 
+    def _open(self, target: str) -> grpc.aio.Channel:
+        assert self._dial is not None  # checked in __init__ whenever a target is set
+        return self._dial(target)
+
     async def start(self) -> None:
         if self.gateway_target is not None:
-            channel = grpc.aio.insecure_channel(self.gateway_target)
+            channel = self._open(self.gateway_target)
             self._channels.append(channel)
             gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
             self._tasks += [asyncio.create_task(self._submit_loop(gateway)) for _ in range(self._concurrency)]
         if self.biography_target is not None:
-            channel = grpc.aio.insecure_channel(self.biography_target)
+            channel = self._open(self.biography_target)
             self._channels.append(channel)
             biography = biography_pb2_grpc.BiographyServiceStub(channel)
             self._tasks.append(asyncio.create_task(self._lifecycle_loop(biography)))

@@ -10,16 +10,18 @@ from kernel_service.servicer import METHOD_ROLES, KernelServicer
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
+from services.channels import channel_opener
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
 
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
-    core = select_core(None if kernel_settings.core == "auto" else kernel_settings.core)
-    kernel = Kernel(
-        kernel_settings.config, core, behavior=PersonalityBehaviorLayer(kernel_settings.config.behavior)
+    core = select_core(configured=kernel_settings.core)
+    behavior = (
+        PersonalityBehaviorLayer(kernel_settings.config.behavior) if kernel_settings.behavior_layer else None
     )
+    kernel = Kernel(kernel_settings.config, core, behavior)
     dispatcher = Dispatcher(
         gateway_target=kernel_settings.gateway_target,
         biography_target=kernel_settings.biography_target,
@@ -29,6 +31,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
             else None
         ),
         queue_limit=kernel_settings.dispatch_queue_limit,
+        dial=channel_opener(settings),
     )
     await dispatcher.start()
     tick_log = (

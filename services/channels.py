@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import grpc
@@ -62,6 +64,14 @@ def open_channel(target: str, settings: EgbeSettings) -> grpc.aio.Channel:
     if uses_tls(target, settings.tls):
         return grpc.aio.secure_channel(target, client_credentials(settings.tls), options=options)
     return grpc.aio.insecure_channel(target, options=options)
+
+
+ChannelOpener = Callable[[str], grpc.aio.Channel]
+
+
+def channel_opener(settings: EgbeSettings) -> ChannelOpener:
+    """`open_channel` bound to these settings, for clients that learn their targets later."""
+    return partial(open_channel, settings=settings)
 
 
 def open_blocking_channel(target: str, settings: EgbeSettings) -> grpc.Channel:

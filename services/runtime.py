@@ -12,7 +12,7 @@ from pathlib import Path
 
 from services.auth import TokenStore, ensure_embedded_tokens
 from services.logging import get_logger
-from services.server import RunningService, ServiceBundle, start_service
+from services.server import OPERATOR_SERVICE, RunningService, ServiceBundle, start_service
 from services.settings import SERVICE_NAMES, EgbeSettings, Mode
 
 log = get_logger(__name__)
@@ -64,6 +64,17 @@ def published_targets(settings: EgbeSettings) -> dict[str, str]:
         published = json.loads(path.read_text())
         targets.update({name: published[name] for name in SERVICE_NAMES if name in published})
     return targets
+
+
+def operator_target(settings: EgbeSettings) -> str:
+    """Where OperatorService answers: its own listener when `operator_endpoint` is set, else the gateway's."""
+    path = endpoints_path(settings)
+    published = json.loads(path.read_text()) if path.is_file() else {}
+    if OPERATOR_SERVICE in published:
+        return str(published[OPERATOR_SERVICE])
+    if settings.operator_endpoint is not None:
+        return settings.operator_endpoint.target()
+    return published_targets(settings)["gateway"]
 
 
 def _publish(settings: EgbeSettings, running: Sequence[RunningService]) -> None:

@@ -30,8 +30,13 @@ class EmbeddedEgbe:
     tokens: dict[str, str]
 
 
-def start_embedded(data_dir: Path, *extra_args: str, timeout: float = 30.0) -> EmbeddedEgbe:
-    """Start `python -m services.cli up` and wait until it has published every endpoint."""
+def start_embedded(
+    data_dir: Path, *extra_args: str, timeout: float = 30.0, ephemeral_ports: bool = True
+) -> EmbeddedEgbe:
+    """Start `python -m services.cli up` and wait until it has published every endpoint.
+
+    `ephemeral_ports=False` keeps the ports the settings (environment) name.
+    """
     env = {**os.environ, "EGBE_LOG_FORMAT": "json"}
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "egbe-up.log"  # a file, not a pipe: a chatty server never blocks on a full pipe
@@ -43,7 +48,7 @@ def start_embedded(data_dir: Path, *extra_args: str, timeout: float = 30.0) -> E
             "--data-dir",
             str(data_dir),
             "up",
-            "--ephemeral-ports",
+            *(["--ephemeral-ports"] if ephemeral_ports else []),
             *extra_args,
         ],
         cwd=ROOT,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.settings import EgbeSettings
+from world.embedded import DemoTarget
 from world.scenario import builtin_scenario_names
 
 DEFAULT_SCENARIO = "hamlet"
@@ -62,6 +63,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
                 reduced_time=args.reduced_time,
                 realtime=args.realtime,
                 progress=not args.quiet,
+                target=DemoTarget(args.target),
             )
         )
         print(summary(run_dir, artifact))
@@ -91,6 +93,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     demo.add_argument("--reduced-time", action="store_true", help="run the scenario's reduced-time length")
     demo.add_argument("--realtime", action="store_true", help="pace ticks to the wall clock (20 Hz)")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.add_argument(
+        "--target",
+        choices=[t.value for t in DemoTarget],
+        default=DemoTarget.AUTO.value,
+        help="auto: running services if all SERVING, else embedded; embedded; running/compose: "
+        "the services the settings name, which must be SERVING",
+    )
     demo.set_defaults(run=_guarded(cmd_demo))
 
     replay = commands.add_parser("replay", help="re-run a run's tick log through a fresh kernel")

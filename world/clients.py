@@ -8,6 +8,8 @@ import grpc
 
 from egbe.v1 import biography_pb2_grpc, gateway_pb2_grpc, kernel_pb2_grpc
 from services.auth import Role, TokenStore, bearer_metadata
+from services.channels import open_channel
+from services.settings import EgbeSettings
 
 Metadata = tuple[tuple[str, str], ...]
 
@@ -25,14 +27,11 @@ class ServiceClients:
     operator_md: Metadata
 
     @classmethod
-    def dial(cls, targets: dict[str, str], tokens: TokenStore, max_message_bytes: int) -> ServiceClients:
-        options = [
-            ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.max_receive_message_length", max_message_bytes),
-        ]
-        kernel = grpc.aio.insecure_channel(targets["kernel"], options=options)
-        gateway = grpc.aio.insecure_channel(targets["gateway"], options=options)
-        biography = grpc.aio.insecure_channel(targets["biography"], options=options)
+    def dial(cls, targets: dict[str, str], tokens: TokenStore, settings: EgbeSettings) -> ServiceClients:
+        """Channels through the one channel factory, so TLS/mTLS settings apply to the world too."""
+        kernel = open_channel(targets["kernel"], settings)
+        gateway = open_channel(targets["gateway"], settings)
+        biography = open_channel(targets["biography"], settings)
         return cls(
             channels=[kernel, gateway, biography],
             kernel=kernel_pb2_grpc.KernelServiceStub(kernel),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from services.settings import EgbeSettings
 from world.artifact import RunArtifact, write_artifact
-from world.embedded import services_for_run
+from world.embedded import DemoTarget, services_for_run
 from world.report import write_report
 from world.run import RunOptions, execute, new_run_id
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE
@@ -24,6 +24,7 @@ async def run_demo(
     realtime: bool = False,
     progress: bool = True,
     check_replay: bool = True,
+    target: DemoTarget = DemoTarget.AUTO,
 ) -> tuple[Path, RunArtifact]:
     """Runs one scenario end to end; returns the run folder and its artifact."""
     scenario = load_scenario(scenario_name)
@@ -31,7 +32,7 @@ async def run_demo(
     run_id = new_run_id(scenario, seed)
     run_dir = runs_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
-    async with services_for_run(settings, run_dir, scenario.snapshot_every_ticks) as services:
+    async with services_for_run(settings, run_dir, scenario.snapshot_every_ticks, target) as services:
         if not services.embedded:
             print(
                 "using the running Egbe services; their kernel's tick log is not this run's", file=sys.stderr

@@ -6,6 +6,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from services.auth import TokenStore
@@ -25,11 +26,24 @@ class Services:
     tick_log: Path | None
 
 
-async def _all_serving(targets: dict[str, str]) -> bool:
+class DemoTarget(StrEnum):
+    """Which services a run uses (`egbe demo --target`)."""
+
+    AUTO = "auto"  # the running services when all answer SERVING, else embedded ones for this run
+    EMBEDDED = "embedded"  # always embedded services private to this run
+    RUNNING = "running"  # the services the settings name; refuse to run when any is not SERVING
+    COMPOSE = "compose"  # the containers of deploy/compose.yaml: RUNNING, named for the deployment
+
+
+# How long a health check may take: a glance when falling back is possible, longer when it is not.
+_AUTO_HEALTH_DEADLINE_SECONDS = 1.0
+_REQUIRED_HEALTH_DEADLINE_SECONDS = 10.0
+
+
+async def _statuses(targets: dict[str, str], settings: EgbeSettings, deadline: float) -> dict[str, str]:
     from services.cli import check_health
 
-    statuses = await check_health(targets, deadline_seconds=1.0)
-    return all(status == "SERVING" for status in statuses.values())
+    return await check_health(targets, deadline_seconds=deadline, settings=settings)
 
 
 def _wired(
@@ -38,29 +52,35 @@ def _wired(
     """Unix sockets named in advance, so each service can be told where the others are before any starts."""
     endpoints = {name: Endpoint(port=0, unix_socket=socket_dir / f"{name}.sock") for name in SERVICE_NAMES}
     targets = {name: endpoint.target() for name, endpoint in endpoints.items()}
-    update: dict[str, object] = {"endpoints": endpoints, "data_dir": data_dir}
-    kernel = getattr(settings, "kernel", None)
-    if kernel is not None:
-        update["kernel"] = kernel.model_copy(
-            update={
-                "tick_log_path": tick_log,
-                "snapshot_every_ticks": snapshot_every,
-                "gateway_target": targets["gateway"],
-                "biography_target": targets["biography"],
-            }
-        )
-    return settings.model_copy(update=update)
+    kernel = settings.kernel.model_copy(
+        update={
+            "tick_log_path": tick_log,
+            "snapshot_every_ticks": snapshot_every,
+            "gateway_target": targets["gateway"],
+            "biography_target": targets["biography"],
+        }
+    )
+    return settings.model_copy(update={"endpoints": endpoints, "data_dir": data_dir, "kernel": kernel})
 
 
 @asynccontextmanager
 async def services_for_run(
-    settings: EgbeSettings, run_dir: Path, snapshot_every: int, reuse_running: bool = True
+    settings: EgbeSettings, run_dir: Path, snapshot_every: int, target: DemoTarget = DemoTarget.AUTO
 ) -> AsyncIterator[Services]:
-    """The running services when every one answers SERVING, else embedded ones private to this run."""
+    """The running services or embedded ones private to this run, as `target` says."""
     targets = published_targets(settings)
-    if reuse_running and await _all_serving(targets):
-        yield Services(targets, load_tokens(settings), settings, embedded=False, tick_log=None)
-        return
+    if target is not DemoTarget.EMBEDDED:
+        required = target in {DemoTarget.RUNNING, DemoTarget.COMPOSE}
+        deadline = _REQUIRED_HEALTH_DEADLINE_SECONDS if required else _AUTO_HEALTH_DEADLINE_SECONDS
+        statuses = await _statuses(targets, settings, deadline)
+        if all(status == "SERVING" for status in statuses.values()):
+            yield Services(targets, load_tokens(settings), settings, embedded=False, tick_log=None)
+            return
+        if required:
+            from world.loop import WorldRunError
+
+            down = {name: status for name, status in statuses.items() if status != "SERVING"}
+            raise WorldRunError(f"--target {target.value} needs every service SERVING; not serving: {down}")
     tick_log = run_dir / TICK_LOG_FILE
     with tempfile.TemporaryDirectory(prefix="egbe-") as socket_dir:
         wired = _wired(settings, Path(socket_dir), run_dir / SERVICES_DIR, tick_log, snapshot_every)
@@ -71,7 +91,7 @@ async def services_for_run(
                 load_tokens(wired),
                 wired,
                 embedded=True,
-                tick_log=tick_log if getattr(wired, "kernel", None) is not None else None,
+                tick_log=tick_log,
             )
         finally:
             await stop_services(running, wired)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from egbe.v1 import kernel_pb2
 from services.settings import EgbeSettings, load_settings
 from world.artifact import ArtifactError, RunArtifact, read_artifact
-from world.embedded import services_for_run
+from world.embedded import DemoTarget, services_for_run
 from world.replay import read_tick_log
 from world.report import write_report
 from world.run import RunOptions, execute, new_run_id, world_snapshot_path
@@ -123,7 +123,7 @@ async def fork_run(
     fork_dir.mkdir(parents=True)
     forked_from: dict[str, object] = {"run_id": parent.run_id, "at_tick": at_tick, "config": str(config)}
     async with services_for_run(
-        fork_settings, fork_dir, scenario.snapshot_every_ticks, reuse_running=False
+        fork_settings, fork_dir, scenario.snapshot_every_ticks, DemoTarget.EMBEDDED
     ) as svc:
         artifact = await execute(
             svc,

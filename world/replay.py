@@ -83,7 +83,7 @@ async def fresh_kernel(
         running = await start_services(["kernel"], isolated)
         targets = {name: endpoint.target() for name, endpoint in endpoints.items()}
         targets["kernel"] = running[0].target
-        clients = ServiceClients.dial(targets, load_tokens(isolated), settings.max_message_bytes)
+        clients = ServiceClients.dial(targets, load_tokens(isolated), isolated)
         try:
             yield clients
         finally:

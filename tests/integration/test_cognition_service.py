@@ -15,6 +15,7 @@ from cognition_service.servicer import METHOD_ROLES, CognitionServicer
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc, common_pb2, gateway_pb2
 from policy_service.server import build_bundle as build_policy_bundle
 from services.auth import Role
+from services.channels import channel_opener
 from services.errors import Aborted, field_violations
 from services.server import ServiceBundle
 from services.settings import load_settings
@@ -46,6 +47,7 @@ async def harness() -> AsyncIterator[Harness]:
             },
             lambda: TOKENS[Role.SERVICE],
             timeout_seconds=5,
+            dial=channel_opener(SETTINGS),
         )
         servicer = CognitionServicer(
             SETTINGS.cognition, lambda: Peers(gateway, real_policy.peers().policy, biography)

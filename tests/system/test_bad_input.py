@@ -2,8 +2,8 @@
 the transport. No crash, no hang, every refusal a proper status (INVALID_ARGUMENT with a field
 violation, or an unbuilt capability named), and the services stay SERVING.
 
-Bounds: `EXAMPLES_PER_RPC` examples per RPC and shape, a `CALL_TIMEOUT` deadline per call,
-derandomized so CI runs the same cases every time.
+Bounds: `EXAMPLES_PER_RPC` examples per RPC and shape, a `CALL_TIMEOUT` deadline per call
+(`STREAM_SILENCE` for server streams), derandomized so CI runs the same cases every time.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from services.auth import bearer_metadata
@@ -27,6 +27,8 @@ from tests.system.rpc_catalogue import Outcome, Rpc, all_rpcs, call
 
 EXAMPLES_PER_RPC = 25
 CALL_TIMEOUT = 10.0
+# A valid subscription rightly waits for events; how long a server stream may stay silent.
+STREAM_SILENCE = 0.3
 RPCS = sorted(all_rpcs(), key=str)
 # Refusals a servicer may give for a well-formed but unacceptable request.
 DOMAIN_REFUSALS = {
@@ -46,6 +48,9 @@ FUZZ_SETTINGS = settings(
     deadline=None,
     derandomize=True,
     database=None,
+    # No shrinking: it can take minutes, and the suite's time must stay bounded. The failing
+    # example is printed as generated.
+    phases=[Phase.explicit, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 
@@ -56,6 +61,10 @@ def channels(adversarial_egbe: EmbeddedEgbe) -> Iterator[dict[str, grpc.Channel]
     yield opened
     for channel in opened.values():
         channel.close()
+
+
+def _deadline(rpc: Rpc) -> float:
+    return STREAM_SILENCE if rpc.method.server_streaming else CALL_TIMEOUT
 
 
 def _metadata(egbe: EmbeddedEgbe, rpc: Rpc) -> tuple[tuple[str, str], ...]:
@@ -102,7 +111,7 @@ def test_generated_requests_get_proper_statuses(
     @FUZZ_SETTINGS
     @given(requests=requests)
     def fuzz(requests: list[Any]) -> None:
-        outcome = call(channels[rpc.egbe_service], rpc, requests, metadata, CALL_TIMEOUT)
+        outcome = call(channels[rpc.egbe_service], rpc, requests, metadata, _deadline(rpc))
         assert_proper(rpc, outcome)
 
     fuzz()
@@ -119,7 +128,7 @@ def test_random_bytes_at_the_transport_get_proper_statuses(
     @given(payload=st.binary(max_size=512))
     def fuzz(payload: bytes) -> None:
         outcome = call(
-            channels[rpc.egbe_service], rpc, [payload], metadata, CALL_TIMEOUT, serialize=lambda raw: raw
+            channels[rpc.egbe_service], rpc, [payload], metadata, _deadline(rpc), serialize=lambda raw: raw
         )
         if (outcome.code, outcome.details) == UNDECODABLE:
             return

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
-from egbe.v1 import kernel_pb2, kernel_pb2_grpc
-from services.auth import bearer_metadata
-from tests.conftest import ROOT, EmbeddedEgbe
+from tests.conftest import ROOT, EmbeddedEgbe, start_embedded, stop_embedded
 
 CLIENT = ROOT / "build" / "cpp" / "egbe-world-client"
 
@@ -65,28 +63,21 @@ def test_client_dials_through_mtls(
     assert (code, answer["code"]) == (3, "UNAVAILABLE")
 
 
-def _kernel_registration_built(target: str, token: str) -> bool:
-    with grpc.insecure_channel(target) as channel:
-        try:
-            kernel_pb2_grpc.KernelServiceStub(channel).RegisterAgents(
-                kernel_pb2.RegisterAgentsRequest(world_id="probe-registration"),
-                metadata=bearer_metadata(token),
-                timeout=10,
-            )
-        except grpc.RpcError as error:
-            details = error.details() or ""  # type: ignore[attr-defined]
-            return not (error.code() == grpc.StatusCode.UNIMPLEMENTED and "not built" in details)  # type: ignore[attr-defined]
-    return True
+@pytest.fixture(scope="module")
+def fresh_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEgbe]:
+    """Its own `egbe up`: a kernel serves one world, the first one registered."""
+    egbe = start_embedded(tmp_path_factory.mktemp("egbe-cpp-world"))
+    yield egbe
+    assert stop_embedded(egbe) == 0
 
 
 def test_registers_streams_row_and_columnar_ticks_and_checks_every_answer(
-    world_client: Path, embedded_egbe: EmbeddedEgbe
+    world_client: Path, fresh_kernel: EmbeddedEgbe
 ) -> None:
-    target, token = embedded_egbe.targets["kernel"], embedded_egbe.tokens["world"]
-    if not _kernel_registration_built(target, token):
-        pytest.skip("the kernel's RegisterAgents/StreamTicks are not built yet (issue #3)")
+    target, token = fresh_kernel.targets["kernel"], fresh_kernel.tokens["world"]
     code, answer = run_client(world_client, target, token, "--agents", "256", "--ticks", "40")
     assert code == 0, answer
     assert answer["ok"] is True
+    assert answer["registered_total"] == 256
     assert (answer["row_ticks"], answer["columnar_ticks"]) == (20, 20)
     assert answer["backwards_tick"] == "INVALID_ARGUMENT"

@@ -1,0 +1,238 @@
+"""The hamlet through five OS processes on PostgreSQL, and faults: SIGKILL cognition mid-run (the
+tick path carries on, cognition resumes), SIGKILL the gateway (kill switches and the ledger survive
+exactly), SIGKILL the biography during appends (every acknowledged event survives, chains verify)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2
+
+from egbe.v1 import biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from services.auth import bearer_metadata
+from tests.conftest import ROOT
+from tests.system.processes import ServiceProcesses
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def services(postgres_dsn: str, tmp_path: Path) -> Iterator[ServiceProcesses]:
+    processes = ServiceProcesses(tmp_path / "services", postgres_dsn)
+    try:
+        processes.start_all()
+        yield processes
+    finally:
+        codes = processes.stop_all()
+    assert all(code == 0 for code in codes.values()), codes
+
+
+def _demo(services: ServiceProcesses, runs: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "services.cli", "--data-dir", str(runs / "cli")),
+            *("demo", "--target", "running", "--quiet", "--runs-dir", str(runs), *extra),
+        ],
+        cwd=ROOT,
+        env=services.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(demo: subprocess.Popen[str]) -> dict[str, Any]:
+    stdout, stderr = demo.communicate(timeout=240)
+    assert demo.returncode == 0, stdout + stderr
+    assert "using the running Egbe services" in stderr
+    (artifact_line,) = [line for line in stdout.splitlines() if line.startswith("artifact")]
+    artifact: dict[str, Any] = json.loads(Path(artifact_line.split()[-1]).read_text())
+    return artifact
+
+
+def _spend(services: ServiceProcesses) -> gateway_pb2.GetSpendResponse:
+    with grpc.insecure_channel(services.target("gateway")) as channel:
+        reply: gateway_pb2.GetSpendResponse = gateway_pb2_grpc.OperatorServiceStub(channel).GetSpend(
+            gateway_pb2.GetSpendRequest(), metadata=bearer_metadata(services.tokens["operator"]), timeout=10
+        )
+    return reply
+
+
+def _audit_records(services: ServiceProcesses) -> list[gateway_pb2.AuditRecord]:
+    records: list[gateway_pb2.AuditRecord] = []
+    token = ""
+    with grpc.insecure_channel(services.target("gateway")) as channel:
+        stub = gateway_pb2_grpc.OperatorServiceStub(channel)
+        for _ in range(1000):  # bounded paging
+            page = stub.ListAuditRecords(
+                gateway_pb2.ListAuditRecordsRequest(page_size=200, page_token=token),
+                metadata=bearer_metadata(services.tokens["operator"]),
+                timeout=10,
+            )
+            records.extend(page.records)
+            token = page.next_page_token
+            if not token:
+                break
+    return records
+
+
+def test_hamlet_through_five_processes_on_postgres(services: ServiceProcesses, tmp_path: Path) -> None:
+    artifact = _finish(_demo(services, tmp_path, "--reduced-time"))
+    assert artifact["ticks_run"] == 1200
+
+    spend = _spend(services)
+    records = _audit_records(services)
+    audited_calls = sum(tier["calls"] for tier in artifact["bill"]["by_tier"])
+    assert audited_calls > 0
+    # The ledger, the audit log and the run's bill agree.
+    assert spend.consumed_tokens == artifact["bill"]["consumed_tokens"]
+    assert sum(t.calls for t in spend.by_tier) == audited_calls
+    assert len(records) == audited_calls
+    assert sum(r.usage.input_tokens + r.usage.output_tokens for r in records) == spend.consumed_tokens
+
+    # Every biography the run wrote verifies, with at least the events the run reported.
+    with grpc.insecure_channel(services.target("biography")) as channel:
+        stub = biography_pb2_grpc.BiographyServiceStub(channel)
+        for biography in artifact["biographies"]:
+            check = stub.VerifyChain(
+                biography_pb2.VerifyChainRequest(ori_id=biography["ori_id"]),
+                metadata=bearer_metadata(services.tokens["service"]),
+                timeout=10,
+            )
+            assert check.intact, biography["ori_id"]
+            assert check.events_checked >= biography["events"]
+
+
+def test_sigkill_cognition_mid_run_keeps_every_tick_answered_and_cognition_resumes(
+    services: ServiceProcesses, tmp_path: Path
+) -> None:
+    demo = _demo(services, tmp_path)  # the full hamlet: 3,600 ticks
+    time.sleep(1.0)
+    services.kill("cognition")
+    assert not services.serving("cognition")
+    time.sleep(1.0)  # the world keeps ticking with cognition dead
+    services.start("cognition")
+    consumed_at_restart = _spend(services).consumed_tokens
+    artifact = _finish(demo)
+
+    # The kernel answered every tick although cognition died mid-run (behaviour-tree actions).
+    assert artifact["ticks_run"] == 3600
+    # After the restart, cognition calls completed again: the ledger moved on.
+    assert _spend(services).consumed_tokens > consumed_at_restart
+
+
+def _struct(values: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    struct.update(values)
+    return struct
+
+
+def _controls(services: ServiceProcesses) -> list[gateway_pb2.Control]:
+    with grpc.insecure_channel(services.target("gateway")) as channel:
+        reply = gateway_pb2_grpc.OperatorServiceStub(channel).ListControls(
+            gateway_pb2.ListControlsRequest(include_inactive=True, page_size=100),
+            metadata=bearer_metadata(services.tokens["operator"]),
+            timeout=10,
+        )
+    return list(reply.controls)
+
+
+def test_sigkill_gateway_keeps_kill_switches_and_ledger_exactly(
+    services: ServiceProcesses, tmp_path: Path
+) -> None:
+    _finish(_demo(services, tmp_path, "--reduced-time"))
+    with grpc.insecure_channel(services.target("gateway")) as channel:
+        gateway_pb2_grpc.OperatorServiceStub(channel).KillOri(
+            gateway_pb2.KillOriRequest(ori_id="adaeze", reason="fault test"),
+            metadata=bearer_metadata(services.tokens["operator"]),
+            timeout=10,
+        )
+    controls, spend = _controls(services), _spend(services)
+    assert any(c.target == "adaeze" and c.active for c in controls)
+    assert spend.consumed_tokens > 0
+
+    services.kill("gateway")
+    services.start("gateway")
+
+    assert _controls(services) == controls
+    assert _spend(services) == spend
+
+
+def test_sigkill_biography_during_appends_loses_no_acknowledged_event(services: ServiceProcesses) -> None:
+    ori_id = f"fault-{uuid.uuid4().hex[:8]}"
+    acknowledged: list[str] = []
+    refusals: list[grpc.RpcError] = []
+    stop = threading.Event()
+
+    def append_until_refused() -> None:
+        with grpc.insecure_channel(services.target("biography")) as channel:
+            stub = biography_pb2_grpc.BiographyServiceStub(channel)
+            for tick in range(1, 100_000):  # bounded; stops at the first refusal
+                if stop.is_set():
+                    return
+                event_id = str(uuid.uuid4())
+                request = biography_pb2.AppendRequest(
+                    ori_id=ori_id,
+                    expected_version=biography_pb2.ExpectedVersion(
+                        kind=biography_pb2.ExpectedVersion.KIND_ANY
+                    ),
+                    events=[
+                        biography_pb2.NewOriEvent(
+                            event_id=event_id,
+                            kind=biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
+                            payload=_struct({"text": f"memory {tick}"}),
+                            world_tick=tick,
+                            provenance_ref="fault-test",
+                        )
+                    ],
+                )
+                try:
+                    stub.Append(request, metadata=bearer_metadata(services.tokens["service"]), timeout=5)
+                except grpc.RpcError as error:
+                    refusals.append(error)
+                    return
+                acknowledged.append(event_id)
+
+    writer = threading.Thread(target=append_until_refused)
+    writer.start()
+    deadline = time.monotonic() + 30
+    while len(acknowledged) < 20 and not refusals and time.monotonic() < deadline:
+        time.sleep(0.05)
+    services.kill("biography")
+    writer.join(timeout=30)
+    stop.set()
+    assert len(acknowledged) >= 20, refusals
+    assert all(error.code() == grpc.StatusCode.UNAVAILABLE for error in refusals), refusals  # type: ignore[attr-defined]
+
+    services.start("biography")
+    recorded: list[str] = []
+    with grpc.insecure_channel(services.target("biography")) as channel:
+        stub = biography_pb2_grpc.BiographyServiceStub(channel)
+        metadata = bearer_metadata(services.tokens["service"])
+        token = ""
+        for _ in range(10_000):  # bounded paging
+            page = stub.Read(
+                biography_pb2.ReadRequest(ori_id=ori_id, page_size=500, page_token=token),
+                metadata=metadata,
+                timeout=10,
+            )
+            recorded.extend(event.event_id for event in page.events)
+            token = page.next_page_token
+            if not token:
+                break
+        check = stub.VerifyChain(
+            biography_pb2.VerifyChainRequest(ori_id=ori_id), metadata=metadata, timeout=10
+        )
+    assert set(acknowledged) <= set(recorded)
+    assert check.intact
+    assert check.events_checked == len(recorded)
