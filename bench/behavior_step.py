@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -135,7 +136,8 @@ def measure(repeats: int) -> dict[str, object]:
         "bt_eval_contiguous_ns_per_agent": _ns_per_agent(reevaluate(contiguous), AGENTS, repeats),
         "baseline_scalar_bt_eval_ns_per_agent": _ns_per_agent(scalar, 1_000, max(3, repeats // 10)),
         "targets": {"lachesis_step_ns_per_agent": 50, "bt_eval_ns_per_agent": 500},
-        "note": "shared 2-core machine; medians of repeats",
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "note": "shared 2-core machine; medians; compare with the same run's scalar baseline",
     }
 
 

@@ -89,7 +89,12 @@ class Biography:
         return rehydrate(snapshot, budget)
 
     async def consolidate(self, ori_id: str, fragments: Sequence[Fragment], request_id: str) -> Consolidation:
-        """Fold fragments into durable events; nothing is written when the fold would lose a fragment."""
+        """Fold fragments into durable events; nothing is written when the fold would lose a fragment.
+
+        No fragments is a consolidation with nothing pending: it writes nothing and loses nothing.
+        """
+        if not fragments:
+            return Consolidation([], StateLossReport(True, []))
         key = request_id or consolidation_key(fragments)
         events = self._fold(ori_id, key, fragments)
         report = state_loss_report(fragments, events)

@@ -298,9 +298,7 @@ def _value(value: ValueView) -> biography_pb2.ValueItem:
 def consolidate_request(request: biography_pb2.ConsolidateRequest, config: BiographyConfig) -> list[Fragment]:
     problems = _Violations()
     _ori_id(request.ori_id, "ori_id", config, problems)
-    if not request.fragments:
-        problems.add("fragments", "must hold at least one fragment")
-    elif len(request.fragments) > config.max_batch_events:
+    if len(request.fragments) > config.max_batch_events:
         problems.add("fragments", f"holds {len(request.fragments)}; the limit is {config.max_batch_events}")
     fragments = list(_fragments(request, config, problems))
     problems.raise_if_any()

@@ -18,6 +18,8 @@ _BY_CODE: dict[grpc.StatusCode, type[EgbeError]] = {
     grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    # A peer that shuts down with our call in flight cancels it: to us the peer is unavailable.
+    grpc.StatusCode.CANCELLED: Unavailable,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,

@@ -13,7 +13,13 @@ from cognition_service import commit
 from cognition_service.config import CognitionConfig
 from cognition_service.context import AssembledContext, ContextInput, RankedItem, assemble_context
 from cognition_service.localization import native_line, template_line
-from cognition_service.output_schemas import OUTPUT_SCHEMAS, DialogueReply, OutputSchemaName
+from cognition_service.output_schemas import (
+    OUTPUT_SCHEMAS,
+    DecisionReply,
+    DialogueReply,
+    OutputSchemaName,
+    ReflectionReply,
+)
 from cognition_service.peers import Peers
 from cognition_service.psyche import spoken_reply_plan
 from cognition_service.structured_output import AttemptRecord, generate_validated
@@ -91,14 +97,15 @@ def context_input(
 
 
 def evidence_for(request: cognition_pb2.ThinkRequest, context: AssembledContext) -> list[policy_pb2.Evidence]:
-    """What grounds a claim: the world's established facts, the Ori's memories and its perception."""
-    evidence = list(request.world_facts)
-    evidence += [
-        policy_pb2.Evidence(evidence_id=item.ref, text=item.text)
-        for section in ("memories", "perception")
-        for item in context.sections[section]
-    ]
-    return evidence
+    """What grounds a claim: the world's established facts, the Ori's memories and its perception.
+
+    Ids are unique in the result (the first source naming an id wins), as Ground requires.
+    """
+    evidence = {fact.evidence_id: fact for fact in request.world_facts}
+    for section in ("memories", "perception"):
+        for item in context.sections[section]:
+            evidence.setdefault(item.ref, policy_pb2.Evidence(evidence_id=item.ref, text=item.text))
+    return list(evidence.values())
 
 
 @dataclass
@@ -139,11 +146,15 @@ def _as_dict(message: Any) -> dict[str, Any]:
     return converted
 
 
-def _spoken_text(reply: Any) -> str:
-    for name in ("utterance", "rationale", "insight", "summary"):
-        if hasattr(reply, name):
-            return str(getattr(reply, name))
-    raise TypeError(f"no text field on {type(reply).__name__}")
+def judged_text(reply: commit.Reply) -> str:
+    """Every free-text field of a reply, so nothing the Ori would say or remember escapes the gate."""
+    if isinstance(reply, DialogueReply):
+        return reply.utterance
+    if isinstance(reply, DecisionReply):
+        return f"{reply.action} {reply.target}: {reply.rationale}"
+    if isinstance(reply, ReflectionReply):
+        return reply.insight
+    return "\n".join([reply.summary, *reply.beats])
 
 
 def _failed_checks(gate: policy_pb2.GateResponse) -> str:
@@ -274,7 +285,7 @@ class ThinkRun:
             tier=self.request.tier,
             output_id=dispatched.output_id,
             mode=self.mode,
-            utterance=_spoken_text(reply),
+            utterance=judged_text(reply),
             cited_memory_refs=getattr(reply, "cited_memory_refs", []),
             claimed_capabilities=getattr(reply, "claimed_capabilities", []),
             ori_is_minor=self.request.ori_is_minor,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from egbe.v1 import common_pb2
@@ -213,7 +215,10 @@ class GatewayConfig(_Frozen):
     )
     sweep_interval_seconds: float = Field(default=5.0, gt=0)
     sqlite_file: str = Field(default="gateway.sqlite3", description="Embedded store under data_dir.")
-    postgres_pool_size: int = Field(default=8, gt=0)
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        default="FULL",
+        description="FULL fsyncs every commit; NORMAL (WAL) survives a process crash but not a power loss.",
+    )
     store_timeout_seconds: float = Field(
         default=5.0, gt=0, description="A store operation slower than this fails closed (UNAVAILABLE)."
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gateway.cost import Usage
 
@@ -23,6 +23,11 @@ class GatewayMetrics:
         self.provider_errors = Counter(
             "egbe_gateway_provider_errors", "Provider errors by class", ["error_class"], registry=r
         )
+        self.cache_read_ratio = Gauge(
+            "egbe_gateway_cache_read_ratio", "Cache-read share of prompt tokens since start", registry=r
+        )
+        self._prompt_tokens = 0
+        self._cache_read_tokens = 0
 
     def record_call(self, tier: str, model: str, usage: Usage, micro_usd: int) -> None:
         kinds = {
@@ -35,7 +40,11 @@ class GatewayMetrics:
             self.tokens.labels(tier=tier, model=model, kind=kind).inc(count)
         self.cost.labels(tier=tier, model=model).inc(micro_usd)
         self.calls.labels(tier=tier, model=model).inc()
+        self._prompt_tokens += usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
+        self._cache_read_tokens += usage.cache_read_tokens
+        if self._prompt_tokens:
+            self.cache_read_ratio.set(self._cache_read_tokens / self._prompt_tokens)
 
     def exposition(self) -> bytes:
-        """The text exposition format; the cache read ratio is cache_read / (input + cache_read) tokens."""
+        """The Prometheus text exposition format."""
         return generate_latest(self.registry)

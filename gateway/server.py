@@ -31,11 +31,12 @@ def build_store(settings: EgbeSettings) -> GatewayStore:
     if settings.database_url:
         return PostgresGatewayStore(
             settings.database_url,
-            pool_size=config.postgres_pool_size,
             timeout_seconds=config.store_timeout_seconds,
         )
     return SqliteGatewayStore(
-        settings.data_dir / config.sqlite_file, timeout_seconds=config.store_timeout_seconds
+        settings.data_dir / config.sqlite_file,
+        timeout_seconds=config.store_timeout_seconds,
+        synchronous=config.sqlite_synchronous,
     )
 
 

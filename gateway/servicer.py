@@ -18,7 +18,7 @@ from gateway.config import TIER_NAMES
 from gateway.cost import Usage
 from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunStatus
 from gateway.retry_stats import roll_up
-from gateway.routing import select_route
+from gateway.routing import model_ref, select_route
 from services.auth import Role
 from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument
 from services.grpc_types import Context
@@ -53,11 +53,11 @@ _OUTCOME_STATUS = {
     gateway_pb2.RUN_OUTCOME_KILLED: RunStatus.KILLED,
     gateway_pb2.RUN_OUTCOME_FAILED: RunStatus.FAILED,
 }
-# Zone kinds a prompt may carry: every defined kind but UNSPECIFIED.
-_ZONE_KINDS = frozenset(gateway_pb2.UntrustedZoneKind.values()) - {
-    gateway_pb2.UNTRUSTED_ZONE_KIND_UNSPECIFIED
+_ZONE_NAMES = {
+    value.number: value.name.removeprefix("UNTRUSTED_ZONE_KIND_")
+    for value in gateway_pb2.UntrustedZoneKind.DESCRIPTOR.values
+    if value.number
 }
-
 _MODE_NAMES = {
     gateway_pb2.COGNITION_MODE_DIALOGUE: "dialogue",
     gateway_pb2.COGNITION_MODE_DECISION: "decision",
@@ -124,7 +124,9 @@ def _page(page_size: int, page_token: str) -> tuple[int, int]:
     try:
         after = int(page_token) if page_token else 0
     except ValueError:
-        raise InvalidArgument.field("page_token", "is not a token this service issued") from None
+        after = -1
+    if not 0 <= after < 2**63:
+        raise InvalidArgument.field("page_token", "is not a token this service issued")
     return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
 
 
@@ -138,6 +140,33 @@ def _earlier_reply(run_id: str, request_id: str, earlier_result: str) -> gateway
     return gateway_pb2.SubmitResponse.FromString(base64.b64decode(earlier_result))
 
 
+ID_CHARS = 128
+TEXT_CHARS = 1_000
+
+
+def check_texts(limit: int, **fields: str) -> None:
+    """Refuse NUL characters (PostgreSQL text cannot hold them) and values over `limit` (0 = no limit).
+
+    Field names use `__` for `.` so nested paths can be keyword arguments.
+    """
+    violations = []
+    for name, value in fields.items():
+        field = name.replace("__", ".")
+        if "\x00" in value:
+            violations.append(FieldViolation(field, "must not contain NUL characters"))
+        if limit and len(value) > limit:
+            violations.append(FieldViolation(field, f"must be at most {limit} characters"))
+    if violations:
+        raise InvalidArgument(violations)
+
+
+def _check_ori(prefix: str, ori: common_pb2.OriRef) -> None:
+    check_texts(
+        ID_CHARS,
+        **{f"{prefix}ori__{k}": getattr(ori, k) for k in ("tenant_id", "world_id", "ori_id")},
+    )
+
+
 def _who(ori: common_pb2.OriRef) -> Who:
     return Who(tenant_id=ori.tenant_id, world_id=ori.world_id, ori_id=ori.ori_id)
 
@@ -146,6 +175,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     def __init__(self, gateway: CognitionGateway, cognition: CognitionClient) -> None:
         self._gateway = gateway
         self._cognition = cognition
+        self._known_routes = {model_ref(c.model_class) for c in gateway.config.routing.candidates}
 
     def _fingerprint(self) -> common_pb2.ConfigFingerprint:
         return common_pb2.ConfigFingerprint(fnv1a64=self._gateway.fingerprint, scope="gateway")
@@ -154,8 +184,15 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         self, request: gateway_pb2.SubmitRequest, context: Context
     ) -> gateway_pb2.SubmitResponse:
         candidate = request.candidate
+        _check_ori("candidate.", candidate.ori)
+        check_texts(ID_CHARS * 2, request_id=request.request_id)
+        check_texts(0, stimulus=request.stimulus, locale=request.locale)
         if request.mode not in _MODE_NAMES:
             raise InvalidArgument.field("mode", "must name a cognition mode")
+        if candidate.model_route and candidate.model_route not in self._known_routes:
+            raise InvalidArgument.field(
+                "candidate.model_route", f"unknown model alias; expected one of {sorted(self._known_routes)}"
+            )
         admission = await self._gateway.admit(
             _who(candidate.ori), candidate.tier, candidate.cause, request_id=request.request_id
         )
@@ -203,6 +240,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             status, detail = RunStatus.TIMED_OUT, "the run passed its deadline"
         except grpc.aio.AioRpcError as error:
             detail = f"cognition Think failed: {error.code().name}: {error.details()}"
+            if error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                status = RunStatus.TIMED_OUT
         except asyncio.CancelledError:
             await asyncio.shield(
                 self._gateway.end_run(spec.run_id, RunStatus.CANCELLED, detail="caller cancelled")
@@ -242,29 +281,34 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         self, request: gateway_pb2.GenerateRequest, context: Context
     ) -> gateway_pb2.GenerateResponse:
         mode = _MODE_NAMES.get(request.mode, "")
-        if not mode and not request.output_schema:
-            raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
         prompt = request.prompt
+        check_texts(
+            ID_CHARS * 2,
+            run_id=request.run_id,
+            request_id=request.request_id,
+            output_schema=request.output_schema,
+        )
+        check_texts(
+            0,
+            prompt__system_policy=prompt.system_policy,
+            prompt__task_instruction=prompt.task_instruction,
+            **{f"prompt__tool_grants[{i}]": grant for i, grant in enumerate(prompt.tool_grants)},
+            **{f"prompt__untrusted[{i}]__content": zone.content for i, zone in enumerate(prompt.untrusted)},
+        )
         unknown_zones = [
-            FieldViolation(
-                f"prompt.untrusted[{i}].kind", "must be a defined UntrustedZoneKind other than UNSPECIFIED"
-            )
+            FieldViolation(f"prompt.untrusted[{i}].kind", "must name an untrusted zone kind")
             for i, zone in enumerate(prompt.untrusted)
-            if zone.kind not in _ZONE_KINDS
+            if zone.kind not in _ZONE_NAMES
         ]
         if unknown_zones:
             raise InvalidArgument(unknown_zones)
+        if not mode and not request.output_schema:
+            raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
         model_request = ModelRequest(
             system_policy=prompt.system_policy,
             task_instruction=prompt.task_instruction,
             tool_grants=tuple(prompt.tool_grants),
-            untrusted=tuple(
-                UntrustedPart(
-                    gateway_pb2.UntrustedZoneKind.Name(zone.kind).removeprefix("UNTRUSTED_ZONE_KIND_"),
-                    zone.content,
-                )
-                for zone in prompt.untrusted
-            ),
+            untrusted=tuple(UntrustedPart(_ZONE_NAMES[zone.kind], zone.content) for zone in prompt.untrusted),
             mode=mode,
             output_schema=request.output_schema,
             max_output_tokens=request.max_output_tokens,
@@ -327,6 +371,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     async def AdmitRun(
         self, request: gateway_pb2.AdmitRunRequest, context: Context
     ) -> gateway_pb2.AdmitRunResponse:
+        _check_ori("", request.ori)
+        check_texts(ID_CHARS * 2, request_id=request.request_id)
         admission = await self._gateway.admit(
             _who(request.ori), request.tier, request.cause, request_id=request.request_id
         )
@@ -352,6 +398,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         status = _OUTCOME_STATUS.get(request.outcome)
         if status is None:
             raise InvalidArgument.field("outcome", "must be COMPLETED, FALLBACK, KILLED or FAILED")
+        check_texts(ID_CHARS * 2, run_id=request.run_id)
+        check_texts(TEXT_CHARS, detail=request.detail)
         ended = await self._gateway.end_run(request.run_id, status, detail=request.detail)
         return gateway_pb2.EndRunResponse(
             used_tokens=ended.used_tokens, released_tokens=ended.released_tokens, ended_now=ended.ended_now
@@ -360,6 +408,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     async def CheckToolCall(
         self, request: gateway_pb2.CheckToolCallRequest, context: Context
     ) -> gateway_pb2.CheckToolCallResponse:
+        check_texts(ID_CHARS * 2, run_id=request.run_id, tool_name=request.tool_name)
         used, remaining = await self._gateway.check_tool_call(request.run_id, request.tool_name)
         return gateway_pb2.CheckToolCallResponse(tool_calls_used=used, tool_calls_remaining=remaining)
 
@@ -393,6 +442,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def _control(
         self, kind: ControlKind, scope: ControlScope, target: str, reason: str, context: Context
     ) -> tuple[Control, int]:
+        check_texts(ID_CHARS, target=target)
+        check_texts(TEXT_CHARS, reason=reason)
         return await self._gateway.add_control(
             kind, scope, target, reason=reason, operator_id=_operator_id(context)
         )
@@ -435,6 +486,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def Resume(
         self, request: gateway_pb2.ResumeRequest, context: Context
     ) -> gateway_pb2.ResumeResponse:
+        check_texts(ID_CHARS, target=request.target)
+        check_texts(TEXT_CHARS, reason=request.reason)
         lifted = await self._gateway.lift_controls(
             _scope(request.scope), request.target, reason=request.reason, operator_id=_operator_id(context)
         )
@@ -464,6 +517,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def GetSpend(
         self, request: gateway_pb2.GetSpendRequest, context: Context
     ) -> gateway_pb2.GetSpendResponse:
+        check_texts(ID_CHARS, world_id=request.world_id, tenant_id=request.tenant_id)
         await self._audited_read("GetSpend", context, request.world_id)
         spend = await self._gateway.store.spend(
             world_id=request.world_id,
@@ -488,6 +542,9 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         self, request: gateway_pb2.ListAuditRecordsRequest, context: Context
     ) -> gateway_pb2.ListAuditRecordsResponse:
         limit, after = _page(request.page_size, request.page_token)
+        check_texts(ID_CHARS * 2, ori_id=request.ori_id, run_id=request.run_id)
+        if request.tier and request.tier not in TIER_NAMES:
+            raise InvalidArgument.field("tier", "must be unset, CLOTHO, LACHESIS or ATROPOS")
         await self._audited_read("ListAuditRecords", context)
         entries = await self._gateway.store.list_audit(
             ori_id=request.ori_id, tier=request.tier, run_id=request.run_id, after_seq=after, limit=limit

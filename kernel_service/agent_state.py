@@ -59,6 +59,10 @@ AGENT_FIELDS: dict[str, type[np.generic]] = {
 
 # agent_bits: the cached action was freshly decided since the last tick (behaviour step or cognition).
 AGENT_BIT_FRESH_DECISION = 1
+# agent_bits: ...and the decision came from cognition. Only these count toward the repeated-action
+# guard: a behaviour tree repeating its routine is not a loop (the stale-goal guard watches it), a
+# model answering the same thing three times is.
+AGENT_BIT_COGNITION_DECIDED = 4
 # agent_bits: the last answer differed from the cached action (a call or guard overrode it), or the
 # agent was never answered; otherwise the answer equals the cached action and the C core skips it.
 AGENT_BIT_OUT_OVERRIDDEN = 2

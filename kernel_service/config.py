@@ -150,6 +150,10 @@ class KernelSettings(BaseModel):
     snapshot_every_ticks: int = Field(
         default=1_200, ge=1, description="A state snapshot joins the tick log this often (in ticks)."
     )
+    behavior_layer: bool = Field(
+        default=True,
+        description="Step Lachesis agents' HTN plans and personality trees (kernel_service/behavior).",
+    )
     dispatch_queue_limit: int = Field(
         default=10_000, ge=1, description="Candidates waiting for the gateway beyond this are shed."
     )

@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2, perception_pb2
 from kernel_service.agent_state import (
-    AGENT_BIT_FRESH_DECISION,
+    AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_OUT_OVERRIDDEN,
     CANDIDATE_BIT_NEEDS_REHYDRATION,
     COUNT_CANDIDATES,
@@ -66,10 +66,6 @@ class CoreParams:
         )
 
 
-def _bit(flag_bit: int) -> np.uint16:
-    return np.uint16(1 << flag_bit)
-
-
 def _compact(
     mask: NDArray[np.bool_], out: NDArray[np.uint32], counts: NDArray[np.uint32], which: int
 ) -> NDArray[np.intp]:
@@ -79,22 +75,37 @@ def _compact(
     return index
 
 
+# Ladder index bits: PerceptionFlagBit 1..5 shifted down by one, then addressed and within proximity.
+ADDRESSED_BIT, PROXIMITY_BIT = 5, 6
+RUNGS = (
+    (FLAG.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS - 1, R.TIER_REASON_OPEN_CROSSROADS),
+    (FLAG.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION - 1, R.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION),
+    (ADDRESSED_BIT, R.TIER_REASON_ADDRESSED_BY_PLAYER),
+    (FLAG.PERCEPTION_FLAG_BIT_ON_SCREEN - 1, R.TIER_REASON_ON_SCREEN),
+    (PROXIMITY_BIT, R.TIER_REASON_PROXIMITY),
+    (FLAG.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE - 1, R.TIER_REASON_SCENE_COPRESENCE),
+    (FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD - 1, R.TIER_REASON_RESIDENT_WORLD),
+)
+
+
+def _ladder_rung(index: int) -> int:
+    """The first matching rung, in the seed's order, for one combination of signals."""
+    for bit, reason in RUNGS:
+        if index >> bit & 1:
+            return reason
+    return R.TIER_REASON_OFFLINE_OR_DISTANT
+
+
+# Every combination's rung, so the vectorized ladder is a single gather.
+LADDER = np.array([_ladder_rung(index) for index in range(128)], dtype=np.uint8)
+
+
 def assign_ladder_reason(a: AgentArrays, proximity_mm: int) -> NDArray[np.uint8]:
-    """The priority ladder's first matching rung per agent (lowest rungs first, higher ones overwrite)."""
-    flags = a.live("signal_flags")
-    reason = np.where(
-        flags & _bit(FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD),
-        np.uint8(R.TIER_REASON_RESIDENT_WORLD),
-        np.uint8(R.TIER_REASON_OFFLINE_OR_DISTANT),
-    ).astype(np.uint8)
-    reason[(flags & _bit(FLAG.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE)) != 0] = R.TIER_REASON_SCENE_COPRESENCE
-    reason[a.live("player_proximity_mm") <= proximity_mm] = R.TIER_REASON_PROXIMITY
-    reason[(flags & _bit(FLAG.PERCEPTION_FLAG_BIT_ON_SCREEN)) != 0] = R.TIER_REASON_ON_SCREEN
-    reason[a.live("addressed_by_player_id") != 0] = R.TIER_REASON_ADDRESSED_BY_PLAYER
-    reason[(flags & _bit(FLAG.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION)) != 0] = (
-        R.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION
-    )
-    reason[(flags & _bit(FLAG.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS)) != 0] = R.TIER_REASON_OPEN_CROSSROADS
+    """The priority ladder's first matching rung per agent."""
+    index = (a.live("signal_flags") >> 1) & np.uint16(0x1F)
+    index |= (a.live("addressed_by_player_id") != 0).view(np.uint8) << np.uint8(ADDRESSED_BIT)
+    index |= (a.live("player_proximity_mm") <= proximity_mm).view(np.uint8) << np.uint8(PROXIMITY_BIT)
+    reason: NDArray[np.uint8] = LADDER[index]
     return reason
 
 
@@ -191,15 +202,19 @@ def _dispatch(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
     and Atropos summaries come due at slot-staggered ticks. Everything else holds the cached action."""
     tick = t.tick
     is_clotho = t.candidate == CLOTHO
-    plan = is_clotho & (t.entered_clotho | (((tick + t.slot) % np.uint64(p.decision_interval_ticks)) == 0))
-    interval = np.where(
-        t.candidate == LACHESIS, np.uint64(p.reflection_interval_ticks), np.uint64(p.summary_interval_ticks)
-    )
+    # 64-bit division is the costly step here, so each modulo runs only over the agents it concerns.
+    clotho = np.flatnonzero(is_clotho)
+    on_phase = ((tick + t.slot[clotho]) % np.uint64(p.decision_interval_ticks)) == 0
+    plan = np.zeros(len(is_clotho), dtype=bool)
+    plan[clotho] = t.entered_clotho[clotho] | on_phase
+    reflection, summary = np.uint64(p.reflection_interval_ticks), np.uint64(p.summary_interval_ticks)
     next_call = a.live("next_call_tick")
-    entered_offscreen = t.transition & ~is_clotho
-    next_call[entered_offscreen] = (tick + np.uint64(1) + t.slot % interval)[entered_offscreen]
+    entered = np.flatnonzero(t.transition & ~is_clotho)
+    entered_interval = np.where(t.candidate[entered] == LACHESIS, reflection, summary)
+    next_call[entered] = tick + np.uint64(1) + t.slot[entered] % entered_interval
     due = ~is_clotho & (tick >= next_call)
-    next_call[due] = (tick + interval)[due]
+    due_rows = np.flatnonzero(due)
+    next_call[due_rows] = tick + np.where(t.candidate[due_rows] == LACHESIS, reflection, summary)
     t.cause[plan] = R.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING
     t.kind[plan] = R.ACTION_KIND_PLAN
     reflect_due = due & (t.candidate == LACHESIS)
@@ -213,7 +228,7 @@ def _dispatch(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
 def _guard(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
     """Repeated decided actions force a reflection; a goal held without progress forces a change."""
     bits = a.live("agent_bits")
-    fresh = (bits & AGENT_BIT_FRESH_DECISION) != 0
+    fresh = (bits & AGENT_BIT_COGNITION_DECIDED) != 0
     cached_kind = a.live("cached_kind")
     cached_goal = a.live("cached_goal_ref")
     last_kind = a.live("last_decided_kind")

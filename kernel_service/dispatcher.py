@@ -72,6 +72,7 @@ class Dispatcher:
         self._queue_limit = queue_limit
         self._concurrency = concurrency
         self._timeout = call_timeout_seconds
+        self._dial = dial  # services.channels.open_channel in a server, so TLS settings apply
         self._candidates: deque[action_pb2.CognitionCallCandidate] = deque()
         self._lifecycle: deque[action_pb2.LifecycleRequest] = deque()
         self._results: list[action_pb2.ActionIntent] = []
@@ -98,6 +99,11 @@ class Dispatcher:
                 self._lifecycle.popleft()
         if self._candidates or self._lifecycle:
             self._wake.set()
+
+    @property
+    def pending_candidates(self) -> int:
+        """Candidates queued for the gateway and not yet sent."""
+        return len(self._candidates)
 
     def take_results(self) -> list[action_pb2.ActionIntent]:
         """Completed cognition actions, to merge into the next tick."""

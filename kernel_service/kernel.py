@@ -9,7 +9,12 @@ import numpy as np
 from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
-from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION, AGENT_FIELDS, AgentArrays
+from kernel_service.agent_state import (
+    AGENT_BIT_COGNITION_DECIDED,
+    AGENT_BIT_FRESH_DECISION,
+    AGENT_FIELDS,
+    AgentArrays,
+)
 from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
 from kernel_service.config import KernelConfig
@@ -72,20 +77,20 @@ class Kernel:
             raise InvalidArgument(violations)
         if len(self.ori_ids) + len(new) > self.config.max_batch_agents:
             raise InvalidArgument.field("agents", "registration exceeds max_batch_agents")
+        first_of: dict[str, kernel_pb2.AgentRegistration] = {}
+        for registration in registrations:
+            if registration.ori.ori_id in new:
+                first_of.setdefault(registration.ori.ori_id, registration)
+        if self.behavior is not None and first_of:
+            # The layer validates the whole batch before applying any of it, so it goes first.
+            self.behavior.register(len(self.ori_ids), list(first_of.values()))
         if world_id and not self.world_id:
             self.world_id = world_id
-        fresh = [r for r in registrations if new.get(r.ori.ori_id) is not None]
-        first = self.arrays.add(len(new))
-        tenants = {r.ori.ori_id: r.ori.tenant_id for r in fresh}
-        for ori_id in new:
+        self.arrays.add(len(new))
+        for ori_id, registration in first_of.items():
             self.ori_ids.append(ori_id)
-            self.tenant_ids.append(tenants[ori_id])
+            self.tenant_ids.append(registration.ori.tenant_id)
         self.slot_by_ori.update(new)
-        if self.behavior is not None and new:
-            first_of: dict[str, kernel_pb2.AgentRegistration] = {}
-            for registration in fresh:
-                first_of.setdefault(registration.ori.ori_id, registration)
-            self.behavior.register(first, list(first_of.values()))
         return [self.slot_by_ori[r.ori.ori_id] for r in registrations]
 
     def decode(self, batch: perception_pb2.PerceptionBatch) -> DecodedBatch:
@@ -171,7 +176,7 @@ class Kernel:
             f["cached_goal_ref"][slot] = intent.goal_ref
             f["cached_priority"][slot] = intent.priority
             f["cached_plan_step"][slot] = intent.plan_step
-            f["agent_bits"][slot] |= AGENT_BIT_FRESH_DECISION
+            f["agent_bits"][slot] |= AGENT_BIT_FRESH_DECISION | AGENT_BIT_COGNITION_DECIDED
             if intent.HasField("payload"):
                 payloads[slot] = intent.payload
         return payloads
@@ -207,8 +212,17 @@ class Kernel:
             plan_step=f["cached_plan_step"],
             priority=f["cached_priority"],
         )
+        held = (f["cached_kind"][slots], f["cached_goal_ref"][slots], f["cached_plan_step"][slots])
         self.behavior.decide(slots, signals, decisions)
-        f["agent_bits"][slots] |= AGENT_BIT_FRESH_DECISION
+        # Only a changed action is a new decision for the loop guard: a routine held steady by the
+        # tree (same inputs, same action) is the believability floor, not a loop; counting it would
+        # force a reflection call every third step.
+        changed = (
+            (f["cached_kind"][slots] != held[0])
+            | (f["cached_goal_ref"][slots] != held[1])
+            | (f["cached_plan_step"][slots] != held[2])
+        )
+        f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:
         """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""

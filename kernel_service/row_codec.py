@@ -59,7 +59,7 @@ class PythonRowCodec:
     ) -> None:
         lists = [columns[name][slots].tolist() for name in INTENT_FIELDS]
         intents = batch.intents
-        for slot, kind, goal_ref, priority, tier, source, plan_step in zip(
+        for slot, kind, goal_ref, priority, tier, source, plan_step, reason in zip(
             slots.tolist(), *lists, strict=True
         ):
             intent = intents.add()
@@ -71,6 +71,7 @@ class PythonRowCodec:
             intent.tier = tier
             intent.source = source
             intent.plan_step = plan_step
+            intent.tier_reason = reason
 
 
 def _getter() -> Any:
@@ -81,7 +82,15 @@ def _getter() -> Any:
 
 _ROW_GETTER = _getter()
 # Agent-array names feeding ActionIntent fields 3..8, in field order.
-INTENT_FIELDS = ("out_kind", "out_goal_ref", "out_priority", "tier", "out_source", "out_plan_step")
+INTENT_FIELDS = (
+    "out_kind",
+    "out_goal_ref",
+    "out_priority",
+    "tier",
+    "out_source",
+    "out_plan_step",
+    "tier_reason",
+)
 
 
 class CRowCodec:
@@ -149,6 +158,7 @@ class CRowCodec:
             pointer("uint8_t[]", columns["tier"]),
             pointer("uint8_t[]", columns["out_source"]),
             pointer("uint16_t[]", columns["out_plan_step"]),
+            pointer("uint8_t[]", columns["tier_reason"]),
             ffi.from_buffer("uint8_t[]", self._ori_blob),
             pointer("uint32_t[]", self._ori_offsets),
             ffi.from_buffer("uint8_t[]", out, require_writable=True),

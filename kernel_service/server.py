@@ -17,10 +17,11 @@ from services.settings import EgbeSettings
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
-    core = select_core(None if kernel_settings.core == "auto" else kernel_settings.core)
-    kernel = Kernel(
-        kernel_settings.config, core, behavior=PersonalityBehaviorLayer(kernel_settings.config.behavior)
+    core = select_core(configured=kernel_settings.core)
+    behavior = (
+        PersonalityBehaviorLayer(kernel_settings.config.behavior) if kernel_settings.behavior_layer else None
     )
+    kernel = Kernel(kernel_settings.config, core, behavior)
     dispatcher = Dispatcher(
         gateway_target=kernel_settings.gateway_target,
         biography_target=kernel_settings.biography_target,

@@ -34,6 +34,10 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self._dispatcher = dispatcher
         self._tick_log = tick_log
 
+    def _check_world(self, world_id: str) -> None:
+        if world_id and self._kernel.world_id and world_id != self._kernel.world_id:
+            raise InvalidArgument.field("world_id", f"this kernel serves world {self._kernel.world_id!r}")
+
     async def RegisterAgents(
         self, request: kernel_pb2.RegisterAgentsRequest, context: Context
     ) -> kernel_pb2.RegisterAgentsResponse:
@@ -90,6 +94,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     async def GetAgentState(
         self, request: kernel_pb2.GetAgentStateRequest, context: Context
     ) -> kernel_pb2.GetAgentStateResponse:
+        self._check_world(request.world_id)
         which = request.WhichOneof("agent")
         if which is None:
             raise InvalidArgument.field("agent", "set slot or ori_id")
@@ -105,6 +110,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
             raise InvalidArgument.field("directive.kind", "must name a directive kind")
         if not request.ori_id:
             raise InvalidArgument.field("ori_id", "must be set")
+        self._check_world(request.world_id)
         slot = self._kernel.slot_of(None, request.ori_id)
         decision = enforce_steward_not_owner(request.directive, slot, request.ori_id)
         return kernel_pb2.ApplyStewardDirectiveResponse(

@@ -37,9 +37,9 @@ def c_core_available() -> bool:
     return True
 
 
-def select_core(name: str | None = None) -> TickCore:
-    """`c`, `numpy`, or (unset) the C core when built, else numpy; EGBE_KERNEL_CORE decides by default."""
-    choice = (name or os.environ.get(CORE_ENV) or "auto").lower()
+def select_core(name: str | None = None, *, configured: str = "auto") -> TickCore:
+    """`c` or `numpy` when named; else EGBE_KERNEL_CORE, else `configured`; `auto` = C when built."""
+    choice = (name or os.environ.get(CORE_ENV) or configured).lower()
     if choice == "numpy":
         return NumpyCore()
     if choice == "c" or (choice == "auto" and c_core_available()):

@@ -208,7 +208,8 @@ class RunArtifact(_Strict):
     tick_log: TickLogRecord | None
     snapshots: list[SnapshotRecord]
     forked_from: dict[str, object] | None = None
-    wall_seconds: float
+    wall_seconds: float = Field(description="The whole run, services' drain and collection included.")
+    loop_seconds: float = Field(description="The tick loop alone: perception out, actions back.")
 
 
 def write_artifact(artifact: RunArtifact, path: Path) -> None:

@@ -39,6 +39,8 @@ DRAIN_POLL_SECONDS = 0.25
 DRAIN_QUIET_POLLS = 3
 DRAIN_MAX_SECONDS = 30.0
 BIOGRAPHY_LINES = 12
+UNCAPPED_TOKENS = 2**62  # more than any tier cap: the gateway clamps each request to its tier's
+BIOGRAPHY_LINE_CHARS = 240
 
 
 def cause_name(cause: int) -> str:
@@ -207,7 +209,9 @@ def _event_line(event: biography_pb2.OriEvent) -> str:
     fields = event.payload.fields
     for key in ("text", "summary", "insight", "utterance", "narrative", "reason"):
         if key in fields and fields[key].string_value:
-            return f"tick {event.world_tick}: {kind}: {fields[key].string_value}"
+            text = fields[key].string_value
+            text = text if len(text) <= BIOGRAPHY_LINE_CHARS else text[: BIOGRAPHY_LINE_CHARS - 1] + "…"
+            return f"tick {event.world_tick}: {kind}: {text}"
     return f"tick {event.world_tick}: {kind}"
 
 
@@ -265,7 +269,7 @@ async def bill(
     )
 
 
-def hour_demand(recording: LoopRecording) -> list[gateway_pb2.BudgetRequest]:
+def hour_demand(recording: LoopRecording, ori_ids: list[str]) -> list[gateway_pb2.BudgetRequest]:
     """Each Ori's tier occupancy, scaled to a game-hour, in the tiers' budget units.
 
     Clotho budgets per active-minute, Lachesis per reflection (every 10 game-minutes), Atropos per
@@ -284,18 +288,21 @@ def hour_demand(recording: LoopRecording) -> list[gateway_pb2.BudgetRequest]:
             (common_pb2.COGNITION_TIER_LACHESIS, lachesis),
             (common_pb2.COGNITION_TIER_ATROPOS, atropos),
         ):
-            requests += [
-                gateway_pb2.BudgetRequest(ori_id=str(row), tier=tier, requested_tokens=2**62)
-            ] * units
+            request = gateway_pb2.BudgetRequest(
+                ori_id=ori_ids[row], tier=tier, requested_tokens=UNCAPPED_TOKENS
+            )
+            requests += [request] * units
     return requests
 
 
-async def saturation(clients: ServiceClients, recording: LoopRecording) -> Saturation | None:
+async def saturation(
+    clients: ServiceClients, recording: LoopRecording, ori_ids: list[str]
+) -> Saturation | None:
     """Asks the gateway's budget arithmetic whether the run's game-hour demand fits the world cap.
 
     Each request asks for more than any tier cap, so the gateway clamps it to the cap for its tier.
     """
-    requests = hour_demand(recording)
+    requests = hour_demand(recording, ori_ids)
     if not requests:
         return None
     try:

@@ -52,18 +52,15 @@ def _wired(
     """Unix sockets named in advance, so each service can be told where the others are before any starts."""
     endpoints = {name: Endpoint(port=0, unix_socket=socket_dir / f"{name}.sock") for name in SERVICE_NAMES}
     targets = {name: endpoint.target() for name, endpoint in endpoints.items()}
-    update: dict[str, object] = {"endpoints": endpoints, "data_dir": data_dir}
-    kernel = getattr(settings, "kernel", None)
-    if kernel is not None:
-        update["kernel"] = kernel.model_copy(
-            update={
-                "tick_log_path": tick_log,
-                "snapshot_every_ticks": snapshot_every,
-                "gateway_target": targets["gateway"],
-                "biography_target": targets["biography"],
-            }
-        )
-    return settings.model_copy(update=update)
+    kernel = settings.kernel.model_copy(
+        update={
+            "tick_log_path": tick_log,
+            "snapshot_every_ticks": snapshot_every,
+            "gateway_target": targets["gateway"],
+            "biography_target": targets["biography"],
+        }
+    )
+    return settings.model_copy(update={"endpoints": endpoints, "data_dir": data_dir, "kernel": kernel})
 
 
 @asynccontextmanager
@@ -94,7 +91,7 @@ async def services_for_run(
                 load_tokens(wired),
                 wired,
                 embedded=True,
-                tick_log=tick_log if getattr(wired, "kernel", None) is not None else None,
+                tick_log=tick_log,
             )
         finally:
             await stop_services(running, wired)

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from egbe.v1 import perception_pb2
 from world.population import Population
 from world.scenario import Scenario
-from world.simulation import WorldState
+from world.simulation import GOAL_KINDS, WorldState
 
 NO_PLAYER_MM = 2_147_483_647
 COLUMN_LAYOUT_VERSION = 1
@@ -122,7 +122,7 @@ def build_perception(
             "visual_lod": lod,
             "player_proximity_mm": proximity,
             "addressed_by_player_id": addressed,
-            "goal_ref": state.kind.astype("<u4"),
+            "goal_ref": np.where(np.isin(state.kind, GOAL_KINDS), state.kind, 0).astype("<u4"),
             "goal_progress_signature": state.progress.astype("<u8"),
             "need_safety_bp": needs[:, 0].astype("<u2"),
             "need_sustaining_bp": needs[:, 1].astype("<u2"),

@@ -148,7 +148,9 @@ async def execute(
                 on_snapshot=lambda tick, s: save_world_snapshot(run_dir, tick, s),
                 result_log=result_log,
             )
+            loop_started = time.monotonic()
             recording = await WorldLoop(clients, setup, progress, hooks).run(state, options.end_tick)
+            loop_seconds = time.monotonic() - loop_started
         await wait_for_dispatch(clients, world_id, scenario.tenant_id)
         audit = await audit_records(clients, world_id)
         calls = audited_calls(audit, recording.run_ticks)
@@ -176,12 +178,13 @@ async def execute(
             directives=recording.directives,
             biographies=await biographies(clients, setup.population),
             bill=await bill(clients, recording, calls, setup.population, scenario.tenant_id),
-            saturation=await saturation(clients, recording),
+            saturation=await saturation(clients, recording, setup.population.ids),
             replay=ReplayCheck(checked=False),
             tick_log=_tick_log_record(services, run_dir),
             snapshots=_snapshots(run_dir),
             forked_from=forked_from,
             wall_seconds=round(time.monotonic() - wall, 3),
+            loop_seconds=round(loop_seconds, 3),
         )
     finally:
         await clients.close()

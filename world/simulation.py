@@ -37,6 +37,8 @@ _GO_HOME = (
     action_pb2.ACTION_KIND_MAINTAIN_SAFETY,
 )
 _WANDER = (action_pb2.ACTION_KIND_MOVE, action_pb2.ACTION_KIND_EXPLORE)
+# Actions pursuing a goal the world sees progress on; the rest (observe, say, plan, reflect) hold none.
+GOAL_KINDS = np.array(sorted({*_TENDS, *_WANDER, action_pb2.ACTION_KIND_USE_PROP}), dtype=np.uint8)
 ACTION_KIND_COUNT = max(action_pb2.ActionKind.values()) + 1
 
 
@@ -140,13 +142,18 @@ class WorldStepper:
         state.target_xy[work] = pop.work_xy[work]
         social = changed & (kind == action_pb2.ACTION_KIND_SOCIALIZE) & (pop.partner >= 0)
         state.target_xy[social] = state.ori_xy[pop.partner[social]]
-        wander = changed & np.isin(kind, _WANDER)
-        if wander.any():
-            keys = pop.keys[wander]
-            angle = uniform(self.seed, state.tick, keys, "wander-angle") * (2.0 * np.pi)
-            reach = uniform(self.seed, state.tick, keys, "wander-reach") * WANDER_RADIUS_MM
-            offset = np.stack([np.cos(angle) * reach, np.sin(angle) * reach], axis=1).astype(np.int64)
-            state.target_xy[wander] = pop.home_xy[wander] + offset
+        self._retarget_wanderers(state, changed & np.isin(kind, _WANDER))
+
+    def _retarget_wanderers(self, state: WorldState, wander: npt.NDArray[np.bool_]) -> None:
+        """A point near home, from each wanderer's own dice for this tick."""
+        if not wander.any():
+            return
+        pop = self.population
+        keys = pop.keys[wander]
+        angle = uniform(self.seed, state.tick, keys, "wander-angle") * (2.0 * np.pi)
+        reach = uniform(self.seed, state.tick, keys, "wander-reach") * WANDER_RADIUS_MM
+        offset = np.stack([np.cos(angle) * reach, np.sin(angle) * reach], axis=1).astype(np.int64)
+        state.target_xy[wander] = pop.home_xy[wander] + offset
 
     def advance(self, state: WorldState) -> None:
         """Move everyone one tick and let needs drift; then the tick counter moves on."""
@@ -157,11 +164,10 @@ class WorldStepper:
         if moving.any():
             step = np.minimum(dist[moving], ORI_SPEED_MM_PER_TICK) / dist[moving]
             state.ori_xy[moving] += np.rint(delta[moving] * step[:, None]).astype(np.int64)
-        tending = np.zeros(state.kind.shape, dtype=np.bool_)
-        for action_kind, _ in _TENDS.items():
-            tending |= state.kind == action_kind
-        # Progress: walking toward the goal, or doing it once there.
+        tending = np.isin(state.kind, list(_TENDS))
+        # Progress: walking toward the goal, or doing it once there; a wanderer who arrives walks on.
         state.progress[moving | tending] += np.uint64(1)
+        self._retarget_wanderers(state, ~moving & np.isin(state.kind, _WANDER))
         due = (self._rows + state.tick) % NEED_STEP_EVERY_TICKS == 0
         if due.any():
             needs = state.needs[due]

@@ -99,10 +99,10 @@ async def seed_relationship(
             me.ori_id,
             biography_pb2.ORI_EVENT_KIND_RELATIONSHIP_CHANGED,
             {
-                "counterpart_id": other.ori_id,
+                "other_ori_id": other.ori_id,
+                "summary": f"{seed.edge_kind} seeded by the catalyst",
                 "edge_kind": seed.edge_kind,
                 "tags": sorted(seed.tags),
-                "seeded": True,
             },
             seed.world_tick,
             provenance_ref="cognition:catalyst",

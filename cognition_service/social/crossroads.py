@@ -85,12 +85,15 @@ def resolve_crossroads(
     if counsel is not None and counsel.option_id not in ids:
         raise InvalidArgument.field("counsel.option_id", f"not an option of {crossroads.crossroads_id}")
     in_window = now_tick < crossroads.opened_tick + crossroads.window_ticks
-    payload: dict[str, object] = {"crossroads_id": crossroads.crossroads_id}
+    payload: dict[str, object] = {
+        "arc_ref": f"crossroads:{crossroads.crossroads_id}",
+        "crossroads_id": crossroads.crossroads_id,
+    }
     if holds_for_counsel(bond, config) and counsel is None and in_window:
         event = event_draft(
             ori_id,
             biography_pb2.ORI_EVENT_KIND_ARC_ADVANCED,
-            {**payload, "status": CrossroadsStatus.HELD_FOR_COUNSEL.value},
+            {**payload, "status": "active", "crossroads_status": CrossroadsStatus.HELD_FOR_COUNSEL.value},
             now_tick,
         )
         return CrossroadsResolution(CrossroadsStatus.HELD_FOR_COUNSEL, None, {}, False, (event,))
@@ -117,7 +120,8 @@ def resolve_crossroads(
         biography_pb2.ORI_EVENT_KIND_ARC_ADVANCED,
         {
             **payload,
-            "status": CrossroadsStatus.DECIDED.value,
+            "status": "completed",
+            "crossroads_status": CrossroadsStatus.DECIDED.value,
             "chosen": chosen,
             "scores": scores,
             "counsel_option": counsel.option_id if counsel else "",

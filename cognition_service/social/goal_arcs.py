@@ -117,7 +117,8 @@ def advance_goal_arc(arc: GoalArc, session: Session) -> ArcAdvance:
                 arc.owner_ori_id,
                 biography_pb2.ORI_EVENT_KIND_GOAL_ARC_ADVANCED,
                 {
-                    "arc_id": arc.arc_id,
+                    "arc_ref": arc.arc_id,
+                    "status": "completed" if outcome == SessionOutcome.FINISHED else "active",
                     "outcome": outcome.value,
                     "missing_support": list(missing),
                     "stages": [

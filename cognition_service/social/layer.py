@@ -45,7 +45,7 @@ class SocialLayer:
         self, ori_id: str, values: RankedValues, demonstration: Demonstration, tick: int
     ) -> Learning:
         result = learn_from_demonstration(ori_id, values, demonstration, self.config, tick)
-        await self._record(ori_id, [result.value_shift, result.behaviour_adjustment])
+        await self._record(ori_id, [*result.value_shifts, result.behaviour_adjustment])
         return result
 
     async def advance_goal_arc(self, arc: GoalArc, session: Session) -> ArcAdvance:

@@ -10,6 +10,9 @@ from cognition_service.social.events import event_draft
 from cognition_service.social.values import Domain, RankedValues, clamp_priority
 from egbe.v1 import biography_pb2
 
+# Social priorities are 0..100; the biography stores value weights in basis points.
+BP_PER_PRIORITY = 100
+
 
 @dataclass(frozen=True)
 class Demonstration:
@@ -24,7 +27,8 @@ class Demonstration:
 class Learning:
     values: RankedValues
     shifts: Mapping[Domain, int]
-    value_shift: biography_pb2.NewOriEvent
+    # One VALUE_SHIFT per re-weighted domain (the biography's value projection is per domain).
+    value_shifts: tuple[biography_pb2.NewOriEvent, ...]
     behaviour_adjustment: biography_pb2.NewOriEvent
 
 
@@ -54,25 +58,35 @@ def learn_from_demonstration(
         else "no change"
     )
     common = {"steward_id": demonstration.steward_id, "behaviour": demonstration.behaviour}
+    autonomy_preserved = learned.priority(Domain.AUTONOMY) == values.priority(Domain.AUTONOMY)
     return Learning(
         values=learned,
         shifts=shifts,
-        value_shift=event_draft(
-            ori_id,
-            biography_pb2.ORI_EVENT_KIND_VALUE_SHIFT,
-            {
-                **common,
-                "before": values.as_payload(),
-                "after": learned.as_payload(),
-                "shifts": {d.value: s for d, s in shifts.items()},
-                "autonomy_preserved": learned.priority(Domain.AUTONOMY) == values.priority(Domain.AUTONOMY),
-            },
-            tick,
+        value_shifts=tuple(
+            event_draft(
+                ori_id,
+                biography_pb2.ORI_EVENT_KIND_VALUE_SHIFT,
+                {
+                    **common,
+                    "value_ref": domain.value,
+                    "weight_bp": learned.priority(domain) * BP_PER_PRIORITY,
+                    "shift": shift,
+                    "after": learned.as_payload(),
+                    "autonomy_preserved": autonomy_preserved,
+                },
+                tick,
+            )
+            for domain, shift in sorted(shifts.items())
         ),
         behaviour_adjustment=event_draft(
             ori_id,
             biography_pb2.ORI_EVENT_KIND_PERSONALITY_EVENT,
-            {**common, "adjustment": adjustment, "ranking": [d.value for d in learned.ranking]},
+            {
+                **common,
+                "summary": f"{adjustment} (shown by {demonstration.steward_id}: {demonstration.behaviour})",
+                "adjustment": adjustment,
+                "ranking": [d.value for d in learned.ranking],
+            },
             tick,
         ),
     )

@@ -26,6 +26,7 @@ class LifeStage(StrEnum):
 
 
 STAGES = tuple(LifeStage)
+LIFE_ARC_REF = "life-arc"
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def advance_life_arc(
         arc.ori_id,
         biography_pb2.ORI_EVENT_KIND_ARC_ADVANCED,
         {
+            "arc_ref": LIFE_ARC_REF,
+            "status": "active",
             "from_stage": arc.stage.value,
             "stage": next_arc.stage.value,
             "sessions_in_stage": next_arc.sessions_in_stage,

@@ -177,6 +177,9 @@ def assign_objective(ori: OriContext, objective: Objective, config: SocialConfig
     counter = _counter_offer(ori, objective) if outcome == Negotiation.COUNTER_OFFER else None
     accepted = outcome == Negotiation.ACCEPT
     payload = {
+        # arc_ref/status: the biography projection's arc fields (the objective is an arc it tracks).
+        "arc_ref": f"objective:{objective.objective_id}",
+        "status": "active",
         "objective_id": objective.objective_id,
         "steward_id": objective.steward_id,
         "outcome": outcome.value,

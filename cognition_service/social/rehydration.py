@@ -48,17 +48,17 @@ def rehydrate(
         kind = event.kind
         if kind == K.ORI_EVENT_KIND_VALUE_SHIFT and "after" in payload:
             state.values = RankedValues.of({Domain(d): int(p) for d, p in payload["after"].items()})
-        elif kind == K.ORI_EVENT_KIND_GOAL_ARC_ADVANCED and "arc_id" in payload:
+        elif kind == K.ORI_EVENT_KIND_GOAL_ARC_ADVANCED and "stages" in payload:
             stages = tuple(_stage(s) for s in payload["stages"])
-            state.goal_arcs[payload["arc_id"]] = GoalArc(payload["arc_id"], ori_id, stages)
+            state.goal_arcs[payload["arc_ref"]] = GoalArc(payload["arc_ref"], ori_id, stages)
         elif kind in (K.ORI_EVENT_KIND_GOAL_ARC_ADVANCED, K.ORI_EVENT_KIND_DIRECTIVE_REFUSED) and (
             "objective_id" in payload
         ):
             state.objectives[payload["objective_id"]] = payload["outcome"]
         elif kind == K.ORI_EVENT_KIND_ARC_ADVANCED and "crossroads_id" in payload:
-            state.crossroads[payload["crossroads_id"]] = payload.get("chosen") or payload["status"]
+            state.crossroads[payload["crossroads_id"]] = payload.get("chosen") or payload["crossroads_status"]
         elif kind == K.ORI_EVENT_KIND_ARC_ADVANCED and "stage" in payload:
             state.life_arc = LifeArc(ori_id, LifeStage(payload["stage"]), int(payload["sessions_in_stage"]))
-        elif kind == K.ORI_EVENT_KIND_RELATIONSHIP_CHANGED and "counterpart_id" in payload:
-            state.relationships[payload["counterpart_id"]] = payload["edge_kind"]
+        elif kind == K.ORI_EVENT_KIND_RELATIONSHIP_CHANGED and "edge_kind" in payload:
+            state.relationships[payload["other_ori_id"]] = payload["edge_kind"]
     return state

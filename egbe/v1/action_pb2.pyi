@@ -174,6 +174,7 @@ class ActionIntent(_message.Message):
     SOURCE_FIELD_NUMBER: _builtins.int
     PLAN_STEP_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    TIER_REASON_FIELD_NUMBER: _builtins.int
     slot: _builtins.int
     ori_id: _builtins.str
     kind: Global___ActionKind.ValueType
@@ -184,6 +185,8 @@ class ActionIntent(_message.Message):
     source: Global___ActionSource.ValueType
     plan_step: _builtins.int
     """HTN primitive step id when source is HTN; 0 otherwise."""
+    tier_reason: Global___TierReason.ValueType
+    """Why the Ori holds its tier: the ladder's winning rung, or a damping or grace hold."""
     @_builtins.property
     def payload(self) -> _struct_pb2.Struct:
         """Structured detail: guard payloads ("egbe.moirai.loop-drift-guard.1"), cognition output, refusals."""
@@ -200,10 +203,11 @@ class ActionIntent(_message.Message):
         source: Global___ActionSource.ValueType = ...,
         plan_step: _builtins.int = ...,
         payload: _struct_pb2.Struct | None = ...,
+        tier_reason: Global___TierReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["goal_ref", b"goal_ref", "kind", b"kind", "ori_id", b"ori_id", "payload", b"payload", "plan_step", b"plan_step", "priority", b"priority", "slot", b"slot", "source", b"source", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["goal_ref", b"goal_ref", "kind", b"kind", "ori_id", b"ori_id", "payload", b"payload", "plan_step", b"plan_step", "priority", b"priority", "slot", b"slot", "source", b"source", "tier", b"tier", "tier_reason", b"tier_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,18 +1,17 @@
-"""The production store: PostgreSQL through a connection pool; control changes pushed by LISTEN/NOTIFY."""
+"""The production store: PostgreSQL through one group-committing connection; controls pushed by NOTIFY."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
-import psycopg_pool
 
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
+from gateway.store.group_commit import GroupCommitter
 from gateway.store.schema import schema_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
@@ -21,23 +20,22 @@ T = TypeVar("T")
 log = get_logger(__name__)
 # How long the listener waits before reconnecting after losing its connection.
 LISTEN_RETRY_SECONDS = 0.5
+_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class _PostgresTx:
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
-        self._cursor = cursor
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self._connection = connection
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._cursor.execute(sql.replace("?", "%s").encode(), params)
+        self._connection.execute(sql.replace("?", "%s").encode(), params)
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        self.execute(sql, params)
-        row: Row | None = self._cursor.fetchone()
+        row: Row | None = self._connection.execute(sql.replace("?", "%s").encode(), params).fetchone()
         return row
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        self.execute(sql, params)
-        return list(self._cursor.fetchall())
+        return list(self._connection.execute(sql.replace("?", "%s").encode(), params).fetchall())
 
     def notify(self, payload: str) -> None:
         # Delivered to every listening gateway when (and only if) the transaction commits.
@@ -45,41 +43,44 @@ class _PostgresTx:
 
 
 class PostgresGatewayStore(GatewayStore):
-    def __init__(self, dsn: str, *, pool_size: int, timeout_seconds: float) -> None:
+    def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
         super().__init__(for_update=" FOR UPDATE")
         self._dsn = dsn
         self._timeout = timeout_seconds
-        self._pool = psycopg_pool.ConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=pool_size,
-            timeout=timeout_seconds,
-            open=False,
-            kwargs={"connect_timeout": max(1, int(timeout_seconds))},
+        self._writer = GroupCommitter[psycopg.Connection[Any]](
+            name="gateway-postgres",
+            connect=self._connect,
+            make_tx=_PostgresTx,
+            begin="BEGIN",
+            lost=_LOST,
+            describe="gateway store (PostgreSQL)",
         )
-        self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="gateway-pg")
         self._listener: asyncio.Task[None] | None = None
         self._resync_listeners: list[Callable[[list[Control]], None]] = []
         self._listening = asyncio.Event()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself.
+        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)))
 
     def on_resync(self, listener: Callable[[list[Control]], None]) -> None:
         """Told every active control whenever the push channel (re)connects: pushes may have been missed."""
         self._resync_listeners.append(listener)
 
-    def _create_schema(self) -> None:
-        self._pool.open(wait=True, timeout=self._timeout)
-        with self._pool.connection() as connection, connection.transaction():
+    @staticmethod
+    def _create_schema(connection: psycopg.Connection[Any]) -> None:
+        with connection.transaction():
             # Serializes schema creation between gateways starting together.
             connection.execute("SELECT pg_advisory_xact_lock(7451)")
             for statement in schema_statements("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"):
                 connection.execute(statement.encode())
 
     async def open(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._create_schema)
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            await asyncio.to_thread(self._writer.run_now, self._create_schema)
+        except psycopg.Error as exc:
             raise Unavailable(f"gateway store (PostgreSQL) cannot be opened: {exc}") from exc
+        self._writer.start()
         self._listener = asyncio.create_task(self._listen(), name="gateway-controls-listener")
         await asyncio.wait_for(self._listening.wait(), self._timeout)
 
@@ -88,8 +89,7 @@ class PostgresGatewayStore(GatewayStore):
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._pool.close)
-        self._executor.shutdown(wait=True)
+        await asyncio.to_thread(self._writer.close)
 
     async def _listen(self) -> None:
         """Hold one LISTEN connection; on each notification publish that control to this process."""
@@ -109,20 +109,5 @@ class PostgresGatewayStore(GatewayStore):
                 log.warning("gateway control listener lost its connection; reconnecting", error=str(exc))
                 await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
-    def _run(self, body: Callable[[_PostgresTx], T]) -> T:
-        with self._pool.connection() as connection, connection.transaction(), connection.cursor() as cursor:
-            return body(_PostgresTx(cursor))
-
     async def transact(self, body: Callable[[Any], T]) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, self._run, body)
-        except EgbeError:
-            raise
-        except (
-            psycopg.OperationalError,
-            psycopg.InterfaceError,
-            psycopg_pool.PoolTimeout,
-            RuntimeError,
-        ) as exc:
-            raise Unavailable(f"gateway store (PostgreSQL) is unavailable: {exc}") from exc
+        return await self._writer.submit(body, timeout_seconds=self._timeout)

@@ -1,17 +1,16 @@
-"""The embedded store: one SQLite file (WAL, synchronous=FULL), one writer thread, one transaction a time."""
+"""The embedded store: one SQLite file (WAL, synchronous FULL by default), one group-committing thread."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.store.base import GatewayStore, Row
+from gateway.store.group_commit import GroupCommitter
 from gateway.store.schema import schema_statements
-from services.errors import EgbeError, Unavailable
+from services.errors import Unavailable
 
 T = TypeVar("T")
 
@@ -35,59 +34,47 @@ class _SqliteTx:
 
 
 class SqliteGatewayStore(GatewayStore):
-    def __init__(self, path: Path, *, timeout_seconds: float) -> None:
+    def __init__(self, path: Path, *, timeout_seconds: float, synchronous: str = "FULL") -> None:
         super().__init__(for_update="")
         self._path = path
         self._timeout = timeout_seconds
-        # One writer thread serializes transactions; BEGIN IMMEDIATE also guards other processes.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-sqlite")
-        self._connection: sqlite3.Connection | None = None
+        self._synchronous = synchronous
+        # BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes.
+        self._writer = GroupCommitter[sqlite3.Connection](
+            name="gateway-sqlite",
+            connect=self._connect,
+            make_tx=_SqliteTx,
+            begin="BEGIN IMMEDIATE",
+            lost=(sqlite3.OperationalError,),
+            describe=f"gateway store {path}",
+        )
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(
             self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False
         )
         connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute(f"PRAGMA synchronous={self._synchronous}")
         connection.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+        return connection
+
+    @staticmethod
+    def _create_schema(connection: sqlite3.Connection) -> None:
         connection.execute("BEGIN IMMEDIATE")
         for statement in schema_statements("INTEGER PRIMARY KEY AUTOINCREMENT"):
             connection.execute(statement)
         connection.execute("COMMIT")
-        self._connection = connection
 
     async def open(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._connect)
+            self._writer.run_now(self._create_schema)
+            self._writer.start()
         except sqlite3.Error as exc:
             raise Unavailable(f"gateway store {self._path} cannot be opened: {exc}") from exc
 
     async def close(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, connection.close)
-        self._executor.shutdown(wait=True)
-
-    def _run(self, body: Callable[[_SqliteTx], T]) -> T:
-        connection = self._connection
-        if connection is None:
-            raise Unavailable("gateway store is closed")
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            result = body(_SqliteTx(connection))
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        connection.execute("COMMIT")
-        return result
+        self._writer.close()
 
     async def transact(self, body: Callable[[Any], T]) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, self._run, body)
-        except EgbeError:
-            raise
-        except (sqlite3.OperationalError, RuntimeError) as exc:
-            raise Unavailable(f"gateway store {self._path} is unavailable: {exc}") from exc
+        return await self._writer.submit(body, timeout_seconds=self._timeout)

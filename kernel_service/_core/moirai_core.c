@@ -19,7 +19,7 @@ enum {
 enum { K_PLAN = 6, K_REFLECT = 7, K_SUMMARIZE = 8, K_CHANGE_GOAL = 9 };
 enum { S_GUARD = 5 };
 enum { C_CLOTHO_PLANNING = 1, C_LACHESIS_REFLECTION = 2, C_ATROPOS_SUMMARY = 3, C_GUARD_REFLECTION = 5 };
-enum { BIT_FRESH = 1, BIT_OUT_OVERRIDDEN = 2, CAND_REHYDRATE = 1, GUARD_REPEATED = 1, GUARD_STALE = 2 };
+enum { BIT_FRESH = 1, BIT_OUT_OVERRIDDEN = 2, BIT_COGNITION_DECIDED = 4, CAND_REHYDRATE = 1, GUARD_REPEATED = 1, GUARD_STALE = 2 };
 
 static inline uint8_t ladder_reason(uint16_t flags, uint32_t addressed, int32_t proximity, int32_t limit) {
     if (flags & F_OPEN_CROSSROADS) return R_OPEN_CROSSROADS;
@@ -113,7 +113,7 @@ int moirai_tick(const struct moirai_params *p, struct moirai_agents *agents, str
         const uint8_t bits = a->agent_bits[i];
         const int fresh = (bits & BIT_FRESH) != 0;
         int repeat_fire = 0;
-        if (fresh) {
+        if (bits & BIT_COGNITION_DECIDED) {
             const uint8_t decided_kind = a->cached_kind[i];
             const uint32_t decided_goal = a->cached_goal_ref[i];
             uint8_t repeated = a->repeated_action_count[i];

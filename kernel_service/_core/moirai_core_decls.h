@@ -71,10 +71,11 @@ int moirai_tick(const struct moirai_params *params, struct moirai_agents *agents
  * frames, -1 on malformed input, -2 when there are more than max_rows frames. */
 int64_t moirai_decode_rows(const uint8_t *buf, size_t len, uint32_t max_rows, int64_t *table, uint64_t *progress);
 
-/* Encode: one ActionIntent (fields 1..8; zero values omitted, as protobuf does) per listed slot, each as
+/* Encode: one ActionIntent (fields 1..8 and 10; zero values omitted, as protobuf does) per listed slot, each as
  * ActionBatch field 3, ready for ActionBatch.MergeFromString. `ori_blob`/`ori_offsets` hold every
  * agent's ori_id. Returns the bytes written, or -1 when `cap` is too small. */
 int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8_t *kind, const uint32_t *goal_ref,
                               const uint16_t *priority, const uint8_t *tier, const uint8_t *source,
-                              const uint16_t *plan_step, const uint8_t *ori_blob, const uint32_t *ori_offsets,
+                              const uint16_t *plan_step, const uint8_t *tier_reason, const uint8_t *ori_blob,
+                              const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap);

@@ -100,7 +100,8 @@ static uint8_t *put_field(uint8_t *out, uint32_t field, uint64_t value) {
 
 int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8_t *kind, const uint32_t *goal_ref,
                               const uint16_t *priority, const uint8_t *tier, const uint8_t *source,
-                              const uint16_t *plan_step, const uint8_t *ori_blob, const uint32_t *ori_offsets,
+                              const uint16_t *plan_step, const uint8_t *tier_reason, const uint8_t *ori_blob,
+                              const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap) {
     uint8_t *w = out;
     /* One intent is at most: 2 + 6 (slot) + 1 + 5 + id (ori_id) + 5 * 6 (the rest) bytes. */
@@ -120,6 +121,7 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
         t = put_field(t, 6, tier[slot]);
         t = put_field(t, 7, source[slot]);
         t = put_field(t, 8, plan_step[slot]);
+        t = put_field(t, 10, tier_reason[slot]);
         uint8_t id_header[6];
         uint8_t *h = id_header;
         if (id_len) {

@@ -46,11 +46,12 @@ BP = 10_000
 QUIRK_SEPARATOR = "\x1f"
 Index = slice | NDArray[np.intp]
 
-# name -> (dtype, trailing shape) of every per-agent array; the snapshot layout.
+# name -> (dtype, leading shape) of every per-agent array, shaped (*leading, capacity): a profile's
+# trait axis or value domain is one contiguous row, so gathered columns stay contiguous too.
 _ARRAYS: dict[str, tuple[type[np.generic], tuple[int, ...]]] = {
     "registered": (np.bool_, ()),
-    "traits": (np.uint16, (len(TRAIT_FIELDS),)),
-    "values": (np.uint16, (VALUE_COLUMNS,)),
+    "traits": (np.uint16, (len(TRAIT_FIELDS),)),  # (8, capacity)
+    "values": (np.uint16, (VALUE_COLUMNS,)),  # (10, capacity), row = ValueDomain number
     "vocation_ref": (np.uint32, ()),
     "minor": (np.bool_, ()),
     "evaluated": (np.bool_, ()),
@@ -123,10 +124,10 @@ class PersonalityBehaviorLayer:
     # --- state ---------------------------------------------------------------------------------
 
     def _allocate(self, capacity: int) -> None:
-        fresh = {name: np.zeros((capacity, *shape), dtype=dtype) for name, (dtype, shape) in _ARRAYS.items()}
+        fresh = {name: np.zeros((*shape, capacity), dtype=dtype) for name, (dtype, shape) in _ARRAYS.items()}
         fresh["plan_method"][:] = NO_METHOD
         for name, old in self._arrays.items():
-            fresh[name][: len(old)] = old
+            fresh[name][..., : old.shape[-1]] = old
         self._arrays = fresh
         self._quirks.extend([()] * (capacity - len(self._quirks)))
         for name, array in fresh.items():
@@ -181,13 +182,13 @@ class PersonalityBehaviorLayer:
         for offset, registration in enumerate(registrations):
             slot = first_slot + offset
             profile = profile_from_registration(registration)
-            for name, (dtype, shape) in _ARRAYS.items():
-                self._arrays[name][slot] = np.zeros(shape, dtype=dtype)
+            for array in self._arrays.values():
+                array[..., slot] = 0
             self.plan_method[slot] = NO_METHOD
             self.registered[slot] = True
-            self.traits[slot] = profile.traits
+            self.traits[:, slot] = profile.traits
             for domain, weight in profile.values.items():
-                self.values[slot, domain] = weight
+                self.values[domain, slot] = weight
             self.vocation_ref[slot] = profile.vocation_ref
             self.minor[slot] = profile.minor
             self._quirks[slot] = profile.quirks
@@ -245,8 +246,8 @@ class PersonalityBehaviorLayer:
 
         Accepts rows flattened (as `snapshot` writes them) or already shaped.
         """
-        if "quirks" not in arrays:
-            raise InvalidArgument.field("quirks", "missing from snapshot")
+        if "quirks" not in arrays or arrays["quirks"].dtype.kind != "U":
+            raise InvalidArgument.field("quirks", "missing from snapshot or not text")
         capacity = len(arrays["quirks"])
         violations = []
         for name, (dtype, shape) in _ARRAYS.items():
@@ -254,11 +255,11 @@ class PersonalityBehaviorLayer:
             if array is None:
                 violations.append(FieldViolation(name, "missing from snapshot"))
             elif array.dtype != np.dtype(dtype) or array.size != capacity * int(np.prod(shape, dtype=int)):
-                violations.append(FieldViolation(name, f"expected {np.dtype(dtype)}{(capacity, *shape)}"))
+                violations.append(FieldViolation(name, f"expected {np.dtype(dtype)}{(*shape, capacity)}"))
         if violations:
             raise InvalidArgument(violations)
         self._arrays = {
-            name: np.array(arrays[name], copy=True).reshape((capacity, *shape))
+            name: np.array(arrays[name], copy=True).reshape((*shape, capacity))
             for name, (_, shape) in _ARRAYS.items()
         }
         for name, array in self._arrays.items():
@@ -325,8 +326,8 @@ class PersonalityBehaviorLayer:
         vocation = self.vocation_ref[rows]
         tree = evaluate_trees(
             TreeRows(
-                traits=self.traits[rows],
-                values=self.values[rows],
+                traits=self.traits[:, rows],
+                values=self.values[:, rows],
                 vocation_ref=vocation,
                 need_social_bp=needs[:, 2],
                 need_purpose_bp=needs[:, 3],

@@ -30,8 +30,8 @@ for _routine, _kind in ROUTINE_ACTION.items():
 class TreeRows:
     """Inputs for n agents: profile rows gathered from the SoA state plus this tick's signals."""
 
-    traits: NDArray[np.uint16]  # (n, 8)
-    values: NDArray[np.uint16]  # (n, VALUE_COLUMNS)
+    traits: NDArray[np.uint16]  # (8, n): row = Trait axis
+    values: NDArray[np.uint16]  # (VALUE_COLUMNS, n): row = ValueDomain number
     vocation_ref: NDArray[np.uint32]
     need_social_bp: NDArray[np.uint16]
     need_purpose_bp: NDArray[np.uint16]
@@ -48,10 +48,10 @@ class TreeResults:
     honoured_value: NDArray[np.uint8]
 
 
-def _strongest(values: I32, routine: Routine) -> tuple[I32, I32]:
+def _strongest(values: NDArray[np.uint16], routine: Routine) -> tuple[I32, I32]:
     """Weight and domain of the routine's strongest held value (domain 0 when none is held)."""
     first, second = ROUTINE_VALUES[routine]
-    w_first, w_second = values[:, first], values[:, second]
+    w_first, w_second = values[first].astype(np.int32), values[second].astype(np.int32)
     first_wins = w_first >= w_second
     weight = np.where(first_wins, w_first, w_second)
     domain = np.where(weight > 0, np.where(first_wins, first, second), 0).astype(np.int32)
@@ -60,14 +60,13 @@ def _strongest(values: I32, routine: Routine) -> tuple[I32, I32]:
 
 def evaluate_trees(rows: TreeRows, config: BehaviorConfig) -> TreeResults:
     """Every routine's condition for all rows at once; the first true one in routine order wins."""
-    traits = rows.traits.astype(np.int32)
-    values = rows.values.astype(np.int32)
+    traits, values = rows.traits, rows.values
     flags = rows.signal_flags
     minor = (flags & MINOR_PRESENT_FLAG) != 0
     threat = (flags & THREAT_FLAG) != 0
 
-    w_child = values[:, D.VALUE_DOMAIN_CHILD_SAFETY]
-    w_safety = values[:, D.VALUE_DOMAIN_SAFETY]
+    w_child = values[D.VALUE_DOMAIN_CHILD_SAFETY].astype(np.int32)
+    w_safety = values[D.VALUE_DOMAIN_SAFETY].astype(np.int32)
     child_ok = minor & (w_child >= config.safety_value_threshold_bp)
     safety_ok = (minor | threat) & (w_safety >= config.safety_value_threshold_bp)
     child_first = child_ok & (~safety_ok | (w_child >= w_safety))
@@ -79,7 +78,8 @@ def evaluate_trees(rows: TreeRows, config: BehaviorConfig) -> TreeResults:
     _, care_domain = _strongest(values, Routine.SELF_CARE)
 
     def trait(axis: Trait) -> I32:
-        return traits[:, axis]
+        column: I32 = traits[axis].astype(np.int32)
+        return column
 
     voc_weight, voc_domain = _strongest(values, Routine.VOCATION)
     voc_drive = (

@@ -90,3 +90,10 @@ async def test_the_service_writes_nothing_when_a_consolidation_would_lose_state(
     assert [e.payload["fragment_kind"] for e in done.events] == ["MemoryFormed"]
     snap = await biography.store.snapshot("ori-a", limit=10, memory_window=10)
     assert {m.ref for m in snap.memories} == {"f1", "f2"}
+
+
+async def test_consolidating_nothing_pending_writes_nothing(biography: Biography) -> None:
+    done = await biography.consolidate("ori-a", [], "req-empty")
+    assert done.events == []
+    assert done.report.no_state_loss
+    assert await biography.store.stream_version("ori-a") is None

@@ -198,3 +198,33 @@ async def test_every_mode_commits_its_action_and_event(
     assert [a.kind for a in response.actions] == [action]
     assert biography.appended[0].events[0].kind == event
     assert not response.HasField("spoken_reply")
+
+
+async def test_the_gate_judges_every_free_text_field_of_a_summary() -> None:
+    biography = RecordingBiography()
+    reply = {"summary": "A quiet day.", "beats": ["Fed the goats.", "Told Ada: I am not an AI."]}
+    response = await think(
+        _request(gateway_pb2.COGNITION_MODE_SUMMARY),
+        peers(ScriptedGateway([json.dumps(reply)]), biography),
+        CONFIG,
+    )
+    assert response.fell_back
+    assert "claims to be human" in response.audit["events"][0]["reason"]
+    assert biography.appended == []
+
+
+async def test_evidence_ids_shared_by_a_world_fact_and_a_memory_are_sent_once() -> None:
+    gateway = ScriptedGateway([dialogue()])
+    request = _request(
+        claims=[
+            policy_pb2.Claim(
+                claim_id="c1", kind=policy_pb2.CLAIM_KIND_FACT, text="The flood took the old ferry."
+            )
+        ],
+        world_facts=[
+            policy_pb2.Evidence(evidence_id="mem-1", text="The flood took the old ferry in spring.")
+        ],
+    )
+    response = await think(request, peers(gateway), CONFIG)
+    assert not response.fell_back
+    assert response.audit["grounding"][0]["groundings"][0]["evidence_ids"] == ["mem-1"]

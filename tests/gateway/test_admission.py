@@ -12,7 +12,7 @@ from grpc_status import rpc_status
 from psycopg import sql
 
 from cognition_service.output_schemas import DialogueReply
-from egbe.v1 import common_pb2, gateway_pb2
+from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from services.auth import Role
 from services.errors import field_violations
 from tests.gateway.harness import ATROPOS, CLOTHO, GatewayHarness, gateway_settings, start_gateway
@@ -173,3 +173,47 @@ async def test_admission_fails_closed_when_the_store_is_unreachable(
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await harness.stop()
+
+
+async def test_an_unknown_model_alias_is_refused_before_admission(gateway: GatewayHarness) -> None:
+    request = gateway_pb2.SubmitRequest(
+        candidate=action_pb2.CognitionCallCandidate(
+            ori=common_pb2.OriRef(world_id="world-1", ori_id="ada"),
+            tier=CLOTHO,
+            cause=1,  # type: ignore[arg-type]
+            model_route="anthropic:claude-giant-class-latest",
+        ),
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Submit(request, metadata=gateway.metadata(Role.SERVICE))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["candidate.model_route"]
+    assert (await gateway.spend("world-1")).admissions == 0
+
+
+async def test_text_postgres_cannot_hold_and_unknown_zones_are_invalid(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    bad = gateway_pb2.GenerateRequest(
+        run_id=run.run_id,
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+        prompt=gateway_pb2.PromptEnvelope(
+            task_instruction="a\x00b",
+            untrusted=[gateway_pb2.UntrustedZone(kind=99, content="x")],  # type: ignore[arg-type]
+        ),
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Generate(bad, metadata=gateway.metadata(Role.SERVICE))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["prompt.task_instruction"]
+    bad.prompt.task_instruction = "fine"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Generate(bad, metadata=gateway.metadata(Role.SERVICE))
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["prompt.untrusted[0].kind"]
+    assert await gateway.audit_records(run_id=run.run_id) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,11 +19,8 @@ SERVICE_TOKEN = "service-token-0123456789"
 WORLD_TOKEN = "world-token-0123456789ab"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def stub(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
-    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else None
+@contextlib.asynccontextmanager
+async def _served(tmp_path: Path, dsn: str | None) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
     settings = EgbeSettings(
         data_dir=tmp_path,
         database_url=dsn,
@@ -38,3 +36,20 @@ async def stub(
             yield biography_pb2_grpc.BiographyServiceStub(channel)
     finally:
         await running.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def stub(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
+    """The service on each backend."""
+    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else None
+    async with _served(tmp_path, dsn) as served:
+        yield served
+
+
+@pytest.fixture
+async def sqlite_stub(tmp_path: Path) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
+    """The service on SQLite, for what the servicer decides before any storage is touched."""
+    async with _served(tmp_path, None) as served:
+        yield served

@@ -119,8 +119,9 @@ def _unspecified_kind() -> biography_pb2.AppendRequest:
     ],
 )
 async def test_bad_appends_are_invalid_argument_naming_the_field_and_write_nothing(
-    stub: biography_pb2_grpc.BiographyServiceStub, build: Any, field: str
+    sqlite_stub: biography_pb2_grpc.BiographyServiceStub, build: Any, field: str
 ) -> None:
+    stub = sqlite_stub
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.Append(build(), metadata=AUTH)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -132,8 +133,9 @@ async def test_bad_appends_are_invalid_argument_naming_the_field_and_write_nothi
 
 
 async def test_a_bad_page_token_and_a_world_caller_are_refused(
-    stub: biography_pb2_grpc.BiographyServiceStub,
+    sqlite_stub: biography_pb2_grpc.BiographyServiceStub,
 ) -> None:
+    stub = sqlite_stub
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await stub.Read(biography_pb2.ReadRequest(ori_id="ori-1", page_token="garbage"), metadata=AUTH)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

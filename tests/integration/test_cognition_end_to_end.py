@@ -25,6 +25,7 @@ from egbe.v1 import (
 )
 from services.auth import bearer_metadata
 from services.runtime import start_services, stop_services
+from services.server import RunningService
 from services.settings import EgbeSettings, Endpoint, load_settings
 
 STACK = ("biography", "policy", "cognition", "gateway")
@@ -35,6 +36,7 @@ class Stack:
     settings: EgbeSettings
     channels: dict[str, grpc.aio.Channel]
     tokens: dict[str, str]
+    running: dict[str, RunningService]
 
     def md(self, role: str = "service") -> tuple[tuple[str, str], ...]:
         return bearer_metadata(self.tokens[role])
@@ -65,15 +67,16 @@ async def running_stack(data_dir: Path, names: tuple[str, ...] = STACK) -> Async
     """The four services in this process on ephemeral ports, SQLite under data_dir."""
     settings = load_settings(data_dir=data_dir)
     endpoints = {name: Endpoint(port=0) for name in settings.endpoints}
-    settings = settings.model_copy(update={"endpoints": endpoints})
-    running = await start_services(names, settings)
-    channels = {r.bundle.name: grpc.aio.insecure_channel(r.target) for r in running}
+    settings = settings.model_copy(update={"endpoints": endpoints, "shutdown_grace_seconds": 0.0})
+    started = await start_services(names, settings)
+    channels = {r.bundle.name: grpc.aio.insecure_channel(r.target) for r in started}
+    running = {r.bundle.name: r for r in started}
     try:
-        yield Stack(settings, channels, json.loads((data_dir / "tokens.json").read_text()))
+        yield Stack(settings, channels, json.loads((data_dir / "tokens.json").read_text()), running)
     finally:
         for channel in channels.values():
             await channel.close()
-        await stop_services(running, settings)
+        await stop_services(list(running.values()), settings)
 
 
 def submit_request(ori_id: str, stimulus: str, tier: int = common_pb2.COGNITION_TIER_CLOTHO) -> Any:
@@ -254,3 +257,44 @@ async def test_a_kill_switch_fired_mid_run_aborts_and_commits_nothing(
     assert list(reply.actions) == []
     await asyncio.sleep(1.2)  # let the delayed model answer arrive: it must still commit nothing
     assert await model_stack.events("ori-ada") == []
+
+
+async def test_a_gateway_dying_mid_run_fails_loud_and_commits_nothing(
+    model_stack: Stack, fake_api: Any
+) -> None:
+    from tests.gateway.fake_anthropic import Scripted
+
+    fake_api.reply_text = _dialogue()
+    fake_api.script.append(Scripted(delay_seconds=1.0))
+    ori = common_pb2.OriRef(tenant_id="tenant-a", world_id="world-1", ori_id="ori-dee")
+    admitted = await model_stack.gateway.AdmitRun(
+        gateway_pb2.AdmitRunRequest(
+            ori=ori, tier=common_pb2.COGNITION_TIER_CLOTHO, cause=action_pb2.COGNITION_CAUSE_DIALOGUE
+        ),
+        metadata=model_stack.md(),
+    )
+    think = asyncio.ensure_future(
+        model_stack.cognition.Think(
+            cognition_pb2.ThinkRequest(
+                run_id=admitted.run_id,
+                ori=ori,
+                tier=common_pb2.COGNITION_TIER_CLOTHO,
+                mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+                stimulus="speaker: bram\nStill there?",
+                max_model_calls=admitted.budget.max_model_calls,
+            ),
+            metadata=model_stack.md(),
+        )
+    )
+    for _ in range(200):  # bounded: the model call reaches the fake within a few ms
+        if fake_api.message_requests():
+            break
+        await asyncio.sleep(0.01)
+    assert fake_api.message_requests(), "the run never reached the model"
+    await model_stack.running.pop("gateway").stop()  # the gateway goes away with the call in flight
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await think
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "gateway Generate" in (caught.value.details() or "")
+    await asyncio.sleep(1.2)  # the model's late answer has nowhere to land
+    assert await model_stack.events("ori-dee") == []

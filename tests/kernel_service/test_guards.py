@@ -85,3 +85,23 @@ def test_a_different_decision_breaks_the_repetition(core: str) -> None:
     # Held (not freshly decided) ticks do not count as repetitions.
     for tick in range(8, 12):
         assert intent_of(kernel.tick(rows(tick, [lachesis(0)])), 0).kind == action_pb2.ACTION_KIND_WORK
+
+
+def test_columnar_answers_carry_guard_stamps_as_a_column(core: str) -> None:
+    import numpy as np
+
+    from tests.kernel_service.frames import columns
+
+    kernel = make_kernel(3, core)
+    flags = np.full(3, 1 << 5, dtype=np.uint16)
+    goals = np.array([0, 9, 0], dtype=np.uint32)
+    results = [kernel.tick(columns(t, signal_flags=flags, goal_ref=goals)) for t in range(1, 7)]
+    assert all(not r.actions.columns.guard_bits for r in results[:5])
+    bits = np.frombuffer(results[5].actions.columns.guard_bits, "u1")
+    assert bits.tolist() == [0, 2, 0]  # slot 1's goal went stale: bit 1
+    assert np.frombuffer(results[5].actions.columns.kind, "u1")[1] == action_pb2.ACTION_KIND_CHANGE_GOAL
+    # A delta answers what changed, listed or not: slot 1 (unlisted) returns to its cached action.
+    delta = kernel.tick(columns(7, slots=np.array([0]), signal_flags=flags[:1]))
+    assert np.frombuffer(delta.actions.columns.slots, "<u4").tolist() == [1]
+    assert np.frombuffer(delta.actions.columns.kind, "u1").tolist() == [action_pb2.ACTION_KIND_OBSERVE]
+    assert not delta.actions.columns.guard_bits

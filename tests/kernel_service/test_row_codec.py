@@ -56,6 +56,7 @@ def test_c_intent_writer_equals_python(agents: int, data: st.DataObject) -> None
         "tier": rng.integers(0, 4, agents).astype(np.uint8),
         "out_source": rng.integers(0, 7, agents).astype(np.uint8),
         "out_plan_step": rng.choice([0, 1, 65535], agents).astype(np.uint16),
+        "tier_reason": rng.integers(0, 11, agents).astype(np.uint8),
     }
     assert set(columns) == set(INTENT_FIELDS)
     ori_ids = [data.draw(st.text(max_size=200)) for _ in range(agents)]

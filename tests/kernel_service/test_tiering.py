@@ -45,7 +45,8 @@ def test_ladder_order_and_reasons(core: str) -> None:
             ],
         )
     )
-    got = [(i.tier, kernel.agent_state(i.slot).tier_reason) for i in result.actions.intents]
+    got = [(i.tier, i.tier_reason) for i in result.actions.intents]
+    assert [kernel.agent_state(i.slot).tier_reason for i in result.actions.intents] == [r for _, r in got]
     assert got == [
         (CLOTHO, action_pb2.TIER_REASON_OPEN_CROSSROADS),
         (CLOTHO, action_pb2.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION),

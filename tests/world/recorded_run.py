@@ -177,4 +177,5 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
         tick_log=None,
         snapshots=[],
         wall_seconds=1.5,
+        loop_seconds=1.2,
     )

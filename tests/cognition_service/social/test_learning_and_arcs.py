@@ -44,8 +44,10 @@ def test_learning_reweights_clamps_reranks_and_preserves_autonomy() -> None:
     assert learned.values.priority(Domain.JOY) == 100  # clamped
     assert learned.values.priority(Domain.AUTONOMY) == 80
     assert learned.values.ranking[:2] == (Domain.JOY, Domain.AUTONOMY)
-    assert learned.value_shift.kind == biography_pb2.ORI_EVENT_KIND_VALUE_SHIFT
-    assert learned.value_shift.payload["autonomy_preserved"] is True
+    shifted = {(e.payload["value_ref"], e.payload["weight_bp"]) for e in learned.value_shifts}
+    assert shifted == {("kinship", 7_500), ("joy", 10_000)}
+    assert {e.kind for e in learned.value_shifts} == {biography_pb2.ORI_EVENT_KIND_VALUE_SHIFT}
+    assert all(e.payload["autonomy_preserved"] is True for e in learned.value_shifts)
     assert learned.behaviour_adjustment.kind == biography_pb2.ORI_EVENT_KIND_PERSONALITY_EVENT
     assert learned.behaviour_adjustment.payload["adjustment"] == "lean into kinship"
 

@@ -267,3 +267,10 @@ def test_same_inputs_same_outputs_for_scattered_slots() -> None:
         assert (out.kind[[0, 2, 3, 5, 7]] == 0).all()  # rows not asked for are untouched
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(a, b)
+
+
+def test_restore_refuses_quirks_that_are_not_text() -> None:
+    snapshot = dict(_layer(1).snapshot())
+    snapshot["quirks"] = np.zeros(len(snapshot["quirks"]), dtype=np.uint8)
+    with pytest.raises(InvalidArgument, match="quirks"):
+        PersonalityBehaviorLayer().restore(snapshot)

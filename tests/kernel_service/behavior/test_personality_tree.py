@@ -46,16 +46,16 @@ inputs = st.builds(
 
 
 def _rows(cases: list[tuple[Profile, TreeInputs]]) -> TreeRows:
-    values = np.zeros((len(cases), VALUE_COLUMNS), dtype=np.uint16)
+    values = np.zeros((VALUE_COLUMNS, len(cases)), dtype=np.uint16)
     for i, (profile, _) in enumerate(cases):
         for domain, weight in profile.values.items():
-            values[i, domain] = weight
+            values[domain, i] = weight
 
     def col(name: str, dtype: type[np.generic]) -> np.ndarray:
         return np.array([getattr(x, name) for _, x in cases], dtype=dtype)
 
     return TreeRows(
-        traits=np.array([p.traits for p, _ in cases], dtype=np.uint16),
+        traits=np.ascontiguousarray(np.array([p.traits for p, _ in cases], dtype=np.uint16).T),
         values=values,
         vocation_ref=np.array([p.vocation_ref for p, _ in cases], dtype=np.uint32),
         need_social_bp=col("need_social_bp", np.uint16),

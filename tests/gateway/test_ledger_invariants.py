@@ -1,0 +1,81 @@
+"""Ledger invariants under random interleavings of admissions, calls, endings, kills and resumes."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.adapters.base import ModelRequest
+from gateway.adapters.offline import OfflineAdapter
+from gateway.admission import CognitionGateway, Who
+from gateway.config import BudgetConfig, GatewayConfig
+from gateway.records import ControlKind, ControlScope, RunStatus
+from gateway.store.sqlite import SqliteGatewayStore
+from services.errors import EgbeError
+
+CAP = 20_000
+ORIS = ("ada", "bram", "cyd")
+Step = tuple[str, int, int]
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "generate", "end", "kill", "resume"]),
+        st.integers(0, len(ORIS) - 1),
+        st.integers(1, 3),  # tier
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+async def _play(gateway: CognitionGateway, chunk: list[Step], runs: list[str]) -> None:
+    async def one(action: str, ori_index: int, tier: int) -> None:
+        ori = ORIS[ori_index]
+        try:
+            if action == "admit":
+                admitted = await gateway.admit(Who("t", "w", ori), tier, tier)
+                if admitted.admitted:
+                    runs.append(admitted.run.run_id)
+            elif action == "generate" and runs:
+                await gateway.generate(
+                    runs[ori_index % len(runs)], ModelRequest("p", f"Objective: {ori}", mode="summary")
+                )
+            elif action == "end" and runs:
+                await gateway.end_run(runs[ori_index % len(runs)], RunStatus.COMPLETED)
+            elif action == "kill":
+                await gateway.add_control(
+                    ControlKind.KILL, ControlScope.ORI, ori, reason="r", operator_id="o"
+                )
+            elif action == "resume":
+                await gateway.lift_controls(ControlScope.ORI, ori, reason="r", operator_id="o")
+        except EgbeError:
+            pass  # refusals (killed, over budget, ended) are part of the game
+
+    await asyncio.gather(*(one(*step) for step in chunk))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=steps, concurrency=st.integers(1, 8))
+async def test_reservations_and_consumption_always_add_up(plan: list[Step], concurrency: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        config = GatewayConfig(budget=BudgetConfig(world_cap_tokens_per_hour=CAP))
+        store = SqliteGatewayStore(Path(folder) / "g.sqlite3", timeout_seconds=5)
+        gateway = CognitionGateway(config, store, OfflineAdapter())
+        await gateway.start()
+        try:
+            runs: list[str] = []
+            for start in range(0, len(plan), concurrency):
+                await _play(gateway, plan[start : start + concurrency], runs)
+                reserved, consumed = await store.ledger_totals()
+                assert reserved + consumed <= CAP
+                assert consumed == await store.audited_tokens()
+            for run_id in runs:
+                await gateway.end_run(run_id, RunStatus.COMPLETED)
+            reserved, consumed = await store.ledger_totals()
+            assert reserved == 0
+            assert consumed == await store.audited_tokens()
+        finally:
+            await gateway.stop()

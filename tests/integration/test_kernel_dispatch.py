@@ -1,0 +1,56 @@
+"""The dispatcher end to end: kernel candidates reach the real gateway, results merge into a later tick."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+
+from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
+from services.auth import Role, bearer_metadata
+from services.settings import load_settings
+from tests.kernel_service.frames import WORLD, registrations
+from world.embedded import DemoTarget, services_for_run
+
+AGENTS = 4
+
+
+async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data")
+    async with services_for_run(
+        settings, tmp_path / "run", snapshot_every=50, target=DemoTarget.EMBEDDED
+    ) as services:
+        token = services.tokens.token_for(Role.WORLD)
+        async with grpc.aio.insecure_channel(services.targets["kernel"]) as channel:
+            kernel = kernel_pb2_grpc.KernelServiceStub(channel)
+            await kernel.RegisterAgents(
+                kernel_pb2.RegisterAgentsRequest(world_id=WORLD, agents=registrations(AGENTS)),
+                metadata=bearer_metadata(token),
+            )
+            merged_tick = None
+            first_candidates = 0
+            for tick in range(1, 400):  # bounded: the offline adapter answers within a few ticks
+                batch = perception_pb2.PerceptionBatch(
+                    world_id=WORLD,
+                    tick=tick,
+                    frames=[perception_pb2.PerceptionFrame(slot=s, on_screen=True) for s in range(AGENTS)],
+                )
+                reply = await kernel.Tick(
+                    kernel_pb2.TickRequest(batch=batch), metadata=bearer_metadata(token)
+                )
+                result = reply.result
+                if tick == 1:
+                    first_candidates = len(result.candidates)
+                    assert all(c.needs_rehydration for c in result.candidates)
+                    assert [r.kind for r in result.lifecycle] == [
+                        action_pb2.LifecycleRequest.KIND_REHYDRATE
+                    ] * AGENTS
+                if result.report.cognition_results_merged:
+                    merged_tick = tick
+                    break
+                await asyncio.sleep(0.05)
+            assert first_candidates == AGENTS
+            assert merged_tick is not None, "no cognition result came back through the dispatcher"
+            sources = {i.source for i in result.actions.intents}
+            assert action_pb2.ACTION_SOURCE_COGNITION in sources

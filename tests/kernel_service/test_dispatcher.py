@@ -1,0 +1,68 @@
+"""The dispatcher works outside the tick: report-only without a gateway, never blocked by a slow one."""
+
+from __future__ import annotations
+
+import asyncio
+
+from egbe.v1 import action_pb2
+from kernel_service.dispatcher import Dispatcher
+from services.channels import channel_opener
+from services.settings import load_settings
+from tests.kernel_service.frames import frame, intent_of, make_kernel, rows
+
+
+def clotho_batch(tick: int, agents: int) -> object:
+    return rows(tick, [frame(slot, on_screen=True) for slot in range(agents)])
+
+
+async def test_without_a_gateway_candidates_are_reported_and_agents_keep_cached_actions() -> None:
+    kernel = make_kernel(3)
+    dispatcher = Dispatcher()
+    await dispatcher.start()
+    try:
+        for tick in range(1, 12):
+            result = kernel.tick(clotho_batch(tick, 3), dispatcher.take_results())  # type: ignore[arg-type]
+            dispatcher.offer(result)
+            await asyncio.sleep(0)
+            assert result.report.cognition_results_merged == 0
+            assert intent_of(result, 0).source == action_pb2.ACTION_SOURCE_CACHED
+        assert dispatcher.stats.candidates_offered > 0
+        assert dispatcher.stats.candidates_reported_only == dispatcher.stats.candidates_offered
+        assert dispatcher.stats.candidates_sent == 0
+    finally:
+        await dispatcher.close()
+
+
+async def test_a_gateway_that_never_answers_never_delays_a_tick() -> None:
+    hung: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hung.append(writer)  # a real socket that never completes the HTTP/2 handshake
+
+    server = await asyncio.start_server(accept_and_stall, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dispatcher = Dispatcher(
+        gateway_target=f"127.0.0.1:{port}",
+        queue_limit=50,
+        call_timeout_seconds=30,
+        dial=channel_opener(load_settings()),
+    )
+    await dispatcher.start()
+    kernel = make_kernel(40)
+    try:
+        for tick in range(1, 30):
+            result = kernel.tick(clotho_batch(tick, 40), dispatcher.take_results())  # type: ignore[arg-type]
+            dispatcher.offer(result)
+            await asyncio.sleep(0.001)
+        # Every tick went through while the gateway sat on its calls: nothing merged, nothing waited,
+        # and the queue shed its oldest candidates instead of growing without bound.
+        assert dispatcher.stats.results_received == 0
+        assert dispatcher.stats.candidates_sent > 0
+        assert dispatcher.stats.candidates_shed > 0
+        assert dispatcher.pending_candidates <= 50
+    finally:
+        await dispatcher.close()
+        for writer in hung:
+            writer.close()
+        server.close()
+        await server.wait_closed()
