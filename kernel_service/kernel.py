@@ -84,7 +84,7 @@ class Kernel:
         if self.behavior is not None and first_of:
             # The layer validates the whole batch before applying any of it, so it goes first.
             self.behavior.register(len(self.ori_ids), list(first_of.values()))
-        if world_id and not self.world_id:
+        if world_id and not self.world_id and registrations:  # an empty registration claims no world
             self.world_id = world_id
         self.arrays.add(len(new))
         for ori_id, registration in first_of.items():
