@@ -22,7 +22,7 @@ from services.logging import configure_logging
 from services.settings import SERVICE_NAMES, Endpoint, LogFormat, load_settings
 from world.artifact import RunArtifact
 from world.demo import run_demo
-from world.embedded import services_for_run
+from world.embedded import DemoTarget, services_for_run
 from world.run import RunOptions, execute, new_run_id
 from world.scenario import load_scenario
 
@@ -63,7 +63,9 @@ async def _solo(settings_dir: Path, runs: Path, ticks: int) -> RunArtifact:
     run_id = new_run_id(scenario, 7)
     run_dir = runs / run_id
     run_dir.mkdir(parents=True)
-    async with services_for_run(settings, run_dir, scenario.snapshot_every_ticks, reuse_running=False) as svc:
+    async with services_for_run(
+        settings, run_dir, scenario.snapshot_every_ticks, target=DemoTarget.EMBEDDED
+    ) as svc:
         return await execute(
             svc, options=RunOptions(scenario, 7, progress=False, ticks=ticks), run_dir=run_dir, run_id=run_id
         )

@@ -93,10 +93,12 @@ async def test_the_grpc_client_asks_a_real_policy_server() -> None:
     assert not romance.allowed
 
 
-async def test_the_grpc_client_fails_closed_when_the_policy_server_is_down() -> None:
+async def test_the_grpc_client_fails_closed_when_the_policy_service_does_not_answer() -> None:
+    # A live server without a PolicyService answers UNIMPLEMENTED at once; a closed port would make
+    # the client wait out its connection deadline (20 s) for the same verdict.
     server = grpc.aio.server()
-    port = server.add_insecure_port("127.0.0.1:0")  # reserve a port, then leave nothing listening on it
-    await server.stop(None)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         client = GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
         verdict = await check_minor_protection(
@@ -106,6 +108,7 @@ async def test_the_grpc_client_fails_closed_when_the_policy_server_is_down() -> 
             surface=policy_pb2.PROTECTION_SURFACE_RELATIONSHIP_EDGE,
             tags=frozenset({"friendship"}),
         )
+    await server.stop(None)
     assert not verdict.allowed
     assert verdict.reason.startswith("policy-unavailable:")
 
