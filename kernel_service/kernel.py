@@ -212,17 +212,8 @@ class Kernel:
             plan_step=f["cached_plan_step"],
             priority=f["cached_priority"],
         )
-        held = (f["cached_kind"][slots], f["cached_goal_ref"][slots], f["cached_plan_step"][slots])
         self.behavior.decide(slots, signals, decisions)
-        # Only a changed action is a new decision for the loop guard: a routine held steady by the
-        # tree (same inputs, same action) is the believability floor, not a loop; counting it would
-        # force a reflection call every third step.
-        changed = (
-            (f["cached_kind"][slots] != held[0])
-            | (f["cached_goal_ref"][slots] != held[1])
-            | (f["cached_plan_step"][slots] != held[2])
-        )
-        f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
+        f["agent_bits"][slots] |= AGENT_BIT_FRESH_DECISION
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:
         """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""
