@@ -11,7 +11,7 @@ from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from services.auth import Role, bearer_metadata
 from services.settings import load_settings
 from tests.kernel_service.frames import WORLD, registrations
-from world.embedded import services_for_run
+from world.embedded import DemoTarget, services_for_run
 
 AGENTS = 4
 
@@ -19,7 +19,7 @@ AGENTS = 4
 async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(tmp_path: Path) -> None:
     settings = load_settings(data_dir=tmp_path / "data")
     async with services_for_run(
-        settings, tmp_path / "run", snapshot_every=50, reuse_running=False
+        settings, tmp_path / "run", snapshot_every=50, target=DemoTarget.EMBEDDED
     ) as services:
         token = services.tokens.token_for(Role.WORLD)
         async with grpc.aio.insecure_channel(services.targets["kernel"]) as channel:
