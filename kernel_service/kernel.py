@@ -212,8 +212,16 @@ class Kernel:
             plan_step=f["cached_plan_step"],
             priority=f["cached_priority"],
         )
+        fields = ("cached_kind", "cached_source", "cached_goal_ref", "cached_priority", "cached_plan_step")
+        held = [f[name][slots] for name in fields]
         self.behavior.decide(slots, signals, decisions)
-        f["agent_bits"][slots] |= AGENT_BIT_FRESH_DECISION
+        # Only a changed action is a fresh decision: a routine held steady by the tree (same inputs,
+        # same action) is the believability floor, not a loop. Every field counts, since the C core
+        # skips re-reading an agent's cached action unless it is flagged fresh.
+        changed = np.zeros(len(slots), dtype=bool)
+        for name, before in zip(fields, held, strict=True):
+            changed |= f[name][slots] != before
+        f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:
         """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""
