@@ -63,7 +63,9 @@ async def _solo(settings_dir: Path, runs: Path, ticks: int) -> RunArtifact:
     run_id = new_run_id(scenario, 7)
     run_dir = runs / run_id
     run_dir.mkdir(parents=True)
-    async with services_for_run(settings, run_dir, scenario.snapshot_every_ticks, DemoTarget.EMBEDDED) as svc:
+    async with services_for_run(
+        settings, run_dir, scenario.snapshot_every_ticks, target=DemoTarget.EMBEDDED
+    ) as svc:
         return await execute(
             svc, options=RunOptions(scenario, 7, progress=False, ticks=ticks), run_dir=run_dir, run_id=run_id
         )

@@ -84,7 +84,7 @@ class Kernel:
         if self.behavior is not None and first_of:
             # The layer validates the whole batch before applying any of it, so it goes first.
             self.behavior.register(len(self.ori_ids), list(first_of.values()))
-        if world_id and not self.world_id:
+        if world_id and not self.world_id and registrations:  # an empty registration claims no world
             self.world_id = world_id
         self.arrays.add(len(new))
         for ori_id, registration in first_of.items():
@@ -212,16 +212,15 @@ class Kernel:
             plan_step=f["cached_plan_step"],
             priority=f["cached_priority"],
         )
-        held = (f["cached_kind"][slots], f["cached_goal_ref"][slots], f["cached_plan_step"][slots])
+        fields = ("cached_kind", "cached_source", "cached_goal_ref", "cached_priority", "cached_plan_step")
+        held = [f[name][slots] for name in fields]
         self.behavior.decide(slots, signals, decisions)
-        # Only a changed action is a new decision for the loop guard: a routine held steady by the
-        # tree (same inputs, same action) is the believability floor, not a loop; counting it would
-        # force a reflection call every third step.
-        changed = (
-            (f["cached_kind"][slots] != held[0])
-            | (f["cached_goal_ref"][slots] != held[1])
-            | (f["cached_plan_step"][slots] != held[2])
-        )
+        # Only a changed action is a fresh decision: a routine held steady by the tree (same inputs,
+        # same action) is the believability floor, not a loop. Every field counts, since the C core
+        # skips re-reading an agent's cached action unless it is flagged fresh.
+        changed = np.zeros(len(slots), dtype=bool)
+        for name, before in zip(fields, held, strict=True):
+            changed |= f[name][slots] != before
         f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:

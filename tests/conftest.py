@@ -37,7 +37,8 @@ def start_embedded(
 
     `ephemeral_ports=False` keeps the ports the settings (environment) name.
     """
-    env = {**os.environ, "EGBE_LOG_FORMAT": "json"}
+    # Never the real model API from a test, whatever key a developer has exported.
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"} | {"EGBE_LOG_FORMAT": "json"}
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "egbe-up.log"  # a file, not a pipe: a chatty server never blocks on a full pipe
     process = subprocess.Popen(

@@ -10,6 +10,13 @@ import pytest
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
 
+@pytest.fixture(autouse=True)
+def offline_unless_a_test_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's ANTHROPIC_API_KEY must never make these tests call (and pay for) the real API."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest) -> str | None:
     """None for the embedded SQLite store, a fresh PostgreSQL database otherwise."""

@@ -6,6 +6,8 @@ import asyncio
 
 from egbe.v1 import action_pb2
 from kernel_service.dispatcher import Dispatcher
+from services.channels import channel_opener
+from services.settings import load_settings
 from tests.kernel_service.frames import frame, intent_of, make_kernel, rows
 
 
@@ -39,7 +41,12 @@ async def test_a_gateway_that_never_answers_never_delays_a_tick() -> None:
 
     server = await asyncio.start_server(accept_and_stall, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    dispatcher = Dispatcher(gateway_target=f"127.0.0.1:{port}", queue_limit=50, call_timeout_seconds=30)
+    dispatcher = Dispatcher(
+        gateway_target=f"127.0.0.1:{port}",
+        queue_limit=50,
+        call_timeout_seconds=30,
+        dial=channel_opener(load_settings()),
+    )
     await dispatcher.start()
     kernel = make_kernel(40)
     try:
