@@ -130,10 +130,11 @@ def test_hamlet_through_five_processes_on_postgres(services: ServiceProcesses, t
 def test_sigkill_cognition_mid_run_keeps_every_tick_answered_and_cognition_resumes(
     services: ServiceProcesses, tmp_path: Path
 ) -> None:
+    admissions_before = _spend(services).admissions  # the services are shared with earlier tests
     demo = _demo(services, tmp_path)  # the full hamlet: 3,600 ticks
     deadline = time.monotonic() + 60
-    while _spend(services).admissions == 0 and time.monotonic() < deadline:  # the run is under way
-        time.sleep(0.1)
+    while _spend(services).admissions == admissions_before and time.monotonic() < deadline:
+        time.sleep(0.1)  # wait until this run is under way (its first admission), not an earlier one
     services.kill("cognition")
     assert not services.serving("cognition")
     time.sleep(1.0)  # the world keeps ticking with cognition dead
