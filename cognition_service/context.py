@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from cognition_service.config import AssemblyLimits
-from cognition_service.fingerprint import fingerprint
+from services.fingerprint import fingerprint
 
 SECTIONS = ("perception", "traits", "values", "quirks", "memories", "relationships", "objectives")
 # When the whole context is still over budget, the lowest-priority items go first from these sections.

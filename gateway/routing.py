@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from gateway.config import AGENT_BEHAVIOR_EVAL_GATE, TIER_NAMES, GatewayConfig, ModelCandidate, RoutingConfig
 from services.errors import FieldViolation, InvalidArgument, NotFound
+from services.fingerprint import fingerprint
 
-FNV64_OFFSET = 0xCBF29CE484222325
-FNV64_PRIME = 0x100000001B3
 MODEL_REF_PREFIX = "anthropic:claude-"
-
-
-def fnv1a64(data: bytes) -> str:
-    """FNV-1a 64-bit over bytes, as 16 lowercase hex digits."""
-    value = FNV64_OFFSET
-    for byte in data:
-        value = ((value ^ byte) * FNV64_PRIME) & 0xFFFFFFFFFFFFFFFF
-    return f"{value:016x}"
 
 
 def config_fingerprint(config: BaseModel) -> str:
     """Fingerprint of the canonical JSON form (sorted keys, no whitespace) of a config model."""
-    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return fnv1a64(canonical.encode())
+    return fingerprint(config.model_dump(mode="json"))
 
 
 def model_ref(model_class: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal
 
@@ -10,21 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from egbe.v1 import common_pb2
 from kernel_service.behavior.config import BehaviorConfig
+from services.fingerprint import fingerprint
 
 WORLD_TICK_HZ = 20
 GAME_MINUTE_TICKS = WORLD_TICK_HZ * 60
 GAME_DAY_TICKS = GAME_MINUTE_TICKS * 60 * 24  # 1,728,000: the unit Atropos reasons in
-
-FNV1A64_OFFSET = 0xCBF29CE484222325
-FNV1A64_PRIME = 0x100000001B3
-
-
-def fnv1a64(data: bytes) -> int:
-    """The 64-bit FNV-1a hash, the fingerprint every audit record carries."""
-    value = FNV1A64_OFFSET
-    for byte in data:
-        value = ((value ^ byte) * FNV1A64_PRIME) & 0xFFFFFFFFFFFFFFFF
-    return value
 
 
 class ClassRates(BaseModel):
@@ -118,8 +107,7 @@ class KernelConfig(BaseModel):
 
     def fingerprint(self) -> common_pb2.ConfigFingerprint:
         """FNV-1a 64 over the canonical JSON (sorted keys, no whitespace) of this config."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return common_pb2.ConfigFingerprint(fnv1a64=f"{fnv1a64(canonical.encode()):016x}", scope="kernel")
+        return common_pb2.ConfigFingerprint(fnv1a64=fingerprint(self.model_dump(mode="json")), scope="kernel")
 
     def class_rate(self, tier: int) -> int:
         """Micro-USD per 1k tokens for the model class a tier routes to."""

@@ -15,6 +15,7 @@ from typing import Literal
 import grpc
 
 from egbe.v1 import gateway_pb2, kernel_pb2
+from services.fingerprint import fingerprint
 from world.artifact import (
     CognitionCall,
     Fingerprint,
@@ -39,7 +40,6 @@ from world.collect import (
     wait_for_dispatch,
 )
 from world.embedded import Services
-from world.fingerprint import fingerprint
 from world.loop import LoopHooks, LoopRecording, WorldLoop, WorldRunError, WorldSetup, describe_rpc_error
 from world.perception import ScriptIndex
 from world.population import build_population

@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import AGENT_BEHAVIOR_EVAL_GATE, GatewayConfig, ModelCandidate, RoutingConfig, TierRoute
-from gateway.routing import config_fingerprint, config_violations, fnv1a64, routing_violations, select_route
+from gateway.routing import config_fingerprint, config_violations, routing_violations, select_route
 from services.errors import InvalidArgument
 from tests.gateway.harness import ATROPOS, CLOTHO, LACHESIS
-
-
-def test_fnv1a64_matches_the_reference_vectors() -> None:
-    assert fnv1a64(b"") == "cbf29ce484222325"
-    assert fnv1a64(b"a") == "af63dc4c8601ec8c"
-    assert fnv1a64(b"foobar") == "85944171f73967e8"
 
 
 def test_each_tier_routes_to_the_smallest_model_that_clears_its_bar() -> None:

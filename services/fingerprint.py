@@ -1,4 +1,4 @@
-"""Stable FNV-1a 64-bit fingerprints over canonical JSON: the cache key and spine of the audit trail."""
+"""Stable FNV-1a 64-bit fingerprints over canonical JSON: how configs, requests and runs are named."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cognition_service.fingerprint import canonical_json, fingerprint, fnv1a64
+from services.fingerprint import canonical_json, fingerprint, fnv1a64
 
 
 def test_fnv1a64_vectors() -> None:
