@@ -6,12 +6,19 @@ BUF := .tools/node_modules/.bin/buf
 # Type-checked packages (mypy strict); grows as each service lands.
 TYPED := services gateway kernel_service cognition_service policy_service biography_service world scripts
 
-.PHONY: demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check cpp-client
+.PHONY: system-deps demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check cpp-client
 
 demo: install
 	$(VENV)/bin/egbe demo
 
-test: check pytest
+# The tests' PostgreSQL: the machine's local server unless one is named (testcontainers wins where
+# a Docker engine runs).
+export EGBE_TEST_POSTGRES_DSN ?= postgresql://postgres@127.0.0.1:5432/test
+
+test: system-deps check pytest
+
+system-deps:
+	scripts/install_system_deps.sh
 
 check: lint typecheck protos-check buf-lint deploy-check cpp-client
 
