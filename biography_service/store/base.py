@@ -16,6 +16,7 @@ from biography_service.projections import (
     RelationshipView,
     ValueView,
 )
+from biography_service.store import sql
 
 
 class AppendSignal:
@@ -58,15 +59,22 @@ class BiographyStore(ABC):
         """Append all of `events` or none (WrongExpectedVersion, EventIdConflict, StorageUnavailable)."""
 
     @abstractmethod
+    async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
+        """Run one of `store.sql`'s event queries on this backend."""
+
     async def read_stream(
         self, ori_id: str, from_version: int, limit: int, *, backward: bool = False
-    ) -> list[RecordedEvent]: ...
+    ) -> list[RecordedEvent]:
+        query = sql.READ_BACKWARD if backward else sql.READ_FORWARD
+        return await self._read(query, (ori_id, from_version, limit))
 
-    @abstractmethod
     async def read_all(
         self, from_position: int, limit: int, ori_ids: Sequence[str] = ()
     ) -> list[RecordedEvent]:
         """Events with global position >= `from_position` in global order, optionally only some streams."""
+        if ori_ids:
+            return await self._read(sql.read_all_for(len(ori_ids)), (from_position, *ori_ids, limit))
+        return await self._read(sql.READ_ALL, (from_position, limit))
 
     @abstractmethod
     async def stream_version(self, ori_id: str) -> int | None: ...

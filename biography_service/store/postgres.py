@@ -236,19 +236,6 @@ class PostgresStore(BiographyStore):
             cursor = await connection.execute(_pg(query), params)
             return [sql.decode_event(r) for r in await cursor.fetchall()]
 
-    async def read_stream(
-        self, ori_id: str, from_version: int, limit: int, *, backward: bool = False
-    ) -> list[RecordedEvent]:
-        query = sql.READ_BACKWARD if backward else sql.READ_FORWARD
-        return await self._read(query, (ori_id, from_version, limit))
-
-    async def read_all(
-        self, from_position: int, limit: int, ori_ids: Sequence[str] = ()
-    ) -> list[RecordedEvent]:
-        if ori_ids:
-            return await self._read(sql.read_all_for(len(ori_ids)), (from_position, *ori_ids, limit))
-        return await self._read(sql.READ_ALL, (from_position, limit))
-
     async def stream_version(self, ori_id: str) -> int | None:
         async with self._translated(), self._pool.connection() as connection:
             cursor = await connection.execute(_STREAM_HEAD, (ori_id,))

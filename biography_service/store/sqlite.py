@@ -146,19 +146,6 @@ class SqliteStore(BiographyStore):
 
         return await self._on_reader(work)
 
-    async def read_stream(
-        self, ori_id: str, from_version: int, limit: int, *, backward: bool = False
-    ) -> list[RecordedEvent]:
-        query = sql.READ_BACKWARD if backward else sql.READ_FORWARD
-        return await self._read(query, (ori_id, from_version, limit))
-
-    async def read_all(
-        self, from_position: int, limit: int, ori_ids: Sequence[str] = ()
-    ) -> list[RecordedEvent]:
-        if ori_ids:
-            return await self._read(sql.read_all_for(len(ori_ids)), (from_position, *ori_ids, limit))
-        return await self._read(sql.READ_ALL, (from_position, limit))
-
     async def stream_version(self, ori_id: str) -> int | None:
         def work() -> int | None:
             row = self._read_connection().execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
