@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from egbe.v1 import biography_pb2, biography_pb2_grpc  # noqa: E402
 from services.auth import bearer_metadata  # noqa: E402
-from tests.integration.test_biography_crash import serve_biography  # noqa: E402
+from services.local_cluster import ServiceProcesses  # noqa: E402
 
 ANY = biography_pb2.ExpectedVersion(kind=biography_pb2.ExpectedVersion.KIND_ANY)
 KINDS = [
@@ -154,12 +154,12 @@ def main() -> int:
             parser.error("--backend postgres needs --database-url or EGBE_TEST_POSTGRES_DSN")
         database_url, cleanup = fresh_database(args.database_url)
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as data_dir:
-        served = serve_biography(Path(data_dir), database_url)
+        served = ServiceProcesses(Path(data_dir), database_url)
         try:
-            figures = asyncio.run(measure(served.target, served.token, scale))
+            served.start("biography")
+            figures = asyncio.run(measure(served.target("biography"), served.tokens["service"], scale))
         finally:
-            served.process.terminate()
-            served.process.wait(timeout=30)
+            served.stop_all()
             if cleanup is not None:
                 cleanup()
     print(json.dumps({"backend": args.backend, **figures, "smoke": args.smoke, "scale": scale}))

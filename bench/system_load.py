@@ -47,7 +47,7 @@ from egbe.v1 import (
     perception_pb2,
 )
 from services.auth import bearer_metadata
-from tests.system.processes import ServiceProcesses
+from services.local_cluster import ServiceProcesses
 
 TICK_BUDGET_MS = 50.0
 REGISTER_CHUNK = 1000

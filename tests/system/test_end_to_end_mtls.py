@@ -4,7 +4,6 @@ biography, each a TCP connection that presents and checks certificates made for 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,26 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from services.local_cluster import free_ports
 from services.settings import SERVICE_NAMES
 from tests.conftest import ROOT, EmbeddedEgbe, start_embedded, stop_embedded
 from tests.tls_fixtures import tls_env
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports free right now; the kernel must know the gateway's port before anything starts."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 @pytest.fixture(scope="module")
 def fixed_ports() -> dict[str, str]:
-    ports = dict(zip(SERVICE_NAMES, _free_ports(len(SERVICE_NAMES)), strict=True))
+    ports = dict(zip(SERVICE_NAMES, free_ports(len(SERVICE_NAMES)), strict=True))
     env = {f"EGBE_ENDPOINTS__{name.upper()}__PORT": str(port) for name, port in ports.items()}
     env["EGBE_KERNEL__GATEWAY_TARGET"] = f"127.0.0.1:{ports['gateway']}"
     env["EGBE_KERNEL__BIOGRAPHY_TARGET"] = f"127.0.0.1:{ports['biography']}"

@@ -20,8 +20,8 @@ from google.protobuf import struct_pb2
 
 from egbe.v1 import biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
+from services.local_cluster import ServiceProcesses
 from tests.conftest import ROOT
-from tests.system.processes import ServiceProcesses
 
 pytestmark = pytest.mark.postgres
 

@@ -1,5 +1,9 @@
-"""Every Egbe service as its own OS process (`egbe serve X`) on loopback against PostgreSQL,
-each one killable with SIGKILL and restartable, as production runs them."""
+"""Every Egbe service as its own OS process (`egbe serve X`) on loopback, each one killable with
+SIGKILL and restartable, as production runs them.
+
+The system tests (`tests/system/`) and the system benchmarks (`bench/`) both launch services this
+way, so it lives in the package rather than in either of them.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.auth import Role
 from services.settings import SERVICE_NAMES
-from tests.conftest import ROOT
 
 # Dependencies first; stopped in reverse.
 START_ORDER = ("biography", "policy", "gateway", "cognition", "kernel")
@@ -84,7 +87,6 @@ class ServiceProcesses:
         data_dir.mkdir(exist_ok=True)
         self.running[name] = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", name],
-            cwd=ROOT,
             env=self.env(),
             stdout=subprocess.DEVNULL,
             stderr=(data_dir / "serve.log").open("ab"),
