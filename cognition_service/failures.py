@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import grpc
+from google.rpc import status_pb2
 
 from services.errors import (
     Aborted,
     EgbeError,
     FailedPrecondition,
+    FieldViolation,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
     Unavailable,
+    field_violations,
 )
 
+# Where gRPC carries the google.rpc.Status (with its BadRequest) of a failed call.
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _BY_CODE: dict[grpc.StatusCode, type[EgbeError]] = {
     grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
@@ -39,10 +47,21 @@ class AttributionMismatch(EgbeError):
     reason = "ATTRIBUTION_MISMATCH"
 
 
+def _peer_violations(error: grpc.aio.AioRpcError) -> list[FieldViolation]:
+    """The fields the peer named (an unknown `run_id` is the same field of our own request)."""
+    trailing = cast(Iterable[tuple[str, str | bytes]], error.trailing_metadata() or ())
+    for key, value in trailing:
+        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return field_violations(status_pb2.Status.FromString(value))
+    return []
+
+
 def peer_failure(peer: str, error: grpc.aio.AioRpcError) -> EgbeError:
     """The domain error for a failed peer call, keeping its status class (a kill stays ABORTED)."""
     code = error.code()
     error_class = _BY_CODE.get(code, EgbeError)
     return error_class(
-        f"{peer} failed: {code.name}: {error.details()}", metadata={"peer": peer, "peer_code": code.name}
+        f"{peer} failed: {code.name}: {error.details()}",
+        metadata={"peer": peer, "peer_code": code.name},
+        violations=_peer_violations(error) if code is grpc.StatusCode.NOT_FOUND else (),
     )

@@ -227,10 +227,16 @@ class Kernel:
         """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""
         if ori_id is not None:
             if ori_id not in self.slot_by_ori:
-                raise NotFound(f"ori {ori_id!r} is not registered")
+                raise NotFound(
+                    f"ori {ori_id!r} is not registered",
+                    violations=[FieldViolation("ori_id", "names no registered Ori")],
+                )
             return self.slot_by_ori[ori_id]
         if slot is None or slot >= self.arrays.count:
-            raise NotFound(f"slot {slot} is not registered")
+            raise NotFound(
+                f"slot {slot} is not registered",
+                violations=[FieldViolation("slot", "names no registered slot")],
+            )
         return slot
 
     def agent_state(self, slot: int) -> kernel_pb2.GetAgentStateResponse:

@@ -26,18 +26,36 @@ class EgbeError(Exception):
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     reason: str = "INTERNAL"
 
-    def __init__(self, message: str, *, metadata: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: dict[str, str] | None = None,
+        violations: Iterable[FieldViolation] = (),
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.metadata = dict(metadata or {})
+        # The request fields the refusal is about (an unknown id names the field that carried it).
+        self.violations = list(violations)
 
     def details(self) -> list[any_pb2.Any]:
-        """google.rpc detail messages carried with the status."""
+        """google.rpc detail messages carried with the status: BadRequest when fields are named."""
         info = any_pb2.Any()
         info.Pack(
             error_details_pb2.ErrorInfo(reason=self.reason, domain=ERROR_DOMAIN, metadata=self.metadata)
         )
-        return [info]
+        if not self.violations:
+            return [info]
+        bad_request = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                for v in self.violations
+            ]
+        )
+        packed = any_pb2.Any()
+        packed.Pack(bad_request)
+        return [packed, info]
 
 
 class InvalidArgument(EgbeError):
@@ -47,26 +65,15 @@ class InvalidArgument(EgbeError):
     reason = "INVALID_ARGUMENT"
 
     def __init__(self, violations: Iterable[FieldViolation]) -> None:
-        self.violations = list(violations)
-        if not self.violations:
+        violations = list(violations)
+        if not violations:
             raise ValueError("InvalidArgument needs at least one field violation")
-        summary = "; ".join(f"{v.field}: {v.description}" for v in self.violations)
-        super().__init__(f"invalid argument: {summary}")
+        summary = "; ".join(f"{v.field}: {v.description}" for v in violations)
+        super().__init__(f"invalid argument: {summary}", violations=violations)
 
     @classmethod
     def field(cls, field: str, description: str) -> InvalidArgument:
         return cls([FieldViolation(field, description)])
-
-    def details(self) -> list[any_pb2.Any]:
-        bad_request = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                for v in self.violations
-            ]
-        )
-        packed = any_pb2.Any()
-        packed.Pack(bad_request)
-        return [packed, *super().details()]
 
 
 class NotFound(EgbeError):

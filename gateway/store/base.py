@@ -29,7 +29,7 @@ from gateway.records import (
     Spend,
     TierSpend,
 )
-from services.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted
+from services.errors import Aborted, FailedPrecondition, FieldViolation, NotFound, ResourceExhausted
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -96,6 +96,15 @@ def _run_from(row: Row) -> _RunRow:
         request_id=row[9],
     )
     return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15])
+
+
+def _no_run(run_id: str) -> NotFound:
+    """Every request naming a run carries it in `run_id`, so the refusal names that field."""
+    return NotFound(
+        f"no run {run_id!r}",
+        metadata={"run_id": run_id},
+        violations=[FieldViolation("run_id", "names no run admitted by this gateway")],
+    )
 
 
 def _control_from(row: Row) -> Control:
@@ -199,7 +208,7 @@ class GatewayStore(ABC):
     def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
         row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?{self._for_update}", (run_id,))
         if row is None:
-            raise NotFound(f"no run {run_id!r}", metadata={"run_id": run_id})
+            raise _no_run(run_id)
         return _run_from(row)
 
     async def admit(
@@ -293,7 +302,7 @@ class GatewayStore(ABC):
         def body(tx: Tx) -> RunSpec:
             row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?", (run_id,))
             if row is None:
-                raise NotFound(f"no run {run_id!r}", metadata={"run_id": run_id})
+                raise _no_run(run_id)
             return _run_from(row).spec
 
         return await self.transact(body)

@@ -12,6 +12,7 @@ from services.errors import (
     FieldViolation,
     InvalidArgument,
     NotBuilt,
+    NotFound,
     PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
@@ -64,3 +65,11 @@ def test_not_built_names_the_capability() -> None:
     info = error_details_pb2.ErrorInfo()
     status.details[0].Unpack(info)
     assert info.metadata["capability"] == "the kernel tick"
+
+
+def test_a_refusal_about_a_field_names_it_beside_its_error_info() -> None:
+    error = NotFound("no run 'r-1'", violations=[FieldViolation("run_id", "names no run")])
+    status = to_rpc_status(error)
+    assert status.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert field_violations(status) == [FieldViolation("run_id", "names no run")]
+    assert any(detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) for detail in status.details)
