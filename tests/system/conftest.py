@@ -10,12 +10,21 @@ from tests.conftest import EmbeddedEgbe, start_embedded, stop_embedded
 
 # Small enough that an oversized request is cheap to build.
 FUZZ_MAX_MESSAGE_BYTES = 1024 * 1024
+# The gateway's ledger must not move by itself while the fuzz compares snapshots around refused
+# requests: no run times out (its reservation released) and the spend window never rolls over
+# (a window of about a century starting at the epoch) during the module.
+QUIET_LEDGER = {
+    "EGBE_GATEWAY__RUN_TIMEOUT_SECONDS": str(24 * 3600),
+    "EGBE_GATEWAY__LEDGER_WINDOW_SECONDS": str(100 * 365 * 24 * 3600),
+}
 
 
 @pytest.fixture(scope="module")
 def adversarial_egbe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEgbe]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("EGBE_MAX_MESSAGE_BYTES", str(FUZZ_MAX_MESSAGE_BYTES))
+        for name, value in QUIET_LEDGER.items():
+            env.setenv(name, value)
         egbe = start_embedded(tmp_path_factory.mktemp("egbe-adversarial"))
     yield egbe
     assert egbe.process.poll() is None, "egbe up died under adversarial input"
