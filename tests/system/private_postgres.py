@@ -41,7 +41,11 @@ class PrivatePostgres:
             self._as_user = ["runuser", "-u", "postgres", "--"]
         self.data = self.root / "data"
         (self.port,) = free_ports(1)
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        try:
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        except BaseException:
+            shutil.rmtree(self.root, ignore_errors=True)
+            raise
 
     @property
     def dsn(self) -> str:
