@@ -13,11 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Shared fixture modules: generated certificates and an `egbe up` serving mTLS.
 pytest_plugins = ["tests.tls_fixtures"]
+
+# Hypothesis's per-example deadline is a wall-clock assertion: on a shared 2-core machine it fails
+# correct code. Examples are bounded by their count instead.
+settings.register_profile("egbe")
+settings.load_profile("egbe")
 
 
 @dataclass
