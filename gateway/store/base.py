@@ -153,8 +153,12 @@ class GatewayStore(ABC):
     async def close(self) -> None: ...
 
     @abstractmethod
-    async def transact(self, body: Callable[[Tx], T]) -> T:
-        """Run `body` in one transaction; database failures become Unavailable (fail closed)."""
+    async def transact(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
+        """Run `body` in one transaction; database failures become Unavailable (fail closed).
+
+        `durable`: answer only once committed; otherwise once applied (visible to every later body, and
+        committed with the writer's current batch). See "Durability" in docs/gateway.md.
+        """
 
     def on_control_change(self, listener: Callable[[Control], None]) -> None:
         """Called for every control added or lifted, by this process or (PostgreSQL) any other."""
@@ -296,7 +300,7 @@ class GatewayStore(ABC):
                 raise NotFound(f"no run {run_id!r}", metadata={"run_id": run_id})
             return _run_from(row).spec
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def begin_call(
         self, run_id: str, *, input_tokens: int, max_output_tokens: int, now_ms: int
@@ -326,7 +330,7 @@ class GatewayStore(ABC):
             tx.execute("UPDATE gateway_runs SET model_calls = model_calls + 1 WHERE run_id = ?", (run_id,))
             return CallGrant(run.spec, run.model_calls + 1, min(max_output_tokens, remaining - input_tokens))
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def record_call(self, entry: AuditEntry) -> None:
         """Write the call's audit record and move its tokens from reservation to consumption, together."""
@@ -374,7 +378,7 @@ class GatewayStore(ABC):
                 (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
             )
 
-        await self.transact(body)
+        await self.transact(body, durable=False)
 
     async def count_tool_call(self, run_id: str, *, now_ms: int) -> tuple[int, int] | ControlRefusal:
         """A tool boundary: count the call against the run's budget; (used, remaining)."""
@@ -395,7 +399,7 @@ class GatewayStore(ABC):
             tx.execute("UPDATE gateway_runs SET tool_calls = tool_calls + 1 WHERE run_id = ?", (run_id,))
             return run.tool_calls + 1, run.spec.max_tool_calls - run.tool_calls - 1
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def end_run(
         self,
@@ -419,7 +423,7 @@ class GatewayStore(ABC):
             tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run_id))
             return RunEnd(run.used_tokens, released, ended_now=True)
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def expire_runs(self, *, now_ms: int) -> int:
         """Time out every active run past its deadline, releasing its reservation."""
@@ -441,7 +445,7 @@ class GatewayStore(ABC):
                 )
             return len(rows)
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     # -- controls -----------------------------------------------------------------------------------
     async def add_control(
@@ -531,7 +535,7 @@ class GatewayStore(ABC):
             )
             return None if row is None else _control_from(row)
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def list_controls(
         self, *, include_inactive: bool, after_seq: int, limit: int
@@ -544,7 +548,7 @@ class GatewayStore(ABC):
             )
             return [(row[0], _control_from(row[1:])) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     # -- operator audit -----------------------------------------------------------------------------
     @staticmethod
@@ -576,7 +580,7 @@ class GatewayStore(ABC):
             keys = ("seq", "method", "role", "operator_id", "allowed", "detail", "recorded_at_ms")
             return [dict(zip(keys, (*row[:4], bool(row[4]), *row[5:]), strict=True)) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     # -- audit log and spend ------------------------------------------------------------------------
     async def list_audit(
@@ -590,7 +594,7 @@ class GatewayStore(ABC):
             )
             return [_audit_from(row) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
         """This window's ledger (one world, or all) and audited spend by tier."""
@@ -623,7 +627,7 @@ class GatewayStore(ABC):
                 by_tier=[TierSpend(int(t), int(tok), int(usd), int(n)) for t, tok, usd, n in tiers],
             )
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def ledger_totals(self) -> tuple[int, int]:
         """(reserved, consumed) over every world and window: the invariant checks read this."""
@@ -636,7 +640,7 @@ class GatewayStore(ABC):
             assert row is not None
             return int(row[0]), int(row[1])
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def audited_tokens(self) -> int:
         def body(tx: Tx) -> int:
@@ -648,7 +652,7 @@ class GatewayStore(ABC):
             assert row is not None
             return int(row[0])
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def recent_run_stats(self, *, limit: int) -> list[dict[str, Any]]:
         """The stats of the most recently ended runs, newest first."""
@@ -661,7 +665,7 @@ class GatewayStore(ABC):
             )
             return [json.loads(row[0]) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def load_controls(self) -> list[Control]:
         """Every active control, read before the gateway serves."""
@@ -674,4 +678,4 @@ class GatewayStore(ABC):
                 )
             ]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)

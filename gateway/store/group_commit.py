@@ -1,8 +1,14 @@
 """Group commit: one writer thread runs waiting transaction bodies back to back in one database transaction.
 
 Each body runs inside its own SAVEPOINT, so it sees every earlier body's writes (the checks stay exact)
-and a body that refuses (an EgbeError) undoes only itself. Nobody is answered before the COMMIT, so
-"committed before the RPC answers" holds, while one fsync serves every body in the batch.
+and a body that refuses (an EgbeError) undoes only itself. One fsync serves every body in the batch.
+
+A batch holding a durable body commits synchronously (the fsync), and the durable body is answered
+only after it ("committed before the RPC answers"). A batch of non-durable bodies commits without
+waiting for the disk (SQLite WAL `synchronous=NORMAL`, PostgreSQL `synchronous_commit=off`): its
+writes are committed and visible at once, and on disk with the next durable commit (the log is
+sequential) or the database's own background flush. A non-durable body is answered as soon as it has
+been applied; the batch's COMMIT follows at once. So a caller never waits on an fsync it does not need.
 """
 
 from __future__ import annotations
@@ -20,6 +26,20 @@ from services.errors import Unavailable
 T = TypeVar("T")
 C = TypeVar("C", bound="Connection")
 MAX_BATCH = 256
+_APPLIED = object()  # a non-durable job's outcome once it has been answered
+
+
+class _NoPipeline(contextlib.AbstractContextManager["_NoPipeline"]):
+    """Statements run one at a time (SQLite): nothing to sync."""
+
+    def sync(self) -> None:
+        """Every statement already ran."""
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_PIPELINE = _NoPipeline()
 
 
 class Connection(Protocol):
@@ -33,6 +53,12 @@ class _Job:
     body: Callable[[Any], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    durable: bool
+
+
+def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 def _deliver(job: _Job, ok: bool, value: Any) -> None:
@@ -56,16 +82,21 @@ class GroupCommitter(Generic[C]):
         name: str,
         connect: Callable[[], C],
         make_tx: Callable[[C], Any],
-        begin: str,
+        begin: Callable[[C, bool], None],
         lost: tuple[type[BaseException], ...],
         describe: str,
+        pipeline: Callable[[C], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._connect = connect
         self._make_tx = make_tx
+        # Opens a batch's transaction; its flag says whether the COMMIT must reach the disk.
         self._begin = begin
         # Errors meaning the database itself is gone: they fail the whole batch closed.
         self._lost = lost
         self._describe = describe
+        # PostgreSQL: a batch runs in one pipeline, so statements whose answer a body does not read go out
+        # without a round trip each; a sync after each body makes any error that body's own.
+        self._pipeline = pipeline
         self._connection: C | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -82,16 +113,20 @@ class GroupCommitter(Generic[C]):
         self._connection = connection
         return body(connection)
 
-    async def submit(self, body: Callable[[Any], T], *, timeout_seconds: float) -> T:
+    async def submit(self, body: Callable[[Any], T], *, timeout_seconds: float, durable: bool = True) -> T:
+        """Run `body` in the writer's transaction; answered after COMMIT when `durable`, else once applied."""
         if self._closed:
             raise Unavailable(f"{self._describe} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(body, future, loop))
+        self._jobs.put(_Job(body, future, loop, durable))
+        # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
+        late = Unavailable(f"{self._describe} did not answer within {timeout_seconds} s")
+        timer = loop.call_later(timeout_seconds, _expire, future, late)
         try:
-            return await asyncio.wait_for(future, timeout_seconds)
-        except TimeoutError:
-            raise Unavailable(f"{self._describe} did not answer within {timeout_seconds} s") from None
+            return await future
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         self._closed = True
@@ -127,27 +162,33 @@ class GroupCommitter(Generic[C]):
                 self._connection = self._connect()
             connection = self._connection
             tx = self._make_tx(connection)
-            connection.execute(self._begin)
-            for job in batch:
-                connection.execute("SAVEPOINT egbe_job")
-                try:
-                    value = job.body(tx)
-                except self._lost:
-                    raise
-                except Exception as error:  # a refusal or a bug: undo this body only
-                    connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
-                    connection.execute("RELEASE SAVEPOINT egbe_job")
-                    outcomes.append((False, error))
-                else:
-                    connection.execute("RELEASE SAVEPOINT egbe_job")
-                    outcomes.append((True, value))
-            connection.execute("COMMIT")
+            with self._pipeline(connection) if self._pipeline else _NO_PIPELINE as pipe:
+                self._begin(connection, any(job.durable for job in batch))
+                for job in batch:
+                    connection.execute("SAVEPOINT egbe_job")
+                    try:
+                        value = job.body(tx)
+                        connection.execute("RELEASE SAVEPOINT egbe_job")
+                        pipe.sync()
+                    except self._lost:
+                        raise
+                    except Exception as error:  # a refusal or a bug: undo this body only
+                        connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
+                        connection.execute("RELEASE SAVEPOINT egbe_job")
+                        outcomes.append((False, error))
+                    else:
+                        outcomes.append((True, value))
+                    if not job.durable:
+                        _deliver(job, *outcomes[-1])
+                        outcomes[-1] = (True, _APPLIED)
+                connection.execute("COMMIT")
         except self._lost as error:
             self._drop_connection()
             failure = Unavailable(f"{self._describe} is unavailable: {error}")
             outcomes = [(False, failure)] * len(batch)
         for job, (ok, value) in zip(batch, outcomes, strict=True):
-            _deliver(job, ok, value)
+            if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
+                _deliver(job, ok, value)
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None

@@ -51,17 +51,27 @@ class PostgresGatewayStore(GatewayStore):
             name="gateway-postgres",
             connect=self._connect,
             make_tx=_PostgresTx,
-            begin="BEGIN",
+            begin=self._begin,
             lost=_LOST,
             describe="gateway store (PostgreSQL)",
+            pipeline=lambda connection: connection.pipeline(),
         )
         self._listener: asyncio.Task[None] | None = None
         self._resync_listeners: list[Callable[[list[Control]], None]] = []
         self._listening = asyncio.Event()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself.
-        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)))
+        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
+        # for the WAL flush unless a batch is durable (`_begin`).
+        connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)))
+        connection.execute(b"SET synchronous_commit TO off")
+        return connection
+
+    @staticmethod
+    def _begin(connection: psycopg.Connection[Any], durable: bool) -> None:
+        connection.execute(b"BEGIN")
+        if durable:
+            connection.execute(b"SET LOCAL synchronous_commit TO on")
 
     def on_resync(self, listener: Callable[[list[Control]], None]) -> None:
         """Told every active control whenever the push channel (re)connects: pushes may have been missed."""
@@ -109,5 +119,5 @@ class PostgresGatewayStore(GatewayStore):
                 log.warning("gateway control listener lost its connection; reconnecting", error=str(exc))
                 await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
-    async def transact(self, body: Callable[[Any], T]) -> T:
-        return await self._writer.submit(body, timeout_seconds=self._timeout)
+    async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
+        return await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)

@@ -39,12 +39,12 @@ class SqliteGatewayStore(GatewayStore):
         self._path = path
         self._timeout = timeout_seconds
         self._synchronous = synchronous
-        # BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes.
+        self._mode = ""  # the writer connection's current synchronous setting
         self._writer = GroupCommitter[sqlite3.Connection](
             name="gateway-sqlite",
             connect=self._connect,
             make_tx=_SqliteTx,
-            begin="BEGIN IMMEDIATE",
+            begin=self._begin,
             lost=(sqlite3.OperationalError,),
             describe=f"gateway store {path}",
         )
@@ -56,8 +56,19 @@ class SqliteGatewayStore(GatewayStore):
         )
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute(f"PRAGMA synchronous={self._synchronous}")
+        self._mode = self._synchronous
         connection.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         return connection
+
+    def _begin(self, connection: sqlite3.Connection, durable: bool) -> None:
+        """A durable batch commits with the configured `synchronous` (FULL: the WAL is fsynced); any other
+        with NORMAL (WAL appended, fsynced by the next durable commit or checkpoint). BEGIN IMMEDIATE takes
+        the write lock up front, which also guards against other processes."""
+        mode = self._synchronous if durable else "NORMAL"
+        if mode != self._mode:
+            connection.execute(f"PRAGMA synchronous={mode}")
+            self._mode = mode
+        connection.execute("BEGIN IMMEDIATE")
 
     @staticmethod
     def _create_schema(connection: sqlite3.Connection) -> None:
@@ -76,5 +87,5 @@ class SqliteGatewayStore(GatewayStore):
     async def close(self) -> None:
         self._writer.close()
 
-    async def transact(self, body: Callable[[Any], T]) -> T:
-        return await self._writer.submit(body, timeout_seconds=self._timeout)
+    async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
+        return await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
