@@ -23,6 +23,7 @@ from gateway.records import (
     Control,
     ControlKind,
     ControlScope,
+    OperatorAttempt,
     RunEnd,
     RunSpec,
     RunStatus,
@@ -57,13 +58,14 @@ class ControlRefusal:
 
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
-    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail"
+    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id"
 )
 _CONTROL_COLUMNS = "control_id, kind, scope, target, reason, operator_id, created_at_ms, active"
 _AUDIT_COLUMNS = (
     "call_id, run_id, tenant_id, world_id, ori_id, tier, cause, model_ref, model_class, input_context,"
     " output, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, micro_usd,"
-    " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms"
+    " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms,"
+    " kernel_call_id, error_class"
 )
 
 
@@ -94,6 +96,7 @@ def _run_from(row: Row) -> _RunRow:
         max_tool_calls=row[7],
         max_tokens=row[8],
         request_id=row[9],
+        kernel_call_id=row[16],
     )
     return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15])
 
@@ -133,6 +136,8 @@ def _audit_from(row: Row) -> AuditEntry:
         config_fingerprint=row[20],
         offline=bool(row[21]),
         recorded_at_ms=row[22],
+        kernel_call_id=row[23],
+        error_class=row[24],
     )
 
 
@@ -241,7 +246,7 @@ class GatewayStore(ABC):
             tx.execute(
                 "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
                 " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
-                " deadline_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " deadline_ms, kernel_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run.run_id,
                     run.request_id or None,
@@ -257,6 +262,7 @@ class GatewayStore(ABC):
                     RunStatus.ACTIVE.value,
                     now_ms,
                     deadline_ms,
+                    run.kernel_call_id,
                 ),
             )
             tx.execute(
@@ -341,7 +347,7 @@ class GatewayStore(ABC):
             from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
             tx.execute(
                 f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     entry.call_id,
                     entry.run_id,
@@ -365,6 +371,8 @@ class GatewayStore(ABC):
                     entry.config_fingerprint,
                     int(entry.offline),
                     entry.recorded_at_ms,
+                    entry.kernel_call_id,
+                    entry.error_class,
                 ),
             )
             tx.execute(
@@ -570,27 +578,48 @@ class GatewayStore(ABC):
             )
         )
 
-    async def list_operator_attempts(self, *, limit: int) -> list[dict[str, Any]]:
-        def body(tx: Tx) -> list[dict[str, Any]]:
+    async def list_operator_attempts(
+        self,
+        *,
+        limit: int,
+        after_seq: int = 0,
+        allowed: bool | None = None,
+        method: str = "",
+        operator_id: str = "",
+    ) -> list[OperatorAttempt]:
+        """Audited operator attempts after `after_seq`, oldest first; `allowed` None means both."""
+
+        def body(tx: Tx) -> list[OperatorAttempt]:
             rows = tx.all(
                 "SELECT seq, method, role, operator_id, allowed, detail, recorded_at_ms"
-                " FROM gateway_operator_audit ORDER BY seq LIMIT ?",
-                (limit,),
+                " FROM gateway_operator_audit WHERE seq > ? AND (? = -1 OR allowed = ?)"
+                " AND (? = '' OR method = ?) AND (? = '' OR operator_id = ?) ORDER BY seq LIMIT ?",
+                (
+                    after_seq,
+                    *(2 * [-1 if allowed is None else int(allowed)]),
+                    method,
+                    method,
+                    operator_id,
+                    operator_id,
+                    limit,
+                ),
             )
-            keys = ("seq", "method", "role", "operator_id", "allowed", "detail", "recorded_at_ms")
-            return [dict(zip(keys, (*row[:4], bool(row[4]), *row[5:]), strict=True)) for row in rows]
+            return [
+                OperatorAttempt(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6]) for row in rows
+            ]
 
         return await self.transact(body, durable=False)
 
     # -- audit log and spend ------------------------------------------------------------------------
     async def list_audit(
-        self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int
+        self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int, kernel_call_id: str = ""
     ) -> list[AuditEntry]:
         def body(tx: Tx) -> list[AuditEntry]:
             rows = tx.all(
                 f"SELECT seq, {_AUDIT_COLUMNS} FROM gateway_audit WHERE seq > ? AND (? = '' OR ori_id = ?)"
-                " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) ORDER BY seq LIMIT ?",
-                (after_seq, ori_id, ori_id, tier, tier, run_id, run_id, limit),
+                " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) AND (? = '' OR kernel_call_id = ?)"
+                " ORDER BY seq LIMIT ?",
+                (after_seq, *(2 * [ori_id]), *(2 * [tier]), *(2 * [run_id]), *(2 * [kernel_call_id]), limit),
             )
             return [_audit_from(row) for row in rows]
 

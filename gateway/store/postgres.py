@@ -12,7 +12,7 @@ import psycopg
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter
-from gateway.store.schema import schema_statements
+from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
 
@@ -83,6 +83,17 @@ class PostgresGatewayStore(GatewayStore):
             # Serializes schema creation between gateways starting together.
             connection.execute("SELECT pg_advisory_xact_lock(7451)")
             for statement in schema_statements("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"):
+                connection.execute(statement.encode())
+
+            def columns(table: str) -> set[str]:
+                rows = connection.execute(
+                    b"SELECT column_name FROM information_schema.columns"
+                    b" WHERE table_schema = current_schema() AND table_name = %s",
+                    (table,),
+                ).fetchall()
+                return {str(row[0]) for row in rows}
+
+            for statement in upgrade_statements(columns):
                 connection.execute(statement.encode())
 
     async def open(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from gateway.store.base import GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter
-from gateway.store.schema import schema_statements
+from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
 
 T = TypeVar("T")
@@ -74,6 +74,12 @@ class SqliteGatewayStore(GatewayStore):
     def _create_schema(connection: sqlite3.Connection) -> None:
         connection.execute("BEGIN IMMEDIATE")
         for statement in schema_statements("INTEGER PRIMARY KEY AUTOINCREMENT"):
+            connection.execute(statement)
+
+        def columns(table: str) -> set[str]:
+            return {row[0] for row in connection.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+
+        for statement in upgrade_statements(columns):
             connection.execute(statement)
         connection.execute("COMMIT")
 
