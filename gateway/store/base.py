@@ -33,6 +33,7 @@ from gateway.records import (
 from services.errors import Aborted, FailedPrecondition, NotFound, ResourceExhausted
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 Row = tuple[Any, ...]
 CONTROLS_CHANNEL = "egbe_gateway_controls"
 
@@ -45,6 +46,8 @@ class Tx(Protocol):
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
     def notify(self, payload: str) -> None: ...
 
@@ -67,6 +70,55 @@ _AUDIT_COLUMNS = (
     " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms,"
     " kernel_call_id, error_class"
 )
+
+
+@dataclass(frozen=True)
+class _AdmitItem:
+    """One admission waiting for the writer."""
+
+    run: RunSpec
+    cap_tokens: int
+    window_start_ms: int
+    now_ms: int
+    deadline_ms: int
+
+    def row(self) -> tuple[Any, ...]:
+        run = self.run
+        return (
+            run.run_id,
+            run.request_id or None,
+            run.tenant_id,
+            run.world_id,
+            run.ori_id,
+            run.tier,
+            run.cause,
+            self.window_start_ms,
+            run.max_model_calls,
+            run.max_tool_calls,
+            run.max_tokens,
+            RunStatus.ACTIVE.value,
+            self.now_ms,
+            self.deadline_ms,
+            run.kernel_call_id,
+        )
+
+
+@dataclass
+class _LedgerBurst:
+    """One world's ledger row during a burst of admissions: what it held, and what the burst adds."""
+
+    reserved: int
+    consumed: int
+    cap: int = 0
+    added: int = 0
+    admissions: int = 0
+    killed: int = 0
+    blocked: int = 0
+
+    def admit(self, tokens: int) -> None:
+        self.reserved += tokens
+        self.added += tokens
+        self.admissions += 1
 
 
 @dataclass(frozen=True)
@@ -165,6 +217,12 @@ class GatewayStore(ABC):
         committed with the writer's current batch). See "Durability" in docs/gateway.md.
         """
 
+    @abstractmethod
+    async def transact_item(
+        self, item: ItemT, combine: Callable[[Tx, list[ItemT]], list[T]], *, durable: bool = True
+    ) -> T:
+        """Like `transact`, but items arriving together are applied by one `combine(tx, items)`."""
+
     def on_control_change(self, listener: Callable[[Control], None]) -> None:
         """Called for every control added or lifted, by this process or (PostgreSQL) any other."""
         self._control_listeners.append(listener)
@@ -214,66 +272,91 @@ class GatewayStore(ABC):
     async def admit(
         self, run: RunSpec, *, cap_tokens: int, window_start_ms: int, now_ms: int, deadline_ms: int
     ) -> Admission:
-        """Check controls and the world cap and reserve the run's max tokens, all in one transaction."""
+        """Check controls and the world cap and reserve the run's max tokens, all in one transaction.
 
-        def body(tx: Tx) -> Admission:
-            if run.request_id:
-                row = tx.one(
-                    f"SELECT {_RUN_COLUMNS}, result FROM gateway_runs WHERE request_id = ?", (run.request_id,)
-                )
-                if row is not None:
-                    earlier = _run_from(row)
-                    return Admission(
-                        earlier.spec, True, earlier.spec.max_tokens, repeated=True, earlier_result=row[-1]
-                    )
-            control = self._active_control(tx, run)
-            reserved, consumed = self._lock_ledger(tx, run.world_id, window_start_ms, cap_tokens)
-            key = (run.world_id, window_start_ms)
+        Admissions arriving together are applied by one `_admit_burst` (durable: on disk before the
+        answer, so no model call can run against a reservation a crash could lose)."""
+        item = _AdmitItem(run, cap_tokens, window_start_ms, now_ms, deadline_ms)
+        admission: Admission = await self.transact_item(item, self._admit_burst, durable=True)
+        return admission
+
+    def _admit_burst(self, tx: Tx, items: list[_AdmitItem]) -> list[Admission]:
+        """Admissions in arrival order, exactly as if one after another: each sees the reservations and
+        refusals of those before it under the locked ledger row, so the cap holds to the token. A few
+        statements serve the whole burst: one read of the repeated request ids, one of the active
+        controls, one locked read per world ledger, one multi-row insert, one ledger update per world."""
+        earlier = self._earlier_admissions(tx, [i.run.request_id for i in items if i.run.request_id])
+        active = f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
+        controls = [_control_from(row) for row in tx.all(active)]
+        ledgers: dict[tuple[str, int], _LedgerBurst] = {}
+        answers: list[Admission] = []
+        inserted: list[tuple[Any, ...]] = []
+        for item in items:
+            run = item.run
+            repeated = earlier.get(run.request_id or "")
+            if repeated is not None:
+                answers.append(repeated)
+                continue
+            key = (run.world_id, item.window_start_ms)
+            ledger = ledgers.get(key)
+            if ledger is None:
+                ledger = ledgers[key] = _LedgerBurst(*self._lock_ledger(tx, *key, item.cap_tokens))
+            ledger.cap = item.cap_tokens
+            control = next((c for c in controls if c.matches(run)), None)
             if control is not None:
-                tx.execute(
-                    "UPDATE gateway_ledger SET killed = killed + 1 WHERE world_id = ? AND window_start_ms"
-                    " = ?",
-                    key,
-                )
-                return Admission(run, False, 0, control_id=control.control_id)
-            if reserved + consumed + run.max_tokens > cap_tokens:
-                tx.execute(
-                    "UPDATE gateway_ledger SET blocked_by_world_cap = blocked_by_world_cap + 1"
-                    " WHERE world_id = ? AND window_start_ms = ?",
-                    key,
-                )
-                return Admission(run, False, 0)
-            tx.execute(
+                ledger.killed += 1
+                answers.append(Admission(run, False, 0, control_id=control.control_id))
+            elif ledger.reserved + ledger.consumed + run.max_tokens > item.cap_tokens:
+                ledger.blocked += 1
+                answers.append(Admission(run, False, 0))
+            else:
+                ledger.admit(run.max_tokens)
+                inserted.append(item.row())
+                answers.append(Admission(run, True, run.max_tokens))
+                if run.request_id:  # a repeat later in this burst answers this run
+                    earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
+        if inserted:
+            tx.executemany(
                 "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
                 " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
                 " deadline_ms, kernel_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                inserted,
+            )
+        for (world_id, window_start_ms), ledger in ledgers.items():
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?,"
+                " admissions = admissions + ?, killed = killed + ?,"
+                " blocked_by_world_cap = blocked_by_world_cap + ?, cap_tokens = ?"
+                " WHERE world_id = ? AND window_start_ms = ?",
                 (
-                    run.run_id,
-                    run.request_id or None,
-                    run.tenant_id,
-                    run.world_id,
-                    run.ori_id,
-                    run.tier,
-                    run.cause,
+                    ledger.added,
+                    ledger.admissions,
+                    ledger.killed,
+                    ledger.blocked,
+                    ledger.cap,
+                    world_id,
                     window_start_ms,
-                    run.max_model_calls,
-                    run.max_tool_calls,
-                    run.max_tokens,
-                    RunStatus.ACTIVE.value,
-                    now_ms,
-                    deadline_ms,
-                    run.kernel_call_id,
                 ),
             )
-            tx.execute(
-                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?, admissions = admissions"
-                " + 1,"
-                " cap_tokens = ? WHERE world_id = ? AND window_start_ms = ?",
-                (run.max_tokens, cap_tokens, *key),
-            )
-            return Admission(run, True, run.max_tokens)
+        return answers
 
-        return await self.transact(body)
+    @staticmethod
+    def _earlier_admissions(tx: Tx, request_ids: list[str]) -> dict[str, Admission]:
+        """The runs already admitted under these request ids (a repeat answers the first run)."""
+        if not request_ids:
+            return {}
+        rows = tx.all(
+            f"SELECT {_RUN_COLUMNS}, result FROM gateway_runs WHERE request_id IN"
+            f" ({', '.join('?' * len(request_ids))})",
+            request_ids,
+        )
+        earlier = {}
+        for row in rows:
+            spec = _run_from(row).spec
+            earlier[str(spec.request_id)] = Admission(
+                spec, True, spec.max_tokens, repeated=True, earlier_result=row[-1]
+            )
+        return earlier
 
     def _end(self, tx: Tx, run: _RunRow, status: RunStatus, *, detail: str, stats: str, now_ms: int) -> int:
         """End an active run and release its unused reservation; returns the tokens released."""

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -54,6 +54,27 @@ class _Job:
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
     durable: bool
+    # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
+    combine: Callable[[Any, list[Any]], list[Any]] | None = None
+
+    def run(self, tx: Any, group: list[_Job]) -> list[Any]:
+        if self.combine is None:
+            return [self.body(tx)]
+        values = self.combine(tx, [job.body for job in group])
+        assert len(values) == len(group)  # one answer per item
+        return values
+
+
+def _groups(batch: list[_Job]) -> Iterator[list[_Job]]:
+    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone."""
+    group: list[_Job] = []
+    for job in batch:
+        if group and (job.combine is None or job.combine != group[0].combine):
+            yield group
+            group = []
+        group.append(job)
+    if group:
+        yield group
 
 
 def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
@@ -113,13 +134,22 @@ class GroupCommitter(Generic[C]):
         self._connection = connection
         return body(connection)
 
-    async def submit(self, body: Callable[[Any], T], *, timeout_seconds: float, durable: bool = True) -> T:
-        """Run `body` in the writer's transaction; answered after COMMIT when `durable`, else once applied."""
+    async def submit(
+        self,
+        body: Any,
+        *,
+        timeout_seconds: float,
+        durable: bool = True,
+        combine: Callable[[Any, list[Any]], list[Any]] | None = None,
+    ) -> Any:
+        """Run `body(tx)` in the writer's transaction; answered after COMMIT when `durable`, else once
+        applied. With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
+        `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
         if self._closed:
             raise Unavailable(f"{self._describe} is closed")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(body, future, loop, durable))
+        future: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put(_Job(body, future, loop, durable, combine))
         # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
         late = Unavailable(f"{self._describe} did not answer within {timeout_seconds} s")
         timer = loop.call_later(timeout_seconds, _expire, future, late)
@@ -164,23 +194,25 @@ class GroupCommitter(Generic[C]):
             tx = self._make_tx(connection)
             with self._pipeline(connection) if self._pipeline else _NO_PIPELINE as pipe:
                 self._begin(connection, any(job.durable for job in batch))
-                for job in batch:
+                for group in _groups(batch):
                     connection.execute("SAVEPOINT egbe_job")
                     try:
-                        value = job.body(tx)
+                        values = group[0].run(tx, group)
                         connection.execute("RELEASE SAVEPOINT egbe_job")
                         pipe.sync()
                     except self._lost:
                         raise
-                    except Exception as error:  # a refusal or a bug: undo this body only
+                    except Exception as error:  # a refusal or a bug: undo this body (group) only
                         connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
                         connection.execute("RELEASE SAVEPOINT egbe_job")
-                        outcomes.append((False, error))
+                        results: list[tuple[bool, Any]] = [(False, error)] * len(group)
                     else:
-                        outcomes.append((True, value))
-                    if not job.durable:
-                        _deliver(job, *outcomes[-1])
-                        outcomes[-1] = (True, _APPLIED)
+                        results = [(True, value) for value in values]
+                    for job, result in zip(group, results, strict=True):
+                        if not job.durable:
+                            _deliver(job, *result)
+                            result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
+                        outcomes.append(result)
                 connection.execute("COMMIT")
         except self._lost as error:
             self._drop_connection()

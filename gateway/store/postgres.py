@@ -17,6 +17,7 @@ from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 log = get_logger(__name__)
 # How long the listener waits before reconnecting after losing its connection.
 LISTEN_RETRY_SECONDS = 0.5
@@ -36,6 +37,9 @@ class _PostgresTx:
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self._connection.execute(sql.replace("?", "%s").encode(), params).fetchall())
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._connection.cursor().executemany(sql.replace("?", "%s").encode(), rows)
 
     def notify(self, payload: str) -> None:
         # Delivered to every listening gateway when (and only if) the transaction commits.
@@ -131,4 +135,13 @@ class PostgresGatewayStore(GatewayStore):
                 await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
     async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
-        return await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        return result
+
+    async def transact_item(
+        self, item: ItemT, combine: Callable[[Any, list[ItemT]], list[T]], *, durable: bool = True
+    ) -> T:
+        result: T = await self._writer.submit(
+            item, timeout_seconds=self._timeout, durable=durable, combine=combine
+        )
+        return result

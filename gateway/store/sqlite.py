@@ -13,6 +13,7 @@ from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 
 
 class _SqliteTx:
@@ -28,6 +29,9 @@ class _SqliteTx:
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self._connection.execute(sql, params).fetchall())
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._connection.executemany(sql, rows)
 
     def notify(self, payload: str) -> None:
         """One embedded process: listeners are told in-process after the commit."""
@@ -94,4 +98,13 @@ class SqliteGatewayStore(GatewayStore):
         self._writer.close()
 
     async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
-        return await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        return result
+
+    async def transact_item(
+        self, item: ItemT, combine: Callable[[Any, list[ItemT]], list[T]], *, durable: bool = True
+    ) -> T:
+        result: T = await self._writer.submit(
+            item, timeout_seconds=self._timeout, durable=durable, combine=combine
+        )
+        return result
