@@ -7,7 +7,10 @@ of a Submit, the cognition service's Think excluded), admissions_per_s with 64 c
 AdmitRun, and admit_end_cycles_per_s (AdmitRun then EndRun). SQLite is measured with synchronous=FULL
 (the default: every commit fsynced) and NORMAL.
 The baseline, measured in the same run, is a store-free RPC (EvaluateBudget with no requests): the
-gRPC floor of one round trip on this machine.
+gRPC floor of one round trip on this machine (`baseline_rpc_floor_*`), and how many of those 64 clients
+complete per second (`baseline_store_free_rpcs_per_s`: the ceiling any admission rate is bounded by
+here). `overhead_beyond_rpc_floor_*` is each run minus the adapter and three floor round trips measured
+just before it: the gateway's own work (store, checks, audit) without the transport.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,7 @@ from gateway.adapters.offline import OfflineAdapter
 from services.auth import bearer_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
+RPCS_PER_RUN = 3  # AdmitRun, Generate, EndRun
 PROMPT = gateway_pb2.PromptEnvelope(
     system_policy="You are Ada, a baker. Stay in character.",
     task_instruction="Answer the speaker.",
@@ -186,25 +191,39 @@ async def measure(
             await end(run.run_id)
             per_run.append(time.perf_counter() - started)
 
-        async def rate(*, with_end: bool) -> float:
+        async def rate(step: Callable[[int], Awaitable[None]]) -> float:
             done = 0
             deadline = time.perf_counter() + seconds
 
             async def client(index: int) -> None:
                 nonlocal done
                 while time.perf_counter() < deadline:
-                    run = await admit(f"ori-{index}")
-                    if with_end:
-                        await end(run.run_id)
+                    await step(index)
                     done += 1
 
             started = time.perf_counter()
             await asyncio.gather(*(client(i) for i in range(clients)))
             return done / (time.perf_counter() - started)
 
-        admissions = await rate(with_end=False)
-        cycles = await rate(with_end=True)
-    return {"per_run": per_run, "floor": floor, "admissions_per_s": admissions, "admit_end_per_s": cycles}
+        async def admit_only(index: int) -> None:
+            await admit(f"ori-{index}")
+
+        async def admit_and_end(index: int) -> None:
+            await end((await admit(f"ori-{index}")).run_id)
+
+        async def store_free(index: int) -> None:
+            await stub.EvaluateBudget(gateway_pb2.EvaluateBudgetRequest(), metadata=service)
+
+        floor_rate = await rate(store_free)
+        admissions = await rate(admit_only)
+        cycles = await rate(admit_and_end)
+    return {
+        "per_run": per_run,
+        "floor": floor,
+        "admissions_per_s": admissions,
+        "admit_end_per_s": cycles,
+        "floor_per_s": floor_rate,
+    }
 
 
 async def bench_backend(
@@ -218,14 +237,23 @@ async def bench_backend(
             served.stop()
     overhead_ms = [max(0.0, (t - adapter_s) * 1000) for t in figures["per_run"]]
     floor_ms = [t * 1000 for t in figures["floor"]]
+    # The gateway's own share: each run minus the adapter and three store-free round trips measured
+    # right before it (the transport, interceptor and event loop every RPC pays, store or not).
+    beyond_ms = [
+        max(0.0, (t - adapter_s - RPCS_PER_RUN * f) * 1000)
+        for t, f in zip(figures["per_run"], figures["floor"], strict=True)
+    ]
     return {
         "overhead_p50_ms": round(_percentile(overhead_ms, 0.50), 3),
         "overhead_p99_ms": round(_percentile(overhead_ms, 0.99), 3),
+        "overhead_beyond_rpc_floor_p50_ms": round(_percentile(beyond_ms, 0.50), 3),
+        "overhead_beyond_rpc_floor_p99_ms": round(_percentile(beyond_ms, 0.99), 3),
         "admissions_per_s": round(figures["admissions_per_s"], 1),
         "admit_end_cycles_per_s": round(figures["admit_end_per_s"], 1),
         "baseline_rpc_floor_p50_ms": round(_percentile(floor_ms, 0.50), 3),
         "baseline_rpc_floor_p99_ms": round(_percentile(floor_ms, 0.99), 3),
-        "rpcs_per_run": 3,
+        "baseline_store_free_rpcs_per_s": round(figures["floor_per_s"], 1),
+        "rpcs_per_run": RPCS_PER_RUN,
     }
 
 
@@ -233,6 +261,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     adapter_s = await adapter_seconds(200)
     report: dict[str, Any] = {
         "benchmark": "gateway_overhead",
+        "load_average_1m": round(os.getloadavg()[0], 2),
         "runs": args.runs,
         "clients": args.clients,
         "adapter_median_ms": round(adapter_s * 1000, 4),

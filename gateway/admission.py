@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.adapters.base import ModelAdapter, ModelReply, ModelRequest
 from gateway.config import TIER_NAMES, GatewayConfig
-from gateway.cost import billed_micro_usd, estimate_tokens, estimated_micro_usd
+from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd
 from gateway.inflight import InFlight, InFlightRun, SchemaStats
 from gateway.metrics import GatewayMetrics
 from gateway.provider_errors import ProviderError, to_gateway_error
@@ -144,7 +144,9 @@ class CognitionGateway:
         self.inflight.apply(control)
 
     # -- admission ----------------------------------------------------------------------------------
-    async def admit(self, who: Who, tier: int, cause: int, *, request_id: str = "") -> AdmitResult:
+    async def admit(
+        self, who: Who, tier: int, cause: int, *, request_id: str = "", kernel_call_id: str = ""
+    ) -> AdmitResult:
         """Controls, world-cap reservation of the tier's max tokens and the run budget, in one transaction."""
         violations = []
         if tier not in TIER_NAMES:
@@ -169,6 +171,7 @@ class CognitionGateway:
             max_tool_calls=budget.max_tool_calls,
             max_tokens=budget.max_tokens,
             request_id=request_id or None,
+            kernel_call_id=kernel_call_id,
         )
         now_ms = self._now_ms()
         admission = await self.store.admit(
@@ -252,17 +255,11 @@ class CognitionGateway:
         schema = run.schemas.setdefault(request.output_schema or request.mode, SchemaStats())
         schema.attempts += 1
         schema.calls += int(attempt <= 1)
-        reply = await self._call_adapter(run, request)
-        batched = reply.batched
-        exact = not reply.offline
-        if exact:
-            micro_usd = billed_micro_usd(self.config.cost, route.model_class, reply.usage, batched=batched)
-        else:
-            micro_usd = estimated_micro_usd(self.config.cost, route.model_class, reply.usage.total)
-        model_ref = self.adapter.name if reply.offline else route.model_ref
         call_id = f"{run_id}:{grant.call_index}"
-        await self.store.record_call(
-            AuditEntry(
+        model_ref = self.adapter.name if self.adapter.offline else route.model_ref
+
+        def audit(**outcome: Any) -> AuditEntry:
+            return AuditEntry(
                 call_id=call_id,
                 run_id=run_id,
                 tenant_id=spec.tenant_id,
@@ -273,20 +270,49 @@ class CognitionGateway:
                 model_ref=model_ref,
                 model_class=route.model_class,
                 input_context=_replay_context(request, attempt),
-                output=reply.text,
-                usage=reply.usage,
-                micro_usd=micro_usd,
-                cost_estimated=not exact,
                 policy_decision=f"{self.config.safety_policy_id}:admitted",
                 retention_policy_id=self.config.retention_policy_id,
                 config_fingerprint=self.fingerprint,
-                offline=reply.offline,
+                offline=self.adapter.offline,
                 recorded_at_ms=self._now_ms(),
+                kernel_call_id=spec.kernel_call_id,
+                **outcome,
             )
+
+        try:
+            reply = await self._call_adapter(run, request)
+        except BaseException as error:
+            await self._record_failed_call(
+                audit(
+                    output="",
+                    usage=Usage(),
+                    micro_usd=0,
+                    cost_estimated=self.adapter.offline,
+                    error_class=failure_class(error),
+                )
+            )
+            raise
+        exact = not reply.offline
+        if exact:
+            cost = self.config.cost
+            micro_usd = billed_micro_usd(cost, route.model_class, reply.usage, batched=reply.batched)
+        else:
+            micro_usd = estimated_micro_usd(self.config.cost, route.model_class, reply.usage.total)
+        await self.store.record_call(
+            audit(output=reply.text, usage=reply.usage, micro_usd=micro_usd, cost_estimated=not exact)
         )
         run.add_usage(reply.usage, micro_usd, estimated=not exact)
         self.metrics.record_call(TIER_NAMES[spec.tier], model_ref, reply.usage, micro_usd)
         return GenerateResult(call_id, reply, model_ref, micro_usd, not exact)
+
+    async def _record_failed_call(self, entry: AuditEntry) -> None:
+        """A call that got no answer is audited too, in the same transaction as its ledger update (zero
+        tokens: the provider reports no usage for a failed request), so the ledger still equals the audit
+        sum. Shielded: a cancelled or killed call still leaves its record."""
+        try:
+            await asyncio.shield(self.store.record_call(entry))
+        except Exception as exc:  # the store is down: the caller's own error is the one to report
+            log.warning("failed model call not audited", call_id=entry.call_id, error=str(exc))
 
     async def _call_adapter(self, run: InFlightRun, request: ModelRequest) -> ModelReply:
         """Run the adapter as a task a pushed control can cancel; provider errors become gateway errors."""
@@ -398,6 +424,18 @@ class CognitionGateway:
             raise
         finally:
             run.tasks.discard(task)
+
+
+def failure_class(error: BaseException) -> str:
+    """Why a model call got no answer: the provider error class, or what stopped the call."""
+    cause = error if isinstance(error, ProviderError) else error.__cause__
+    if isinstance(cause, ProviderError):
+        return cause.error_class.value
+    if isinstance(error, Aborted):
+        return "killed"
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    return "unknown"
 
 
 def _replay_context(request: ModelRequest, attempt: int) -> dict[str, object]:

@@ -25,7 +25,7 @@ def audit_problems(entries: list[AuditEntry]) -> list[AuditProblem]:
             problems.append(AuditProblem(entry.call_id, "model_ref"))
         if not entry.input_context:
             problems.append(AuditProblem(entry.call_id, "input_context"))
-        if not entry.output:
+        if not entry.output and not entry.error_class:  # a failed call has no output but says why
             problems.append(AuditProblem(entry.call_id, "output"))
         if not entry.policy_decision:
             problems.append(AuditProblem(entry.call_id, "policy_decision"))

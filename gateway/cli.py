@@ -119,6 +119,35 @@ async def _retry_stats(
     print(json.dumps(json_format.MessageToDict(reply.stats), indent=2))
 
 
+DECISIONS = {
+    "all": gateway_pb2.OPERATOR_ATTEMPT_DECISION_UNSPECIFIED,
+    "allowed": gateway_pb2.OPERATOR_ATTEMPT_DECISION_ALLOWED,
+    "refused": gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED,
+}
+
+
+async def _attempts(
+    stub: gateway_pb2_grpc.OperatorServiceAsyncStub, metadata: Any, args: argparse.Namespace
+) -> None:
+    token = ""
+    for _ in range(1_000_000):
+        page = await stub.ListOperatorAttempts(
+            gateway_pb2.ListOperatorAttemptsRequest(
+                decision=DECISIONS[args.decision],
+                method=args.method,
+                operator_id=args.operator,
+                page_size=500,
+                page_token=token,
+            ),
+            metadata=metadata,
+        )
+        for attempt in page.attempts:
+            print(json.dumps(json_format.MessageToDict(attempt, preserving_proto_field_name=True)))
+        token = page.next_page_token
+        if not token:
+            return
+
+
 async def _export(
     stub: gateway_pb2_grpc.OperatorServiceAsyncStub, metadata: Any, args: argparse.Namespace
 ) -> None:
@@ -131,6 +160,7 @@ async def _export(
                     ori_id=args.ori,
                     tier=TIERS_BY_NAME.get(args.tier, 0),  # type: ignore[arg-type]
                     run_id=args.run_id,
+                    kernel_call_id=args.kernel_call_id,
                     page_size=500,
                     page_token=token,
                 ),
@@ -177,6 +207,13 @@ def register(commands: Any) -> None:
     stats = ops_commands.add_parser("retry-stats", help="calls, attempts, fallbacks and provider errors")
     stats.add_argument("--limit", type=int, default=0)
     stats.set_defaults(run=lambda args: _run(args, _retry_stats))
+    attempts = ops_commands.add_parser(
+        "attempts", help="every audited OperatorService attempt, allowed or refused, one JSON object a line"
+    )
+    attempts.add_argument("--decision", choices=list(DECISIONS), default="all")
+    attempts.add_argument("--method", default="", help="e.g. KillOri, or KILL:ORI for a committed control")
+    attempts.add_argument("--operator", default="", help="only this operator id")
+    attempts.set_defaults(run=lambda args: _run(args, _attempts))
 
     audit = commands.add_parser("audit", help="the cognition-call audit log")
     audit_commands = audit.add_subparsers(dest="audit_command", required=True)
@@ -184,5 +221,6 @@ def register(commands: Any) -> None:
     export.add_argument("--ori", default="")
     export.add_argument("--tier", default="", choices=["", *TIERS_BY_NAME])
     export.add_argument("--run-id", default="")
+    export.add_argument("--kernel-call-id", default="", help="the kernel's cognition call id")
     export.add_argument("--output", type=Path, help="file to write (default stdout)")
     export.set_defaults(run=lambda args: _run(args, _export))

@@ -51,6 +51,8 @@ class RunSpec:
     max_tool_calls: int
     max_tokens: int
     request_id: str | None = None
+    # The kernel's cognition call id (CognitionCallCandidate.call_id) this run serves, if any.
+    kernel_call_id: str = ""
 
     @property
     def tier_name(self) -> str:
@@ -127,7 +129,23 @@ class AuditEntry:
     config_fingerprint: str
     offline: bool
     recorded_at_ms: int
+    kernel_call_id: str = ""
+    # Empty when the model answered; else why the call failed (provider error class, killed, cancelled).
+    error_class: str = ""
     seq: int = 0
+
+
+@dataclass(frozen=True)
+class OperatorAttempt:
+    """One audited call of OperatorService, allowed or refused."""
+
+    seq: int
+    method: str
+    role: str
+    operator_id: str
+    allowed: bool
+    detail: str
+    recorded_at_ms: int
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from gateway.budget import TokenRequest, evaluate_budget, resolve_world_cap
 from gateway.cognition_client import CognitionClient
 from gateway.config import TIER_NAMES
 from gateway.cost import Usage
-from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunStatus
+from gateway.records import AuditEntry, Control, ControlKind, ControlScope, OperatorAttempt, RunStatus
 from gateway.retry_stats import roll_up
 from gateway.routing import model_ref, select_route
 from services.auth import Role
@@ -114,6 +114,20 @@ def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
         config_fingerprint=common_pb2.ConfigFingerprint(fnv1a64=entry.config_fingerprint, scope="gateway"),
         offline=entry.offline,
         recorded_at=_timestamp(entry.recorded_at_ms),
+        kernel_call_id=entry.kernel_call_id,
+        error_class=entry.error_class,
+    )
+
+
+def attempt_message(attempt: OperatorAttempt) -> gateway_pb2.OperatorAttempt:
+    return gateway_pb2.OperatorAttempt(
+        seq=attempt.seq,
+        method=attempt.method,
+        role=attempt.role,
+        operator_id=attempt.operator_id,
+        allowed=attempt.allowed,
+        detail=attempt.detail,
+        recorded_at=_timestamp(attempt.recorded_at_ms),
     )
 
 
@@ -185,7 +199,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     ) -> gateway_pb2.SubmitResponse:
         candidate = request.candidate
         _check_ori("candidate.", candidate.ori)
-        check_texts(ID_CHARS * 2, request_id=request.request_id)
+        check_texts(ID_CHARS * 2, request_id=request.request_id, candidate__call_id=candidate.call_id)
         check_texts(0, stimulus=request.stimulus, locale=request.locale)
         if request.mode not in _MODE_NAMES:
             raise InvalidArgument.field("mode", "must name a cognition mode")
@@ -194,7 +208,11 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
                 "candidate.model_route", f"unknown model alias; expected one of {sorted(self._known_routes)}"
             )
         admission = await self._gateway.admit(
-            _who(candidate.ori), candidate.tier, candidate.cause, request_id=request.request_id
+            _who(candidate.ori),
+            candidate.tier,
+            candidate.cause,
+            request_id=request.request_id,
+            kernel_call_id=candidate.call_id,
         )
         if admission.repeated:
             return _earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
@@ -372,9 +390,13 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         self, request: gateway_pb2.AdmitRunRequest, context: Context
     ) -> gateway_pb2.AdmitRunResponse:
         _check_ori("", request.ori)
-        check_texts(ID_CHARS * 2, request_id=request.request_id)
+        check_texts(ID_CHARS * 2, request_id=request.request_id, kernel_call_id=request.kernel_call_id)
         admission = await self._gateway.admit(
-            _who(request.ori), request.tier, request.cause, request_id=request.request_id
+            _who(request.ori),
+            request.tier,
+            request.cause,
+            request_id=request.request_id,
+            kernel_call_id=request.kernel_call_id,
         )
         if admission.stopped_by is not None:
             raise Aborted(admission.detail, metadata={"control_id": admission.stopped_by.control_id})
@@ -542,12 +564,19 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         self, request: gateway_pb2.ListAuditRecordsRequest, context: Context
     ) -> gateway_pb2.ListAuditRecordsResponse:
         limit, after = _page(request.page_size, request.page_token)
-        check_texts(ID_CHARS * 2, ori_id=request.ori_id, run_id=request.run_id)
+        check_texts(
+            ID_CHARS * 2, ori_id=request.ori_id, run_id=request.run_id, kernel_call_id=request.kernel_call_id
+        )
         if request.tier and request.tier not in TIER_NAMES:
             raise InvalidArgument.field("tier", "must be unset, CLOTHO, LACHESIS or ATROPOS")
         await self._audited_read("ListAuditRecords", context)
         entries = await self._gateway.store.list_audit(
-            ori_id=request.ori_id, tier=request.tier, run_id=request.run_id, after_seq=after, limit=limit
+            ori_id=request.ori_id,
+            tier=request.tier,
+            run_id=request.run_id,
+            kernel_call_id=request.kernel_call_id,
+            after_seq=after,
+            limit=limit,
         )
         return gateway_pb2.ListAuditRecordsResponse(
             records=[audit_message(e) for e in entries],
@@ -564,6 +593,34 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         stats = struct_pb2.Struct()
         json_format.ParseDict(roll_up(runs), stats)
         return gateway_pb2.GetRetryStatsResponse(stats=stats)
+
+    async def ListOperatorAttempts(
+        self, request: gateway_pb2.ListOperatorAttemptsRequest, context: Context
+    ) -> gateway_pb2.ListOperatorAttemptsResponse:
+        limit, after = _page(request.page_size, request.page_token)
+        check_texts(ID_CHARS, method=request.method, operator_id=request.operator_id)
+        if request.decision not in _DECISIONS:
+            raise InvalidArgument.field("decision", "must be unset, ALLOWED or REFUSED")
+        # This read is itself an attempt: recorded first, so a page can show the read that served it.
+        await self._audited_read("ListOperatorAttempts", context)
+        attempts = await self._gateway.store.list_operator_attempts(
+            limit=limit,
+            after_seq=after,
+            allowed=_DECISIONS[request.decision],
+            method=request.method,
+            operator_id=request.operator_id,
+        )
+        return gateway_pb2.ListOperatorAttemptsResponse(
+            attempts=[attempt_message(a) for a in attempts],
+            next_page_token=str(attempts[-1].seq) if len(attempts) == limit else "",
+        )
+
+
+_DECISIONS: dict[int, bool | None] = {
+    gateway_pb2.OPERATOR_ATTEMPT_DECISION_UNSPECIFIED: None,
+    gateway_pb2.OPERATOR_ATTEMPT_DECISION_ALLOWED: True,
+    gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED: False,
+}
 
 
 def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError], None]:

@@ -138,6 +138,26 @@ CONTROL_KIND_PAUSE: ControlKind.ValueType  # 2
 CONTROL_KIND_QUARANTINE: ControlKind.ValueType  # 3
 Global___ControlKind: _TypeAlias = ControlKind  # noqa: Y015
 
+class _OperatorAttemptDecision:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OperatorAttemptDecisionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OperatorAttemptDecision.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    OPERATOR_ATTEMPT_DECISION_UNSPECIFIED: _OperatorAttemptDecision.ValueType  # 0
+    """Every attempt."""
+    OPERATOR_ATTEMPT_DECISION_ALLOWED: _OperatorAttemptDecision.ValueType  # 1
+    OPERATOR_ATTEMPT_DECISION_REFUSED: _OperatorAttemptDecision.ValueType  # 2
+
+class OperatorAttemptDecision(_OperatorAttemptDecision, metaclass=_OperatorAttemptDecisionEnumTypeWrapper):
+    """Which operator attempts to list."""
+
+OPERATOR_ATTEMPT_DECISION_UNSPECIFIED: OperatorAttemptDecision.ValueType  # 0
+"""Every attempt."""
+OPERATOR_ATTEMPT_DECISION_ALLOWED: OperatorAttemptDecision.ValueType  # 1
+OPERATOR_ATTEMPT_DECISION_REFUSED: OperatorAttemptDecision.ValueType  # 2
+Global___OperatorAttemptDecision: _TypeAlias = OperatorAttemptDecision  # noqa: Y015
+
 @_typing.final
 class SubmitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -336,10 +356,15 @@ class AdmitRunRequest(_message.Message):
     TIER_FIELD_NUMBER: _builtins.int
     CAUSE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    KERNEL_CALL_ID_FIELD_NUMBER: _builtins.int
     tier: _common_pb2.CognitionTier.ValueType
     cause: _action_pb2.CognitionCause.ValueType
     request_id: _builtins.str
     """Optional idempotency key; a repeat answers the first admission."""
+    kernel_call_id: _builtins.str
+    """Optional: the kernel's cognition call this run serves (CognitionCallCandidate.call_id), stamped on
+    every audit record of the run. Submit takes it from its candidate.
+    """
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
     def __init__(
@@ -349,10 +374,11 @@ class AdmitRunRequest(_message.Message):
         tier: _common_pb2.CognitionTier.ValueType = ...,
         cause: _action_pb2.CognitionCause.ValueType = ...,
         request_id: _builtins.str = ...,
+        kernel_call_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "ori", b"ori", "request_id", b"request_id", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "kernel_call_id", b"kernel_call_id", "ori", b"ori", "request_id", b"request_id", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1221,6 +1247,8 @@ class AuditRecord(_message.Message):
     CONFIG_FINGERPRINT_FIELD_NUMBER: _builtins.int
     OFFLINE_FIELD_NUMBER: _builtins.int
     RECORDED_AT_FIELD_NUMBER: _builtins.int
+    KERNEL_CALL_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CLASS_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     run_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
@@ -1231,6 +1259,15 @@ class AuditRecord(_message.Message):
     policy_decision: _builtins.str
     retention_policy_id: _builtins.str
     offline: _builtins.bool
+    kernel_call_id: _builtins.str
+    """The kernel's cognition call id ("<world>:<tick>:<slot>:<cause>") the run served; empty when the run
+    was admitted without one (AdmitRun from another caller).
+    """
+    error_class: _builtins.str
+    """Empty when the model answered. Otherwise why the call failed (a provider error class such as
+    "rate_limit" or "timeout" after the retries, or "killed", "cancelled"); `output` is then empty and
+    `usage` holds what the provider reported (zero when nothing is known).
+    """
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
     @_builtins.property
@@ -1262,10 +1299,12 @@ class AuditRecord(_message.Message):
         config_fingerprint: _common_pb2.ConfigFingerprint | None = ...,
         offline: _builtins.bool = ...,
         recorded_at: _timestamp_pb2.Timestamp | None = ...,
+        kernel_call_id: _builtins.str = ...,
+        error_class: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_fingerprint", b"config_fingerprint", "cost", b"cost", "input_context", b"input_context", "ori", b"ori", "recorded_at", b"recorded_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cause", b"cause", "config_fingerprint", b"config_fingerprint", "cost", b"cost", "input_context", b"input_context", "model_class", b"model_class", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "output", b"output", "policy_decision", b"policy_decision", "recorded_at", b"recorded_at", "retention_policy_id", b"retention_policy_id", "run_id", b"run_id", "tier", b"tier", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cause", b"cause", "config_fingerprint", b"config_fingerprint", "cost", b"cost", "error_class", b"error_class", "input_context", b"input_context", "kernel_call_id", b"kernel_call_id", "model_class", b"model_class", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "output", b"output", "policy_decision", b"policy_decision", "recorded_at", b"recorded_at", "retention_policy_id", b"retention_policy_id", "run_id", b"run_id", "tier", b"tier", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1280,11 +1319,14 @@ class ListAuditRecordsRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    KERNEL_CALL_ID_FIELD_NUMBER: _builtins.int
     ori_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
     run_id: _builtins.str
     page_size: _builtins.int
     page_token: _builtins.str
+    kernel_call_id: _builtins.str
+    """Only the records of this kernel cognition call."""
     def __init__(
         self,
         *,
@@ -1293,10 +1335,11 @@ class ListAuditRecordsRequest(_message.Message):
         run_id: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        kernel_call_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ori_id", b"ori_id", "page_size", b"page_size", "page_token", b"page_token", "run_id", b"run_id", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kernel_call_id", b"kernel_call_id", "ori_id", b"ori_id", "page_size", b"page_size", "page_token", b"page_token", "run_id", b"run_id", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1368,3 +1411,104 @@ class GetRetryStatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetRetryStatsResponse: _TypeAlias = GetRetryStatsResponse  # noqa: Y015
+
+@_typing.final
+class OperatorAttempt(_message.Message):
+    """One audited attempt to call OperatorService."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    OPERATOR_ID_FIELD_NUMBER: _builtins.int
+    ALLOWED_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    RECORDED_AT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """Position in the operator audit log (ascending)."""
+    method: _builtins.str
+    """The RPC, or for controls "<KIND>:<SCOPE>" (e.g. "KILL:ORI", "RESUME:TIER")."""
+    role: _builtins.str
+    """"operator" when allowed; "refused" when the chassis refused the caller."""
+    operator_id: _builtins.str
+    """The caller's x-egbe-operator name (empty when refused before it was read)."""
+    allowed: _builtins.bool
+    detail: _builtins.str
+    """The target and reason of a control, the filter of a read, or why the caller was refused."""
+    @_builtins.property
+    def recorded_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        method: _builtins.str = ...,
+        role: _builtins.str = ...,
+        operator_id: _builtins.str = ...,
+        allowed: _builtins.bool = ...,
+        detail: _builtins.str = ...,
+        recorded_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["recorded_at", b"recorded_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed", b"allowed", "detail", b"detail", "method", b"method", "operator_id", b"operator_id", "recorded_at", b"recorded_at", "role", b"role", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OperatorAttempt: _TypeAlias = OperatorAttempt  # noqa: Y015
+
+@_typing.final
+class ListOperatorAttemptsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DECISION_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    OPERATOR_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    decision: Global___OperatorAttemptDecision.ValueType
+    method: _builtins.str
+    """Only this method (exact, e.g. "KillOri", "KILL:ORI")."""
+    operator_id: _builtins.str
+    """Only this operator."""
+    page_size: _builtins.int
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        decision: Global___OperatorAttemptDecision.ValueType = ...,
+        method: _builtins.str = ...,
+        operator_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "method", b"method", "operator_id", b"operator_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOperatorAttemptsRequest: _TypeAlias = ListOperatorAttemptsRequest  # noqa: Y015
+
+@_typing.final
+class ListOperatorAttemptsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedCompositeFieldContainer[Global___OperatorAttempt]: ...
+    def __init__(
+        self,
+        *,
+        attempts: _abc.Iterable[Global___OperatorAttempt] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOperatorAttemptsResponse: _TypeAlias = ListOperatorAttemptsResponse  # noqa: Y015

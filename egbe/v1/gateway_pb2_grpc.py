@@ -426,6 +426,11 @@ class OperatorServiceStub:
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsResponse.FromString,
                 _registered_method=True)
+        self.ListOperatorAttempts = channel.unary_unary(
+                '/egbe.v1.OperatorService/ListOperatorAttempts',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -494,6 +499,14 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOperatorAttempts(self, request, context):
+        """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
+        first; paginated and filterable by decision, method and operator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -546,6 +559,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.GetRetryStats,
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.GetRetryStatsResponse.SerializeToString,
+            ),
+            'ListOperatorAttempts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOperatorAttempts,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -819,6 +837,33 @@ class OperatorService:
             '/egbe.v1.OperatorService/GetRetryStats',
             egbe_dot_v1_dot_gateway__pb2.GetRetryStatsRequest.SerializeToString,
             egbe_dot_v1_dot_gateway__pb2.GetRetryStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOperatorAttempts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.OperatorService/ListOperatorAttempts',
+            egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -155,6 +155,10 @@ class OperatorServiceStub:
     """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
     provider errors by class, cache read ratio.
     """
+    ListOperatorAttempts: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListOperatorAttemptsRequest, _gateway_pb2.ListOperatorAttemptsResponse]
+    """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
+    first; paginated and filterable by decision, method and operator.
+    """
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
@@ -173,6 +177,10 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     GetRetryStats: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetRetryStatsRequest, _gateway_pb2.GetRetryStatsResponse]  # type: ignore[assignment]
     """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
     provider errors by class, cache read ratio.
+    """
+    ListOperatorAttempts: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListOperatorAttemptsRequest, _gateway_pb2.ListOperatorAttemptsResponse]  # type: ignore[assignment]
+    """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
+    first; paginated and filterable by decision, method and operator.
     """
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -249,6 +257,16 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.GetRetryStatsResponse, _abc.Awaitable[_gateway_pb2.GetRetryStatsResponse]]:
         """Reliability rollup over the most recent runs: calls, attempts and fallbacks per output schema,
         provider errors by class, cache read ratio.
+        """
+
+    @_abc_1.abstractmethod
+    def ListOperatorAttempts(
+        self,
+        request: _gateway_pb2.ListOperatorAttemptsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListOperatorAttemptsResponse, _abc.Awaitable[_gateway_pb2.ListOperatorAttemptsResponse]]:
+        """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
+        first; paginated and filterable by decision, method and operator.
         """
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

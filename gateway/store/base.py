@@ -23,6 +23,7 @@ from gateway.records import (
     Control,
     ControlKind,
     ControlScope,
+    OperatorAttempt,
     RunEnd,
     RunSpec,
     RunStatus,
@@ -32,6 +33,7 @@ from gateway.records import (
 from services.errors import Aborted, FailedPrecondition, FieldViolation, NotFound, ResourceExhausted
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 Row = tuple[Any, ...]
 CONTROLS_CHANNEL = "egbe_gateway_controls"
 
@@ -45,6 +47,8 @@ class Tx(Protocol):
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
     def notify(self, payload: str) -> None: ...
 
 
@@ -57,14 +61,64 @@ class ControlRefusal:
 
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
-    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail"
+    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id"
 )
 _CONTROL_COLUMNS = "control_id, kind, scope, target, reason, operator_id, created_at_ms, active"
 _AUDIT_COLUMNS = (
     "call_id, run_id, tenant_id, world_id, ori_id, tier, cause, model_ref, model_class, input_context,"
     " output, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, micro_usd,"
-    " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms"
+    " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms,"
+    " kernel_call_id, error_class"
 )
+
+
+@dataclass(frozen=True)
+class _AdmitItem:
+    """One admission waiting for the writer."""
+
+    run: RunSpec
+    cap_tokens: int
+    window_start_ms: int
+    now_ms: int
+    deadline_ms: int
+
+    def row(self) -> tuple[Any, ...]:
+        run = self.run
+        return (
+            run.run_id,
+            run.request_id or None,
+            run.tenant_id,
+            run.world_id,
+            run.ori_id,
+            run.tier,
+            run.cause,
+            self.window_start_ms,
+            run.max_model_calls,
+            run.max_tool_calls,
+            run.max_tokens,
+            RunStatus.ACTIVE.value,
+            self.now_ms,
+            self.deadline_ms,
+            run.kernel_call_id,
+        )
+
+
+@dataclass
+class _LedgerBurst:
+    """One world's ledger row during a burst of admissions: what it held, and what the burst adds."""
+
+    reserved: int
+    consumed: int
+    cap: int = 0
+    added: int = 0
+    admissions: int = 0
+    killed: int = 0
+    blocked: int = 0
+
+    def admit(self, tokens: int) -> None:
+        self.reserved += tokens
+        self.added += tokens
+        self.admissions += 1
 
 
 @dataclass(frozen=True)
@@ -94,6 +148,7 @@ def _run_from(row: Row) -> _RunRow:
         max_tool_calls=row[7],
         max_tokens=row[8],
         request_id=row[9],
+        kernel_call_id=row[16],
     )
     return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15])
 
@@ -142,6 +197,8 @@ def _audit_from(row: Row) -> AuditEntry:
         config_fingerprint=row[20],
         offline=bool(row[21]),
         recorded_at_ms=row[22],
+        kernel_call_id=row[23],
+        error_class=row[24],
     )
 
 
@@ -162,8 +219,18 @@ class GatewayStore(ABC):
     async def close(self) -> None: ...
 
     @abstractmethod
-    async def transact(self, body: Callable[[Tx], T]) -> T:
-        """Run `body` in one transaction; database failures become Unavailable (fail closed)."""
+    async def transact(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
+        """Run `body` in one transaction; database failures become Unavailable (fail closed).
+
+        `durable`: answer only once committed; otherwise once applied (visible to every later body, and
+        committed with the writer's current batch). See "Durability" in docs/gateway.md.
+        """
+
+    @abstractmethod
+    async def transact_item(
+        self, item: ItemT, combine: Callable[[Tx, list[ItemT]], list[T]], *, durable: bool = True
+    ) -> T:
+        """Like `transact`, but items arriving together are applied by one `combine(tx, items)`."""
 
     def on_control_change(self, listener: Callable[[Control], None]) -> None:
         """Called for every control added or lifted, by this process or (PostgreSQL) any other."""
@@ -214,65 +281,91 @@ class GatewayStore(ABC):
     async def admit(
         self, run: RunSpec, *, cap_tokens: int, window_start_ms: int, now_ms: int, deadline_ms: int
     ) -> Admission:
-        """Check controls and the world cap and reserve the run's max tokens, all in one transaction."""
+        """Check controls and the world cap and reserve the run's max tokens, all in one transaction.
 
-        def body(tx: Tx) -> Admission:
-            if run.request_id:
-                row = tx.one(
-                    f"SELECT {_RUN_COLUMNS}, result FROM gateway_runs WHERE request_id = ?", (run.request_id,)
-                )
-                if row is not None:
-                    earlier = _run_from(row)
-                    return Admission(
-                        earlier.spec, True, earlier.spec.max_tokens, repeated=True, earlier_result=row[-1]
-                    )
-            control = self._active_control(tx, run)
-            reserved, consumed = self._lock_ledger(tx, run.world_id, window_start_ms, cap_tokens)
-            key = (run.world_id, window_start_ms)
+        Admissions arriving together are applied by one `_admit_burst` (durable: on disk before the
+        answer, so no model call can run against a reservation a crash could lose)."""
+        item = _AdmitItem(run, cap_tokens, window_start_ms, now_ms, deadline_ms)
+        admission: Admission = await self.transact_item(item, self._admit_burst, durable=True)
+        return admission
+
+    def _admit_burst(self, tx: Tx, items: list[_AdmitItem]) -> list[Admission]:
+        """Admissions in arrival order, exactly as if one after another: each sees the reservations and
+        refusals of those before it under the locked ledger row, so the cap holds to the token. A few
+        statements serve the whole burst: one read of the repeated request ids, one of the active
+        controls, one locked read per world ledger, one multi-row insert, one ledger update per world."""
+        earlier = self._earlier_admissions(tx, [i.run.request_id for i in items if i.run.request_id])
+        active = f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
+        controls = [_control_from(row) for row in tx.all(active)]
+        ledgers: dict[tuple[str, int], _LedgerBurst] = {}
+        answers: list[Admission] = []
+        inserted: list[tuple[Any, ...]] = []
+        for item in items:
+            run = item.run
+            repeated = earlier.get(run.request_id or "")
+            if repeated is not None:
+                answers.append(repeated)
+                continue
+            key = (run.world_id, item.window_start_ms)
+            ledger = ledgers.get(key)
+            if ledger is None:
+                ledger = ledgers[key] = _LedgerBurst(*self._lock_ledger(tx, *key, item.cap_tokens))
+            ledger.cap = item.cap_tokens
+            control = next((c for c in controls if c.matches(run)), None)
             if control is not None:
-                tx.execute(
-                    "UPDATE gateway_ledger SET killed = killed + 1 WHERE world_id = ? AND window_start_ms"
-                    " = ?",
-                    key,
-                )
-                return Admission(run, False, 0, control_id=control.control_id)
-            if reserved + consumed + run.max_tokens > cap_tokens:
-                tx.execute(
-                    "UPDATE gateway_ledger SET blocked_by_world_cap = blocked_by_world_cap + 1"
-                    " WHERE world_id = ? AND window_start_ms = ?",
-                    key,
-                )
-                return Admission(run, False, 0)
-            tx.execute(
+                ledger.killed += 1
+                answers.append(Admission(run, False, 0, control_id=control.control_id))
+            elif ledger.reserved + ledger.consumed + run.max_tokens > item.cap_tokens:
+                ledger.blocked += 1
+                answers.append(Admission(run, False, 0))
+            else:
+                ledger.admit(run.max_tokens)
+                inserted.append(item.row())
+                answers.append(Admission(run, True, run.max_tokens))
+                if run.request_id:  # a repeat later in this burst answers this run
+                    earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
+        if inserted:
+            tx.executemany(
                 "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
                 " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
-                " deadline_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " deadline_ms, kernel_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                inserted,
+            )
+        for (world_id, window_start_ms), ledger in ledgers.items():
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?,"
+                " admissions = admissions + ?, killed = killed + ?,"
+                " blocked_by_world_cap = blocked_by_world_cap + ?, cap_tokens = ?"
+                " WHERE world_id = ? AND window_start_ms = ?",
                 (
-                    run.run_id,
-                    run.request_id or None,
-                    run.tenant_id,
-                    run.world_id,
-                    run.ori_id,
-                    run.tier,
-                    run.cause,
+                    ledger.added,
+                    ledger.admissions,
+                    ledger.killed,
+                    ledger.blocked,
+                    ledger.cap,
+                    world_id,
                     window_start_ms,
-                    run.max_model_calls,
-                    run.max_tool_calls,
-                    run.max_tokens,
-                    RunStatus.ACTIVE.value,
-                    now_ms,
-                    deadline_ms,
                 ),
             )
-            tx.execute(
-                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?, admissions = admissions"
-                " + 1,"
-                " cap_tokens = ? WHERE world_id = ? AND window_start_ms = ?",
-                (run.max_tokens, cap_tokens, *key),
-            )
-            return Admission(run, True, run.max_tokens)
+        return answers
 
-        return await self.transact(body)
+    @staticmethod
+    def _earlier_admissions(tx: Tx, request_ids: list[str]) -> dict[str, Admission]:
+        """The runs already admitted under these request ids (a repeat answers the first run)."""
+        if not request_ids:
+            return {}
+        rows = tx.all(
+            f"SELECT {_RUN_COLUMNS}, result FROM gateway_runs WHERE request_id IN"
+            f" ({', '.join('?' * len(request_ids))})",
+            request_ids,
+        )
+        earlier = {}
+        for row in rows:
+            spec = _run_from(row).spec
+            earlier[str(spec.request_id)] = Admission(
+                spec, True, spec.max_tokens, repeated=True, earlier_result=row[-1]
+            )
+        return earlier
 
     def _end(self, tx: Tx, run: _RunRow, status: RunStatus, *, detail: str, stats: str, now_ms: int) -> int:
         """End an active run and release its unused reservation; returns the tokens released."""
@@ -305,7 +398,7 @@ class GatewayStore(ABC):
                 raise _no_run(run_id)
             return _run_from(row).spec
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def begin_call(
         self, run_id: str, *, input_tokens: int, max_output_tokens: int, now_ms: int
@@ -335,7 +428,7 @@ class GatewayStore(ABC):
             tx.execute("UPDATE gateway_runs SET model_calls = model_calls + 1 WHERE run_id = ?", (run_id,))
             return CallGrant(run.spec, run.model_calls + 1, min(max_output_tokens, remaining - input_tokens))
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def record_call(self, entry: AuditEntry) -> None:
         """Write the call's audit record and move its tokens from reservation to consumption, together."""
@@ -346,7 +439,7 @@ class GatewayStore(ABC):
             from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
             tx.execute(
                 f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     entry.call_id,
                     entry.run_id,
@@ -370,6 +463,8 @@ class GatewayStore(ABC):
                     entry.config_fingerprint,
                     int(entry.offline),
                     entry.recorded_at_ms,
+                    entry.kernel_call_id,
+                    entry.error_class,
                 ),
             )
             tx.execute(
@@ -383,7 +478,7 @@ class GatewayStore(ABC):
                 (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
             )
 
-        await self.transact(body)
+        await self.transact(body, durable=False)
 
     async def count_tool_call(self, run_id: str, *, now_ms: int) -> tuple[int, int] | ControlRefusal:
         """A tool boundary: count the call against the run's budget; (used, remaining)."""
@@ -404,7 +499,7 @@ class GatewayStore(ABC):
             tx.execute("UPDATE gateway_runs SET tool_calls = tool_calls + 1 WHERE run_id = ?", (run_id,))
             return run.tool_calls + 1, run.spec.max_tool_calls - run.tool_calls - 1
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def end_run(
         self,
@@ -428,7 +523,7 @@ class GatewayStore(ABC):
             tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run_id))
             return RunEnd(run.used_tokens, released, ended_now=True)
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def expire_runs(self, *, now_ms: int) -> int:
         """Time out every active run past its deadline, releasing its reservation."""
@@ -450,7 +545,7 @@ class GatewayStore(ABC):
                 )
             return len(rows)
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     # -- controls -----------------------------------------------------------------------------------
     async def add_control(
@@ -540,7 +635,7 @@ class GatewayStore(ABC):
             )
             return None if row is None else _control_from(row)
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def list_controls(
         self, *, include_inactive: bool, after_seq: int, limit: int
@@ -553,7 +648,7 @@ class GatewayStore(ABC):
             )
             return [(row[0], _control_from(row[1:])) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     # -- operator audit -----------------------------------------------------------------------------
     @staticmethod
@@ -575,31 +670,52 @@ class GatewayStore(ABC):
             )
         )
 
-    async def list_operator_attempts(self, *, limit: int) -> list[dict[str, Any]]:
-        def body(tx: Tx) -> list[dict[str, Any]]:
+    async def list_operator_attempts(
+        self,
+        *,
+        limit: int,
+        after_seq: int = 0,
+        allowed: bool | None = None,
+        method: str = "",
+        operator_id: str = "",
+    ) -> list[OperatorAttempt]:
+        """Audited operator attempts after `after_seq`, oldest first; `allowed` None means both."""
+
+        def body(tx: Tx) -> list[OperatorAttempt]:
             rows = tx.all(
                 "SELECT seq, method, role, operator_id, allowed, detail, recorded_at_ms"
-                " FROM gateway_operator_audit ORDER BY seq LIMIT ?",
-                (limit,),
+                " FROM gateway_operator_audit WHERE seq > ? AND (? = -1 OR allowed = ?)"
+                " AND (? = '' OR method = ?) AND (? = '' OR operator_id = ?) ORDER BY seq LIMIT ?",
+                (
+                    after_seq,
+                    *(2 * [-1 if allowed is None else int(allowed)]),
+                    method,
+                    method,
+                    operator_id,
+                    operator_id,
+                    limit,
+                ),
             )
-            keys = ("seq", "method", "role", "operator_id", "allowed", "detail", "recorded_at_ms")
-            return [dict(zip(keys, (*row[:4], bool(row[4]), *row[5:]), strict=True)) for row in rows]
+            return [
+                OperatorAttempt(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6]) for row in rows
+            ]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     # -- audit log and spend ------------------------------------------------------------------------
     async def list_audit(
-        self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int
+        self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int, kernel_call_id: str = ""
     ) -> list[AuditEntry]:
         def body(tx: Tx) -> list[AuditEntry]:
             rows = tx.all(
                 f"SELECT seq, {_AUDIT_COLUMNS} FROM gateway_audit WHERE seq > ? AND (? = '' OR ori_id = ?)"
-                " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) ORDER BY seq LIMIT ?",
-                (after_seq, ori_id, ori_id, tier, tier, run_id, run_id, limit),
+                " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) AND (? = '' OR kernel_call_id = ?)"
+                " ORDER BY seq LIMIT ?",
+                (after_seq, *(2 * [ori_id]), *(2 * [tier]), *(2 * [run_id]), *(2 * [kernel_call_id]), limit),
             )
             return [_audit_from(row) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
         """This window's ledger (one world, or all) and audited spend by tier."""
@@ -632,7 +748,7 @@ class GatewayStore(ABC):
                 by_tier=[TierSpend(int(t), int(tok), int(usd), int(n)) for t, tok, usd, n in tiers],
             )
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def ledger_totals(self) -> tuple[int, int]:
         """(reserved, consumed) over every world and window: the invariant checks read this."""
@@ -645,7 +761,7 @@ class GatewayStore(ABC):
             assert row is not None
             return int(row[0]), int(row[1])
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def audited_tokens(self) -> int:
         def body(tx: Tx) -> int:
@@ -657,7 +773,7 @@ class GatewayStore(ABC):
             assert row is not None
             return int(row[0])
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def recent_run_stats(self, *, limit: int) -> list[dict[str, Any]]:
         """The stats of the most recently ended runs, newest first."""
@@ -670,7 +786,7 @@ class GatewayStore(ABC):
             )
             return [json.loads(row[0]) for row in rows]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)
 
     async def load_controls(self) -> list[Control]:
         """Every active control, read before the gateway serves."""
@@ -683,4 +799,4 @@ class GatewayStore(ABC):
                 )
             ]
 
-        return await self.transact(body)
+        return await self.transact(body, durable=False)

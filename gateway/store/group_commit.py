@@ -1,8 +1,14 @@
 """Group commit: one writer thread runs waiting transaction bodies back to back in one database transaction.
 
 Each body runs inside its own SAVEPOINT, so it sees every earlier body's writes (the checks stay exact)
-and a body that refuses (an EgbeError) undoes only itself. Nobody is answered before the COMMIT, so
-"committed before the RPC answers" holds, while one fsync serves every body in the batch.
+and a body that refuses (an EgbeError) undoes only itself. One fsync serves every body in the batch.
+
+A batch holding a durable body commits synchronously (the fsync), and the durable body is answered
+only after it ("committed before the RPC answers"). A batch of non-durable bodies commits without
+waiting for the disk (SQLite WAL `synchronous=NORMAL`, PostgreSQL `synchronous_commit=off`): its
+writes are committed and visible at once, and on disk with the next durable commit (the log is
+sequential) or the database's own background flush. A non-durable body is answered as soon as it has
+been applied; the batch's COMMIT follows at once. So a caller never waits on an fsync it does not need.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -20,6 +26,20 @@ from services.errors import Unavailable
 T = TypeVar("T")
 C = TypeVar("C", bound="Connection")
 MAX_BATCH = 256
+_APPLIED = object()  # a non-durable job's outcome once it has been answered
+
+
+class _NoPipeline(contextlib.AbstractContextManager["_NoPipeline"]):
+    """Statements run one at a time (SQLite): nothing to sync."""
+
+    def sync(self) -> None:
+        """Every statement already ran."""
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_PIPELINE = _NoPipeline()
 
 
 class Connection(Protocol):
@@ -33,6 +53,33 @@ class _Job:
     body: Callable[[Any], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    durable: bool
+    # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
+    combine: Callable[[Any, list[Any]], list[Any]] | None = None
+
+    def run(self, tx: Any, group: list[_Job]) -> list[Any]:
+        if self.combine is None:
+            return [self.body(tx)]
+        values = self.combine(tx, [job.body for job in group])
+        assert len(values) == len(group)  # one answer per item
+        return values
+
+
+def _groups(batch: list[_Job]) -> Iterator[list[_Job]]:
+    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone."""
+    group: list[_Job] = []
+    for job in batch:
+        if group and (job.combine is None or job.combine != group[0].combine):
+            yield group
+            group = []
+        group.append(job)
+    if group:
+        yield group
+
+
+def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
+    if not future.done():
+        future.set_exception(error)
 
 
 def _deliver(job: _Job, ok: bool, value: Any) -> None:
@@ -56,16 +103,21 @@ class GroupCommitter(Generic[C]):
         name: str,
         connect: Callable[[], C],
         make_tx: Callable[[C], Any],
-        begin: str,
+        begin: Callable[[C, bool], None],
         lost: tuple[type[BaseException], ...],
         describe: str,
+        pipeline: Callable[[C], contextlib.AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._connect = connect
         self._make_tx = make_tx
+        # Opens a batch's transaction; its flag says whether the COMMIT must reach the disk.
         self._begin = begin
         # Errors meaning the database itself is gone: they fail the whole batch closed.
         self._lost = lost
         self._describe = describe
+        # PostgreSQL: a batch runs in one pipeline, so statements whose answer a body does not read go out
+        # without a round trip each; a sync after each body makes any error that body's own.
+        self._pipeline = pipeline
         self._connection: C | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -82,16 +134,29 @@ class GroupCommitter(Generic[C]):
         self._connection = connection
         return body(connection)
 
-    async def submit(self, body: Callable[[Any], T], *, timeout_seconds: float) -> T:
+    async def submit(
+        self,
+        body: Any,
+        *,
+        timeout_seconds: float,
+        durable: bool = True,
+        combine: Callable[[Any, list[Any]], list[Any]] | None = None,
+    ) -> Any:
+        """Run `body(tx)` in the writer's transaction; answered after COMMIT when `durable`, else once
+        applied. With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
+        `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
         if self._closed:
             raise Unavailable(f"{self._describe} is closed")
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(body, future, loop))
+        future: asyncio.Future[Any] = loop.create_future()
+        self._jobs.put(_Job(body, future, loop, durable, combine))
+        # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
+        late = Unavailable(f"{self._describe} did not answer within {timeout_seconds} s")
+        timer = loop.call_later(timeout_seconds, _expire, future, late)
         try:
-            return await asyncio.wait_for(future, timeout_seconds)
-        except TimeoutError:
-            raise Unavailable(f"{self._describe} did not answer within {timeout_seconds} s") from None
+            return await future
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         self._closed = True
@@ -127,27 +192,35 @@ class GroupCommitter(Generic[C]):
                 self._connection = self._connect()
             connection = self._connection
             tx = self._make_tx(connection)
-            connection.execute(self._begin)
-            for job in batch:
-                connection.execute("SAVEPOINT egbe_job")
-                try:
-                    value = job.body(tx)
-                except self._lost:
-                    raise
-                except Exception as error:  # a refusal or a bug: undo this body only
-                    connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
-                    connection.execute("RELEASE SAVEPOINT egbe_job")
-                    outcomes.append((False, error))
-                else:
-                    connection.execute("RELEASE SAVEPOINT egbe_job")
-                    outcomes.append((True, value))
-            connection.execute("COMMIT")
+            with self._pipeline(connection) if self._pipeline else _NO_PIPELINE as pipe:
+                self._begin(connection, any(job.durable for job in batch))
+                for group in _groups(batch):
+                    connection.execute("SAVEPOINT egbe_job")
+                    try:
+                        values = group[0].run(tx, group)
+                        connection.execute("RELEASE SAVEPOINT egbe_job")
+                        pipe.sync()
+                    except self._lost:
+                        raise
+                    except Exception as error:  # a refusal or a bug: undo this body (group) only
+                        connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
+                        connection.execute("RELEASE SAVEPOINT egbe_job")
+                        results: list[tuple[bool, Any]] = [(False, error)] * len(group)
+                    else:
+                        results = [(True, value) for value in values]
+                    for job, result in zip(group, results, strict=True):
+                        if not job.durable:
+                            _deliver(job, *result)
+                            result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
+                        outcomes.append(result)
+                connection.execute("COMMIT")
         except self._lost as error:
             self._drop_connection()
             failure = Unavailable(f"{self._describe} is unavailable: {error}")
             outcomes = [(False, failure)] * len(batch)
         for job, (ok, value) in zip(batch, outcomes, strict=True):
-            _deliver(job, ok, value)
+            if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
+                _deliver(job, ok, value)
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None

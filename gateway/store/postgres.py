@@ -12,11 +12,12 @@ import psycopg
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter
-from gateway.store.schema import schema_statements
+from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 log = get_logger(__name__)
 # How long the listener waits before reconnecting after losing its connection.
 LISTEN_RETRY_SECONDS = 0.5
@@ -37,6 +38,9 @@ class _PostgresTx:
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self._connection.execute(sql.replace("?", "%s").encode(), params).fetchall())
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._connection.cursor().executemany(sql.replace("?", "%s").encode(), rows)
+
     def notify(self, payload: str) -> None:
         # Delivered to every listening gateway when (and only if) the transaction commits.
         self.execute("SELECT pg_notify(?, ?)", (CONTROLS_CHANNEL, payload))
@@ -51,17 +55,27 @@ class PostgresGatewayStore(GatewayStore):
             name="gateway-postgres",
             connect=self._connect,
             make_tx=_PostgresTx,
-            begin="BEGIN",
+            begin=self._begin,
             lost=_LOST,
             describe="gateway store (PostgreSQL)",
+            pipeline=lambda connection: connection.pipeline(),
         )
         self._listener: asyncio.Task[None] | None = None
         self._resync_listeners: list[Callable[[list[Control]], None]] = []
         self._listening = asyncio.Event()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself.
-        return psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)))
+        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
+        # for the WAL flush unless a batch is durable (`_begin`).
+        connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)))
+        connection.execute(b"SET synchronous_commit TO off")
+        return connection
+
+    @staticmethod
+    def _begin(connection: psycopg.Connection[Any], durable: bool) -> None:
+        connection.execute(b"BEGIN")
+        if durable:
+            connection.execute(b"SET LOCAL synchronous_commit TO on")
 
     def on_resync(self, listener: Callable[[list[Control]], None]) -> None:
         """Told every active control whenever the push channel (re)connects: pushes may have been missed."""
@@ -73,6 +87,17 @@ class PostgresGatewayStore(GatewayStore):
             # Serializes schema creation between gateways starting together.
             connection.execute("SELECT pg_advisory_xact_lock(7451)")
             for statement in schema_statements("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"):
+                connection.execute(statement.encode())
+
+            def columns(table: str) -> set[str]:
+                rows = connection.execute(
+                    b"SELECT column_name FROM information_schema.columns"
+                    b" WHERE table_schema = current_schema() AND table_name = %s",
+                    (table,),
+                ).fetchall()
+                return {str(row[0]) for row in rows}
+
+            for statement in upgrade_statements(columns):
                 connection.execute(statement.encode())
 
     async def open(self) -> None:
@@ -109,5 +134,14 @@ class PostgresGatewayStore(GatewayStore):
                 log.warning("gateway control listener lost its connection; reconnecting", error=str(exc))
                 await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
-    async def transact(self, body: Callable[[Any], T]) -> T:
-        return await self._writer.submit(body, timeout_seconds=self._timeout)
+    async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
+        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        return result
+
+    async def transact_item(
+        self, item: ItemT, combine: Callable[[Any, list[ItemT]], list[T]], *, durable: bool = True
+    ) -> T:
+        result: T = await self._writer.submit(
+            item, timeout_seconds=self._timeout, durable=durable, combine=combine
+        )
+        return result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS gateway_ledger (
     world_id TEXT NOT NULL,
@@ -92,5 +94,29 @@ CREATE TABLE IF NOT EXISTS gateway_operator_audit (
 """
 
 
+# Columns added since the tables were first created: (table, column, declaration). A store opened on an
+# older database gains them (SQLite's ADD COLUMN has no IF NOT EXISTS, so the caller says what exists).
+ADDED_COLUMNS = (
+    ("gateway_runs", "kernel_call_id", "TEXT NOT NULL DEFAULT ''"),
+    ("gateway_audit", "kernel_call_id", "TEXT NOT NULL DEFAULT ''"),
+    ("gateway_audit", "error_class", "TEXT NOT NULL DEFAULT ''"),
+)
+# Indexes over added columns, created once the columns exist.
+LATER_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS gateway_audit_kernel_call ON gateway_audit (kernel_call_id, seq)",
+    "CREATE INDEX IF NOT EXISTS gateway_operator_audit_allowed ON gateway_operator_audit (allowed, seq)",
+)
+
+
 def schema_statements(serial: str) -> list[str]:
     return [s.strip() for s in SCHEMA.replace("{serial}", serial).split(";") if s.strip()]
+
+
+def upgrade_statements(columns: Callable[[str], set[str]]) -> list[str]:
+    """ALTER TABLE for every added column `columns(table)` lacks, then the indexes over them."""
+    alters = [
+        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+        for table, column, declaration in ADDED_COLUMNS
+        if column not in columns(table)
+    ]
+    return [*alters, *LATER_INDEXES]

@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 
 from gateway.store.base import GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter
-from gateway.store.schema import schema_statements
+from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
 
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 
 
 class _SqliteTx:
@@ -29,6 +30,9 @@ class _SqliteTx:
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self._connection.execute(sql, params).fetchall())
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._connection.executemany(sql, rows)
+
     def notify(self, payload: str) -> None:
         """One embedded process: listeners are told in-process after the commit."""
 
@@ -39,12 +43,12 @@ class SqliteGatewayStore(GatewayStore):
         self._path = path
         self._timeout = timeout_seconds
         self._synchronous = synchronous
-        # BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes.
+        self._mode = ""  # the writer connection's current synchronous setting
         self._writer = GroupCommitter[sqlite3.Connection](
             name="gateway-sqlite",
             connect=self._connect,
             make_tx=_SqliteTx,
-            begin="BEGIN IMMEDIATE",
+            begin=self._begin,
             lost=(sqlite3.OperationalError,),
             describe=f"gateway store {path}",
         )
@@ -56,13 +60,30 @@ class SqliteGatewayStore(GatewayStore):
         )
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute(f"PRAGMA synchronous={self._synchronous}")
+        self._mode = self._synchronous
         connection.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         return connection
+
+    def _begin(self, connection: sqlite3.Connection, durable: bool) -> None:
+        """A durable batch commits with the configured `synchronous` (FULL: the WAL is fsynced); any other
+        with NORMAL (WAL appended, fsynced by the next durable commit or checkpoint). BEGIN IMMEDIATE takes
+        the write lock up front, which also guards against other processes."""
+        mode = self._synchronous if durable else "NORMAL"
+        if mode != self._mode:
+            connection.execute(f"PRAGMA synchronous={mode}")
+            self._mode = mode
+        connection.execute("BEGIN IMMEDIATE")
 
     @staticmethod
     def _create_schema(connection: sqlite3.Connection) -> None:
         connection.execute("BEGIN IMMEDIATE")
         for statement in schema_statements("INTEGER PRIMARY KEY AUTOINCREMENT"):
+            connection.execute(statement)
+
+        def columns(table: str) -> set[str]:
+            return {row[0] for row in connection.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+
+        for statement in upgrade_statements(columns):
             connection.execute(statement)
         connection.execute("COMMIT")
 
@@ -76,5 +97,14 @@ class SqliteGatewayStore(GatewayStore):
     async def close(self) -> None:
         self._writer.close()
 
-    async def transact(self, body: Callable[[Any], T]) -> T:
-        return await self._writer.submit(body, timeout_seconds=self._timeout)
+    async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
+        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        return result
+
+    async def transact_item(
+        self, item: ItemT, combine: Callable[[Any, list[ItemT]], list[T]], *, durable: bool = True
+    ) -> T:
+        result: T = await self._writer.submit(
+            item, timeout_seconds=self._timeout, durable=durable, combine=combine
+        )
+        return result

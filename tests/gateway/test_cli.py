@@ -50,6 +50,11 @@ async def test_operators_kill_list_spend_resume_and_export(
     spend = json.loads(egbe(data_dir, "ops", "spend", "--world", "cli-world").stdout)
     assert spend["admissions"] == "1"
     assert int(spend["consumed_tokens"]) > 0
+    attempts = egbe(data_dir, "ops", "attempts", "--decision", "allowed", "--method", "KILL:ORI")
+    assert attempts.returncode == 0, attempts.stderr
+    [kill_attempt] = [json.loads(line) for line in attempts.stdout.splitlines()]
+    assert (kill_attempt["detail"], kill_attempt["allowed"]) == ("cli-ada: runaway", True)
+    assert egbe(data_dir, "ops", "attempts", "--decision", "refused").stdout == ""
     resumed = egbe(data_dir, "ops", "resume", "ori", "cli-ada", "--reason", "reviewed")
     assert len(json.loads(resumed.stdout)["lifted"]) == 1
     assert egbe(data_dir, "ops", "list").stdout == ""

@@ -9,7 +9,6 @@ import grpc
 import pytest
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
-from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role
 from services.settings import Endpoint
 from tests.gateway.harness import ATROPOS, CLOTHO, LACHESIS, GatewayHarness, gateway_settings, start_gateway
@@ -127,32 +126,79 @@ async def test_controls_need_a_reason_and_a_real_target(gateway: GatewayHarness)
     assert list(listed.controls) == []  # nothing half-applied
 
 
-async def test_only_operators_control_and_every_attempt_is_audited(tmp_path: Path) -> None:
-    harness = await start_gateway(gateway_settings(tmp_path))
-    try:
-        for role in (Role.SERVICE, Role.WORLD):
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await harness.operator.KillOri(
-                    gateway_pb2.KillOriRequest(ori_id="ada", reason="r"), metadata=harness.metadata(role)
-                )
-            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
-            await harness.operator.KillTier(gateway_pb2.KillTierRequest(tier=CLOTHO, reason="r"))
-        assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        await _kill_ori(harness, "ada")
-    finally:
-        await harness.stop()
-    store = SqliteGatewayStore(tmp_path / "gateway.sqlite3", timeout_seconds=5)
-    await store.open()
-    attempts = await store.list_operator_attempts(limit=10)
-    await store.close()
-    assert [(a["method"], a["allowed"]) for a in attempts] == [
-        ("KillOri", False),
-        ("KillOri", False),
-        ("KillTier", False),
-        ("KILL:ORI", True),
+async def _attempts(harness: GatewayHarness, **filters: object) -> list[gateway_pb2.OperatorAttempt]:
+    """Every page of ListOperatorAttempts (3 a page, so pagination is exercised)."""
+    attempts: list[gateway_pb2.OperatorAttempt] = []
+    token = ""
+    for _ in range(100):
+        page = await harness.operator.ListOperatorAttempts(
+            gateway_pb2.ListOperatorAttemptsRequest(page_size=3, page_token=token, **filters),  # type: ignore[arg-type]
+            metadata=(*harness.metadata(Role.OPERATOR), ("x-egbe-operator", "carol")),
+        )
+        attempts.extend(page.attempts)
+        token = page.next_page_token
+        if not token:
+            return attempts
+    raise AssertionError("operator-attempt pagination did not end")
+
+
+async def test_only_operators_control_and_every_attempt_is_audited_and_readable(
+    gateway: GatewayHarness,
+) -> None:
+    for role in (Role.SERVICE, Role.WORLD):
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await gateway.operator.KillOri(
+                gateway_pb2.KillOriRequest(ori_id="ada", reason="r"), metadata=gateway.metadata(role)
+            )
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+        await gateway.operator.KillTier(gateway_pb2.KillTierRequest(tier=CLOTHO, reason="r"))
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as reader:
+        await gateway.operator.ListOperatorAttempts(
+            gateway_pb2.ListOperatorAttemptsRequest(), metadata=gateway.metadata(Role.SERVICE)
+        )
+    assert reader.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    await _kill_ori(gateway, "ada")
+
+    # Three pages of three: each page's read is itself recorded before the page is read.
+    everything = await _attempts(gateway)
+    assert [(a.seq, a.method, a.allowed) for a in everything] == [
+        (1, "KillOri", False),
+        (2, "KillOri", False),
+        (3, "KillTier", False),
+        (4, "ListOperatorAttempts", False),
+        (5, "KILL:ORI", True),
+        (6, "ListOperatorAttempts", True),
+        (7, "ListOperatorAttempts", True),
+        (8, "ListOperatorAttempts", True),
     ]
-    assert attempts[-1]["operator_id"] == "alice"
+    assert everything[4].operator_id == "alice"
+    assert everything[4].detail == "ada: runaway dialogue"
+    assert everything[5].operator_id == "carol"
+    assert all(a.recorded_at.seconds > 0 for a in everything)
+
+    refused = await _attempts(gateway, decision=gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED)
+    assert [(a.seq, a.role) for a in refused] == [(seq, "refused") for seq in (1, 2, 3, 4)]
+    assert "token" in refused[2].detail  # the anonymous call: why it was refused
+    allowed_kills = await _attempts(
+        gateway,
+        decision=gateway_pb2.OPERATOR_ATTEMPT_DECISION_ALLOWED,
+        method="KILL:ORI",
+        operator_id="alice",
+    )
+    assert [a.seq for a in allowed_kills] == [5]
+    assert await _attempts(gateway, operator_id="nobody") == []
+
+    for bad, field in (
+        (gateway_pb2.ListOperatorAttemptsRequest(page_token="not-a-token"), "page_token"),
+        (gateway_pb2.ListOperatorAttemptsRequest(decision=7), "decision"),  # type: ignore[arg-type]
+        (gateway_pb2.ListOperatorAttemptsRequest(page_size=-1), "page_size"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as invalid:
+            await gateway.operator.ListOperatorAttempts(bad, metadata=gateway.metadata(Role.OPERATOR))
+        assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in (invalid.value.details() or "")
 
 
 async def test_a_restarted_gateway_loads_its_controls_before_serving(

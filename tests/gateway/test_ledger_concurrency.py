@@ -9,8 +9,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from egbe.v1 import gateway_pb2
-from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
+from egbe.v1 import common_pb2, gateway_pb2
+from services.auth import Role
+from tests.gateway.harness import CLOTHO, GatewayHarness, gateway_settings, start_gateway
 
 CLOTHO_RESERVATION = 4_000
 CAP = 5 * CLOTHO_RESERVATION  # room for five Clotho reservations at once
@@ -77,3 +78,38 @@ async def test_500_concurrent_runs_leave_the_ledger_equal_to_the_audit_log(cappe
     assert spend.consumed_tokens == sum(
         r.usage.input_tokens + r.usage.output_tokens for r in await capped.audit_records()
     )
+
+
+async def test_a_burst_applies_repeats_kills_and_the_cap_in_arrival_order(capped: GatewayHarness) -> None:
+    """Concurrent admissions share one transaction; each still sees those before it, as if serial."""
+    await capped.operator.KillOri(
+        gateway_pb2.KillOriRequest(ori_id="stopped", reason="burst test"), metadata=capped.metadata_operator()
+    )
+
+    async def admit(ori: str, request_id: str = "") -> gateway_pb2.AdmitRunResponse:
+        reply: gateway_pb2.AdmitRunResponse = await capped.gateway.AdmitRun(
+            gateway_pb2.AdmitRunRequest(
+                ori=common_pb2.OriRef(tenant_id="tenant-a", world_id="world-1", ori_id=ori),
+                tier=CLOTHO,
+                cause=1,  # type: ignore[arg-type]
+                request_id=request_id,
+            ),
+            metadata=capped.metadata(Role.SERVICE),
+        )
+        return reply
+
+    repeats = [admit("same", "one-request") for _ in range(20)]
+    others = [admit(f"ori-{n}") for n in range(20)]
+    killed = [admit("stopped") for _ in range(5)]
+    outcomes = await asyncio.gather(*repeats, *others, *killed, return_exceptions=True)
+    repeated = outcomes[:20]
+    assert all(isinstance(r, gateway_pb2.AdmitRunResponse) for r in repeated)
+    assert len({r.run_id for r in repeated}) == 1  # type: ignore[union-attr]
+    assert all(
+        isinstance(k, grpc.aio.AioRpcError) and k.code() == grpc.StatusCode.ABORTED for k in outcomes[40:]
+    )
+    fresh = [r for r in outcomes[20:40] if isinstance(r, gateway_pb2.AdmitRunResponse) and r.admitted]
+    assert len(fresh) + 1 == CAP // CLOTHO_RESERVATION  # the repeated run holds one of the five places
+    spend = await capped.spend()
+    assert spend.reserved_tokens == CAP
+    assert (spend.admissions, spend.blocked_by_world_cap, spend.killed) == (CAP // CLOTHO_RESERVATION, 16, 5)

@@ -43,6 +43,12 @@ async def test_submit_runs_the_pipeline_through_generate_and_releases(embedded_e
         )
         assert records.records
         assert all(r.offline for r in records.records)
+        # Every record of the run names the kernel's cognition call, and that id finds them.
+        assert {r.kernel_call_id for r in records.records} == {"submit-world:1:0:dialogue"}
+        by_call = await ops.ListAuditRecords(
+            gateway_pb2.ListAuditRecordsRequest(kernel_call_id="submit-world:1:0:dialogue"), metadata=operator
+        )
+        assert [r.call_id for r in by_call.records] == [r.call_id for r in records.records]
         spend = await ops.GetSpend(gateway_pb2.GetSpendRequest(world_id="submit-world"), metadata=operator)
         assert spend.reserved_tokens == 0
         assert spend.consumed_tokens == sum(
