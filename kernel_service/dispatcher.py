@@ -58,6 +58,9 @@ class DispatchStats:
     failures: int = 0
     lifecycle_offered: int = 0
     lifecycle_sent: int = 0
+    fragments_consolidated: int = 0
+    # Consolidations the biography reported as losing a fragment (expected: never).
+    consolidations_with_loss: int = 0
 
 
 class Dispatcher:
@@ -211,7 +214,7 @@ class Dispatcher:
                         timeout=self._timeout,
                     )
                 else:
-                    await biography.Consolidate(
+                    done = await biography.Consolidate(
                         biography_pb2.ConsolidateRequest(
                             ori_id=request.ori.ori_id,
                             fragments=request.fragments,
@@ -220,6 +223,14 @@ class Dispatcher:
                         metadata=self._metadata,
                         timeout=self._timeout,
                     )
+                    self.stats.fragments_consolidated += len(request.fragments)
+                    if not done.no_state_loss:
+                        self.stats.consolidations_with_loss += 1
+                        log.error(
+                            "consolidation lost fragments",
+                            ori=request.ori.ori_id,
+                            missing=list(done.missing_fragment_ids),
+                        )
             except grpc.aio.AioRpcError as error:
                 self.stats.failures += 1
                 log.warning("biography lifecycle call failed", ori=request.ori.ori_id, code=error.code().name)
