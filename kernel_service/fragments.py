@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from google.protobuf import json_format
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
@@ -23,18 +24,42 @@ from kernel_service.agent_state import GUARD_BIT_REPEATED_ACTION, GUARD_BIT_STAL
 from services.errors import FieldViolation
 
 FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
-_ACTION = action_pb2.ActionKind
-_SOURCE = action_pb2.ActionSource
-_TIER = common_pb2.CognitionTier
+# Enum names by number, looked up per fragment on the tick path (cheaper than Enum.Name).
+_ACTION = {value: name for name, value in action_pb2.ActionKind.items()}
+_SOURCE = {value: name for name, value in action_pb2.ActionSource.items()}
+_TIER = {value: name for name, value in common_pb2.CognitionTier.items()}
+
+
+# (sequence, event kind, world tick, payload): kept as plain values on the tick path; protobuf
+# fragments are built only when handed over or snapshotted.
+Moment = tuple[int, int, int, dict[str, Any]]
+
+
+def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
+    sequence, kind, tick, payload = moment
+    fragment = biography_pb2.ConsolidationFragment(
+        fragment_id=f"{ori_id}:fragment:{sequence}",
+        kind=biography_pb2.OriEventKind.ValueType(kind),
+        world_tick=tick,
+    )
+    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **payload})
+    return fragment
+
+
+def _moment(fragment: biography_pb2.ConsolidationFragment) -> Moment:
+    payload = json_format.MessageToDict(fragment.payload)
+    payload.pop("schema", None)
+    sequence = int(fragment.fragment_id.rsplit(":", 1)[1])
+    return sequence, fragment.kind, fragment.world_tick, payload
 
 
 class _Pending:
-    """One agent's fragments awaiting hand-over."""
+    """One agent's moments awaiting hand-over."""
 
-    __slots__ = ("elided", "fragments", "next_sequence")
+    __slots__ = ("elided", "moments", "next_sequence")
 
     def __init__(self, limit: int) -> None:
-        self.fragments: deque[biography_pb2.ConsolidationFragment] = deque(maxlen=limit)
+        self.moments: deque[Moment] = deque(maxlen=limit)
         self.elided = 0
         self.next_sequence = 0
 
@@ -47,45 +72,31 @@ class FragmentStore:
         self._pending: dict[int, _Pending] = {}
 
     def __len__(self) -> int:
-        return sum(len(p.fragments) for p in self._pending.values())
+        return sum(len(p.moments) for p in self._pending.values())
 
-    def pending(self, slot: int) -> Sequence[biography_pb2.ConsolidationFragment]:
+    def pending(self, slot: int, ori_id: str) -> list[biography_pb2.ConsolidationFragment]:
+        """A slot's fragments as they would be handed over now (without the elided note)."""
         entry = self._pending.get(slot)
-        return tuple(entry.fragments) if entry else ()
+        return [_fragment(ori_id, moment) for moment in entry.moments] if entry else []
 
-    def _add(
-        self,
-        slot: int,
-        ori_id: str,
-        kind: biography_pb2.OriEventKind.ValueType,
-        tick: int,
-        payload: dict[str, Any],
-    ) -> None:
+    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any]) -> None:
         entry = self._pending.get(slot)
         if entry is None:
             entry = self._pending[slot] = _Pending(self.limit)
-        if len(entry.fragments) == self.limit:
+        if len(entry.moments) == self.limit:
             entry.elided += 1
-        fragment = biography_pb2.ConsolidationFragment(
-            fragment_id=f"{ori_id}:fragment:{entry.next_sequence}", kind=kind, world_tick=tick
-        )
-        fragment.payload.update({"schema": FRAGMENT_SCHEMA, **payload})
+        entry.moments.append((entry.next_sequence, kind, tick, payload))
         entry.next_sequence += 1
-        entry.fragments.append(fragment)
 
     def record_merged(
-        self,
-        tick: int,
-        results: Sequence[action_pb2.ActionIntent],
-        tiers: NDArray[np.uint8],
-        ori_ids: Sequence[str],
+        self, tick: int, results: Sequence[action_pb2.ActionIntent], tiers: NDArray[np.uint8]
     ) -> None:
         """A cognition result merged into an Ori above Atropos is a decision it made at high fidelity."""
         for intent in results:
             tier = int(tiers[intent.slot])
             if tier == common_pb2.COGNITION_TIER_ATROPOS:
                 continue
-            kind = _ACTION.Name(intent.kind)
+            kind = _ACTION[intent.kind]
             payload: dict[str, Any] = {
                 "text": f"decided {kind} by cognition",
                 "template": True,
@@ -93,22 +104,15 @@ class FragmentStore:
                 "action_kind": kind,
                 "goal_ref": intent.goal_ref,
                 "priority": intent.priority,
-                "tier": _TIER.Name(_TIER.ValueType(tier)),
+                "tier": _TIER[tier],
             }
             run_id = intent.payload.fields.get("run_id") if intent.HasField("payload") else None
             if run_id is not None and run_id.string_value:
                 payload["run_id"] = run_id.string_value
-            self._add(
-                intent.slot, ori_ids[intent.slot], biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, tick, payload
-            )
+            self._add(intent.slot, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, tick, payload)
 
     def record_guards(
-        self,
-        tick: int,
-        slots: NDArray[np.uint32],
-        bits: NDArray[np.uint8],
-        tiers: NDArray[np.uint8],
-        ori_ids: Sequence[str],
+        self, tick: int, slots: NDArray[np.uint32], bits: NDArray[np.uint8], tiers: NDArray[np.uint8]
     ) -> None:
         """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself."""
         for slot, guard in zip(slots.tolist(), bits.tolist(), strict=True):
@@ -125,7 +129,6 @@ class FragmentStore:
             ]
             self._add(
                 slot,
-                ori_ids[slot],
                 biography_pb2.ORI_EVENT_KIND_REFLECTED,
                 tick,
                 {
@@ -133,13 +136,11 @@ class FragmentStore:
                     "template": True,
                     "moment": "guard",
                     "guards": guards,
-                    "tier": _TIER.Name(_TIER.ValueType(tier)),
+                    "tier": _TIER[tier],
                 },
             )
 
-    def record_actions(
-        self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]], ori_ids: Sequence[str]
-    ) -> None:
+    def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
         """Each change of a Clotho agent's answered action (the kernel passes only those slots)."""
         for slot, kind, source, goal, priority in zip(
             slots.tolist(),
@@ -149,10 +150,9 @@ class FragmentStore:
             fields["out_priority"][slots].tolist(),
             strict=True,
         ):
-            name = _ACTION.Name(_ACTION.ValueType(kind))
+            name = _ACTION[kind]
             self._add(
                 slot,
-                ori_ids[slot],
                 biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
                 tick,
                 {
@@ -160,10 +160,10 @@ class FragmentStore:
                     "template": True,
                     "moment": "action",
                     "action_kind": name,
-                    "source": _SOURCE.Name(_SOURCE.ValueType(source)),
+                    "source": _SOURCE[source],
                     "goal_ref": goal,
                     "priority": priority,
-                    "tier": _TIER.Name(common_pb2.COGNITION_TIER_CLOTHO),
+                    "tier": _TIER[common_pb2.COGNITION_TIER_CLOTHO],
                 },
             )
 
@@ -172,7 +172,7 @@ class FragmentStore:
         entry = self._pending.pop(slot, None)
         if entry is None:
             return []
-        fragments = list(entry.fragments)
+        fragments = [_fragment(ori_id, moment) for moment in entry.moments]
         if entry.elided:
             elided = biography_pb2.ConsolidationFragment(
                 fragment_id=f"{ori_id}:elided:{entry.next_sequence}",
@@ -196,10 +196,13 @@ class FragmentStore:
             self._pending[slot].next_sequence = entry.next_sequence
         return fragments
 
-    def snapshot(self) -> list[kernel_pb2.PendingFragments]:
+    def snapshot(self, ori_ids: Sequence[str]) -> list[kernel_pb2.PendingFragments]:
         return [
             kernel_pb2.PendingFragments(
-                slot=slot, fragments=list(p.fragments), elided=p.elided, next_sequence=p.next_sequence
+                slot=slot,
+                fragments=[_fragment(ori_ids[slot], moment) for moment in p.moments],
+                elided=p.elided,
+                next_sequence=p.next_sequence,
             )
             for slot, p in sorted(self._pending.items())
         ]
@@ -216,6 +219,14 @@ class FragmentStore:
                 violations.append(FieldViolation(f"{field}.slot", f"unknown or repeated slot {entry.slot}"))
             if len(entry.fragments) > self.limit:
                 violations.append(FieldViolation(f"{field}.fragments", f"holds more than {self.limit}"))
+            for i, fragment in enumerate(entry.fragments):
+                sequence = fragment.fragment_id.rsplit(":", 1)[-1]
+                if not sequence.isdigit() or int(sequence) >= entry.next_sequence:
+                    violations.append(
+                        FieldViolation(
+                            f"{field}.fragments[{i}].fragment_id", "not a fragment this kernel numbered"
+                        )
+                    )
             seen.add(entry.slot)
         return violations
 
@@ -224,7 +235,7 @@ class FragmentStore:
         self._pending = {}
         for entry in entries:
             pending = _Pending(self.limit)
-            pending.fragments.extend(entry.fragments)
+            pending.moments.extend(_moment(fragment) for fragment in entry.fragments)
             pending.elided = entry.elided
             pending.next_sequence = entry.next_sequence
             self._pending[entry.slot] = pending

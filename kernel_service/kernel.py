@@ -197,14 +197,14 @@ class Kernel:
         """What this tick did to agents above Atropos, kept for their next consolidation."""
         a = self.arrays
         tiers = a.fields["tier"]
-        self.fragments.record_merged(tick, merged, tiers, self.ori_ids)
+        self.fragments.record_merged(tick, merged, tiers)
         guards = guard_stamps(a)
         if len(guards.slots):
-            self.fragments.record_guards(tick, guards.slots, guards.bits, tiers, self.ori_ids)
+            self.fragments.record_guards(tick, guards.slots, guards.bits, tiers)
         changed = a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]
         clotho = changed[tiers[changed] == CLOTHO].astype(np.intp)
         if len(clotho):
-            self.fragments.record_actions(tick, clotho, a.fields, self.ori_ids)
+            self.fragments.record_actions(tick, clotho, a.fields)
 
     def _apply_signals(self, decoded: DecodedBatch) -> None:
         for name, values in decoded.columns.items():
@@ -338,7 +338,7 @@ class Kernel:
             tenant_ids=self.tenant_ids,
             arrays=[_named(name, values) for name, values in self.arrays.snapshot().items()],
         )
-        snapshot.pending_fragments.extend(self.fragments.snapshot())
+        snapshot.pending_fragments.extend(self.fragments.snapshot(self.ori_ids))
         if self.behavior is not None:
             snapshot.behavior_arrays.extend(
                 _named(name, np.asarray(values)) for name, values in self.behavior.snapshot().items()

@@ -70,7 +70,7 @@ def test_de_escalation_hands_over_what_happened_at_the_higher_tier_once() -> Non
     ticks = [f.world_tick for f in request.fragments]
     assert ticks == sorted(ticks)
     assert len({f.fragment_id for f in request.fragments}) == len(request.fragments)
-    assert kernel.fragments.pending(0) == ()
+    assert kernel.fragments.pending(0, "ori-0") == []
     # The next stint hands over only its own moments, with ids that never repeat the first stint's.
     _, again = run_stint(kernel, tick, 2)
     second = next(r for r in again if r.slot == 0)
@@ -96,10 +96,10 @@ def test_pending_fragments_survive_snapshot_and_restore() -> None:
     original = make_kernel(agents, "c", CONFIG)
     for tick in range(1, 6):
         original.tick(on_screen(tick, agents), [said(0, f"run-{tick}")] if tick == 3 else [])  # type: ignore[arg-type]
-    assert original.fragments.pending(0)
+    assert original.fragments.pending(0, "ori-0")
     restored = Kernel(CONFIG, select_core("numpy"))
     restored.restore(original.snapshot())
-    assert restored.fragments.pending(0) == original.fragments.pending(0)
+    assert restored.fragments.pending(0, "ori-0") == original.fragments.pending(0, "ori-0")
     for tick in range(6, 6 + GRACE + 4):
         a = original.tick(off_screen(tick, agents))  # type: ignore[arg-type]
         b = restored.tick(off_screen(tick, agents))  # type: ignore[arg-type]
