@@ -25,9 +25,9 @@ from services.errors import FieldViolation
 
 FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
 # Enum names by number, looked up per fragment on the tick path (cheaper than Enum.Name).
-_ACTION = {value: name for name, value in action_pb2.ActionKind.items()}
-_SOURCE = {value: name for name, value in action_pb2.ActionSource.items()}
-_TIER = {value: name for name, value in common_pb2.CognitionTier.items()}
+_ACTION: dict[int, str] = {value: name for name, value in action_pb2.ActionKind.items()}
+_SOURCE: dict[int, str] = {value: name for name, value in action_pb2.ActionSource.items()}
+_TIER: dict[int, str] = {value: name for name, value in common_pb2.CognitionTier.items()}
 
 
 # (sequence, event kind, world tick, payload): kept as plain values on the tick path; protobuf
