@@ -27,6 +27,8 @@ METHOD_ROLES = {
         "ObserveStewardExample": frozenset({Role.WORLD, Role.SERVICE}),
         "AdvanceGoalArc": frozenset({Role.WORLD, Role.SERVICE}),
         "ResolveCrossroads": frozenset({Role.WORLD, Role.SERVICE}),
+        "AdvanceLifeArc": frozenset({Role.WORLD, Role.SERVICE}),
+        "SeedRelationship": frozenset({Role.WORLD, Role.SERVICE}),
     }
 }
 IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_./#-]{0,127}$")
@@ -124,3 +126,15 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
             ori_id, values, crossroads, bond=bond, counsel=counsel, now_tick=now
         )
         return social_wire.crossroads_response(resolved)
+
+    async def AdvanceLifeArc(
+        self, request: cognition_pb2.AdvanceLifeArcRequest, context: Context
+    ) -> cognition_pb2.AdvanceLifeArcResponse:
+        arc, values, session = social_wire.life_arc_request(request)
+        return social_wire.life_arc_response(await self._social().advance_life_arc(arc, values, session))
+
+    async def SeedRelationship(
+        self, request: cognition_pb2.SeedRelationshipRequest, context: Context
+    ) -> cognition_pb2.SeedRelationshipResponse:
+        seed = social_wire.seed_request(request)
+        return social_wire.seed_response(await self._social().seed_relationship(seed))

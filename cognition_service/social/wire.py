@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import TypeVar
 
+from cognition_service.social.catalyst import CatalystResult, RelationshipSeed
 from cognition_service.social.crossroads import (
     Bond,
     Counsel,
@@ -19,6 +20,7 @@ from cognition_service.social.crossroads import (
 )
 from cognition_service.social.goal_arcs import ArcAdvance, GoalArc, GoalStage, Session, StageStatus
 from cognition_service.social.learning import Demonstration, Learning
+from cognition_service.social.life_arcs import LifeArc, LifeArcAdvance, LifeStage, LivedSession
 from cognition_service.social.objectives import Assignment, ExecutionMode, Objective, OriContext
 from cognition_service.social.values import PRIORITY_MAX, Domain, RankedValues
 from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, kernel_pb2
@@ -337,4 +339,63 @@ def crossroads_response(result: CrossroadsResolution) -> cognition_pb2.ResolveCr
         scores=[cognition_pb2.OptionScore(option_id=o, score=s) for o, s in result.scores.items()],
         counsel_followed=result.counsel_followed,
         event_ids=event_ids(result.events),
+    )
+
+
+# --- AdvanceLifeArc ----------------------------------------------------------------------------
+
+
+def life_arc_request(
+    request: cognition_pb2.AdvanceLifeArcRequest,
+) -> tuple[LifeArc, RankedValues, LivedSession]:
+    checked = _Checked()
+    ori_id = checked.ori(request.ori)
+    values = checked.values(request.values)
+    stage = checked.word(request.stage, "stage", LifeStage)
+    expression = checked.stances(request.expression, "expression")
+    for i, lived in enumerate(request.expression):
+        if lived.stance < 0:
+            checked.add(f"expression[{i}].stance", "expression is 0..100")
+    checked.ranged(request.obedience, "obedience", 0, 100)
+    checked.done()
+    arc = LifeArc(ori_id, stage or LifeStage.AWAKENING, request.sessions_in_stage)
+    return arc, values, LivedSession(request.world_tick, expression, request.obedience)
+
+
+def life_arc_response(result: LifeArcAdvance) -> cognition_pb2.AdvanceLifeArcResponse:
+    return cognition_pb2.AdvanceLifeArcResponse(
+        stage=result.arc.stage.value,
+        sessions_in_stage=result.arc.sessions_in_stage,
+        flourishing=result.flourishing,
+        advanced=result.advanced,
+        event_ids=event_ids(result.events),
+    )
+
+
+# --- SeedRelationship --------------------------------------------------------------------------
+
+
+def seed_request(request: cognition_pb2.SeedRelationshipRequest) -> RelationshipSeed:
+    checked = _Checked()
+    ori_id = checked.ori(request.ori)
+    other = checked.ori(request.counterpart, "counterpart")
+    if ori_id and ori_id == other:
+        checked.add("counterpart.ori_id", "an Ori cannot be seeded a relationship with itself")
+    checked.text(request.edge_kind, "edge_kind")
+    _strings(request.tags, "tags", checked)
+    checked.done()
+    return RelationshipSeed(
+        ori=request.ori,
+        ori_is_minor=request.ori_is_minor,
+        counterpart=request.counterpart,
+        counterpart_is_minor=request.counterpart_is_minor,
+        edge_kind=request.edge_kind,
+        tags=frozenset(request.tags),
+        world_tick=request.world_tick,
+    )
+
+
+def seed_response(result: CatalystResult) -> cognition_pb2.SeedRelationshipResponse:
+    return cognition_pb2.SeedRelationshipResponse(
+        seeded=result.seeded, reason=result.reason, event_ids=event_ids(result.events)
     )

@@ -1062,3 +1062,148 @@ class ThinkResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ThinkResponse: _TypeAlias = ThinkResponse  # noqa: Y015
+
+@_typing.final
+class AdvanceLifeArcRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    STAGE_FIELD_NUMBER: _builtins.int
+    SESSIONS_IN_STAGE_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    EXPRESSION_FIELD_NUMBER: _builtins.int
+    OBEDIENCE_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """awakening, practicing, contributing, mentoring or legacy."""
+    sessions_in_stage: _builtins.int
+    world_tick: _builtins.int
+    obedience: _builtins.int
+    """0..100; recorded by the caller's own logs only, never an input to flourishing."""
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]: ...
+    @_builtins.property
+    def expression(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValueStance]:
+        """How much the session expressed each value: 0..100 in `stance`."""
+
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        values: _abc.Iterable[Global___SocialValue] | None = ...,
+        stage: _builtins.str = ...,
+        sessions_in_stage: _builtins.int = ...,
+        world_tick: _builtins.int = ...,
+        expression: _abc.Iterable[Global___ValueStance] | None = ...,
+        obedience: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expression", b"expression", "obedience", b"obedience", "ori", b"ori", "sessions_in_stage", b"sessions_in_stage", "stage", b"stage", "values", b"values", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceLifeArcRequest: _TypeAlias = AdvanceLifeArcRequest  # noqa: Y015
+
+@_typing.final
+class AdvanceLifeArcResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    SESSIONS_IN_STAGE_FIELD_NUMBER: _builtins.int
+    FLOURISHING_FIELD_NUMBER: _builtins.int
+    ADVANCED_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    sessions_in_stage: _builtins.int
+    flourishing: _builtins.int
+    """0..100."""
+    advanced: _builtins.bool
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        sessions_in_stage: _builtins.int = ...,
+        flourishing: _builtins.int = ...,
+        advanced: _builtins.bool = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["advanced", b"advanced", "event_ids", b"event_ids", "flourishing", b"flourishing", "sessions_in_stage", b"sessions_in_stage", "stage", b"stage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceLifeArcResponse: _TypeAlias = AdvanceLifeArcResponse  # noqa: Y015
+
+@_typing.final
+class SeedRelationshipRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    ORI_IS_MINOR_FIELD_NUMBER: _builtins.int
+    COUNTERPART_FIELD_NUMBER: _builtins.int
+    COUNTERPART_IS_MINOR_FIELD_NUMBER: _builtins.int
+    EDGE_KIND_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    ori_is_minor: _builtins.bool
+    counterpart_is_minor: _builtins.bool
+    edge_kind: _builtins.str
+    """e.g. friend, mentor, rival, romance."""
+    world_tick: _builtins.int
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def counterpart(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        ori_is_minor: _builtins.bool = ...,
+        counterpart: _common_pb2.OriRef | None = ...,
+        counterpart_is_minor: _builtins.bool = ...,
+        edge_kind: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        world_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counterpart", b"counterpart", "ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counterpart", b"counterpart", "counterpart_is_minor", b"counterpart_is_minor", "edge_kind", b"edge_kind", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "tags", b"tags", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeedRelationshipRequest: _TypeAlias = SeedRelationshipRequest  # noqa: Y015
+
+@_typing.final
+class SeedRelationshipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEEDED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    seeded: _builtins.bool
+    reason: _builtins.str
+    """"seeded", or why not (e.g. "minor-floor:romantic-edge", "policy:...", "policy-unavailable:...")."""
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        seeded: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_ids", b"event_ids", "reason", b"reason", "seeded", b"seeded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeedRelationshipResponse: _TypeAlias = SeedRelationshipResponse  # noqa: Y015

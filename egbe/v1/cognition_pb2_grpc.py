@@ -59,6 +59,16 @@ class CognitionServiceStub:
                 request_serializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsResponse.FromString,
                 _registered_method=True)
+        self.AdvanceLifeArc = channel.unary_unary(
+                '/egbe.v1.CognitionService/AdvanceLifeArc',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcResponse.FromString,
+                _registered_method=True)
+        self.SeedRelationship = channel.unary_unary(
+                '/egbe.v1.CognitionService/SeedRelationship',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipResponse.FromString,
+                _registered_method=True)
 
 
 class CognitionServiceServicer:
@@ -103,6 +113,22 @@ class CognitionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AdvanceLifeArc(self, request, context):
+        """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+        legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeedRelationship(self, request, context):
+        """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+        minor protection allows it from each side (any failure blocks).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CognitionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +156,16 @@ def add_CognitionServiceServicer_to_server(servicer, server):
                     servicer.ResolveCrossroads,
                     request_deserializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsResponse.SerializeToString,
+            ),
+            'AdvanceLifeArc': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdvanceLifeArc,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcResponse.SerializeToString,
+            ),
+            'SeedRelationship': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedRelationship,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -267,6 +303,60 @@ class CognitionService:
             '/egbe.v1.CognitionService/ResolveCrossroads',
             egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsRequest.SerializeToString,
             egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdvanceLifeArc(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/AdvanceLifeArc',
+            egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedRelationship(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/SeedRelationship',
+            egbe_dot_v1_dot_cognition__pb2.SeedRelationshipRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.SeedRelationshipResponse.FromString,
             options,
             channel_credentials,
             insecure,

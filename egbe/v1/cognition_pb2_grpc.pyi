@@ -46,6 +46,14 @@ class CognitionServiceStub:
     """A session's effect on a goal arc (stages planned / active / blocked / completed / skipped)."""
     ResolveCrossroads: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.ResolveCrossroadsRequest, _cognition_pb2.ResolveCrossroadsResponse]
     """A crossroads: held open for a high-respect steward's counsel inside its window, else decided."""
+    AdvanceLifeArc: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.AdvanceLifeArcRequest, _cognition_pb2.AdvanceLifeArcResponse]
+    """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+    legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+    """
+    SeedRelationship: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.SeedRelationshipRequest, _cognition_pb2.SeedRelationshipResponse]
+    """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+    minor protection allows it from each side (any failure blocks).
+    """
 
 @_typing.type_check_only
 class CognitionServiceAsyncStub(CognitionServiceStub):
@@ -65,6 +73,14 @@ class CognitionServiceAsyncStub(CognitionServiceStub):
     """A session's effect on a goal arc (stages planned / active / blocked / completed / skipped)."""
     ResolveCrossroads: _aio.UnaryUnaryMultiCallable[_cognition_pb2.ResolveCrossroadsRequest, _cognition_pb2.ResolveCrossroadsResponse]  # type: ignore[assignment]
     """A crossroads: held open for a high-respect steward's counsel inside its window, else decided."""
+    AdvanceLifeArc: _aio.UnaryUnaryMultiCallable[_cognition_pb2.AdvanceLifeArcRequest, _cognition_pb2.AdvanceLifeArcResponse]  # type: ignore[assignment]
+    """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+    legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+    """
+    SeedRelationship: _aio.UnaryUnaryMultiCallable[_cognition_pb2.SeedRelationshipRequest, _cognition_pb2.SeedRelationshipResponse]  # type: ignore[assignment]
+    """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+    minor protection allows it from each side (any failure blocks).
+    """
 
 class CognitionServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -111,5 +127,25 @@ class CognitionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cognition_pb2.ResolveCrossroadsResponse, _abc.Awaitable[_cognition_pb2.ResolveCrossroadsResponse]]:
         """A crossroads: held open for a high-respect steward's counsel inside its window, else decided."""
+
+    @_abc_1.abstractmethod
+    def AdvanceLifeArc(
+        self,
+        request: _cognition_pb2.AdvanceLifeArcRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.AdvanceLifeArcResponse, _abc.Awaitable[_cognition_pb2.AdvanceLifeArcResponse]]:
+        """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+        legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+        """
+
+    @_abc_1.abstractmethod
+    def SeedRelationship(
+        self,
+        request: _cognition_pb2.SeedRelationshipRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.SeedRelationshipResponse, _abc.Awaitable[_cognition_pb2.SeedRelationshipResponse]]:
+        """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+        minor protection allows it from each side (any failure blocks).
+        """
 
 def add_CognitionServiceServicer_to_server(servicer: CognitionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

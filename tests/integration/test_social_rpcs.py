@@ -213,6 +213,57 @@ async def test_every_social_rpc_decides_and_writes_its_events_to_the_biography(t
     assert restored.goal_arcs["arc"].stages[0].stage_id == "one"
 
 
+async def test_life_arcs_advance_and_the_catalyst_asks_minor_protection(tmp_path: Path) -> None:
+    async with social_service(tmp_path) as social:
+        life = cognition_pb2.AdvanceLifeArcRequest(
+            ori=ORI, values=VALUES, stage="awakening", world_tick=1, expression=[stance(Domain.CRAFT, 90)]
+        )
+        lived = await social.cognition.AdvanceLifeArc(life, metadata=WORLD)
+        # Obedience alone lifts nothing: a session that expressed none of the Ori's values scores 0.
+        obedient = await social.cognition.AdvanceLifeArc(
+            cognition_pb2.AdvanceLifeArcRequest(
+                ori=ORI,
+                values=VALUES,
+                stage=lived.stage,
+                sessions_in_stage=lived.sessions_in_stage,
+                world_tick=2,
+                obedience=100,
+            ),
+            metadata=WORLD,
+        )
+        bob = common_pb2.OriRef(tenant_id="t", world_id="w", ori_id="ori-b")
+        friends = await social.cognition.SeedRelationship(
+            cognition_pb2.SeedRelationshipRequest(
+                ori=ORI, counterpart=bob, edge_kind="friend", tags=["friendship"], world_tick=3
+            ),
+            metadata=WORLD,
+        )
+        romance = await social.cognition.SeedRelationship(
+            cognition_pb2.SeedRelationshipRequest(
+                ori=ORI,
+                ori_is_minor=True,
+                counterpart=bob,
+                edge_kind="romance",
+                tags=["romantic"],
+                world_tick=4,
+            ),
+            metadata=WORLD,
+        )
+        mine, theirs = await events_of(social, "ori-a"), await events_of(social, "ori-b")
+
+    assert lived.flourishing > 0
+    assert obedient.flourishing == 0
+    assert not obedient.advanced
+    assert friends.seeded
+    assert len(friends.event_ids) == 2  # the edge lands on both Ori's streams
+    assert not romance.seeded
+    assert romance.event_ids == []
+    assert sorted(e.event_id for e in mine) == sorted(
+        [*lived.event_ids, *obedient.event_ids, friends.event_ids[0]]
+    )
+    assert [e.event_id for e in theirs] == [friends.event_ids[1]]
+
+
 @pytest.mark.parametrize(
     ("request_", "field"),
     [
@@ -257,6 +308,11 @@ async def test_every_social_rpc_decides_and_writes_its_events_to_the_biography(t
             ),
             "counsel.option_id",
         ),
+        (cognition_pb2.AdvanceLifeArcRequest(ori=ORI, stage="retired"), "stage"),
+        (
+            cognition_pb2.SeedRelationshipRequest(ori=ORI, counterpart=ORI, edge_kind="friend"),
+            "counterpart.ori_id",
+        ),
     ],
 )
 async def test_a_bad_request_is_refused_naming_the_field_and_writes_nothing(
@@ -268,6 +324,8 @@ async def test_a_bad_request_is_refused_naming_the_field_and_writes_nothing(
             cognition_pb2.ObserveStewardExampleRequest: social.cognition.ObserveStewardExample,
             cognition_pb2.AdvanceGoalArcRequest: social.cognition.AdvanceGoalArc,
             cognition_pb2.ResolveCrossroadsRequest: social.cognition.ResolveCrossroads,
+            cognition_pb2.AdvanceLifeArcRequest: social.cognition.AdvanceLifeArc,
+            cognition_pb2.SeedRelationshipRequest: social.cognition.SeedRelationship,
         }[type(request_)]
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await rpc(request_, metadata=WORLD)
