@@ -107,7 +107,8 @@ def measure(repeats: int) -> dict[str, object]:
 
     def arbitrate(slots: np.ndarray) -> Callable[[], None]:
         # Cognition available and the cooldown passed at this tick: every row is fully arbitrated.
-        return lambda: layer.arbitrate(slots, 0, cognition_available=True)
+        eligible = np.ones(len(slots), dtype=bool)
+        return lambda: layer.arbitrate(slots, eligible, 0, cognition_available=True)
 
     def reevaluate(slots: np.ndarray) -> Callable[[], None]:
         def run() -> None:

@@ -61,8 +61,11 @@ class BehaviorLayer(Protocol):
     def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
         """Deterministically fill `out[slots]` with each agent's next cheap action (no clock, no RNG)."""
 
-    def arbitrate(self, slots: NDArray[np.uint32], tick: int, cognition_available: bool) -> Escalations:
-        """After `decide`: which of `slots` (ascending) must escalate to cognition now, rate-limited."""
+    def arbitrate(
+        self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
+    ) -> Escalations:
+        """After `decide` over `slots` (ascending): which `eligible` ones escalate to cognition now,
+        rate-limited."""
 
     def fingerprint_inputs(self) -> Mapping[str, str]:
         """What beyond KernelConfig decides the layer's actions (its method library), for the fingerprint."""

@@ -284,9 +284,12 @@ class Kernel:
         for name, before in zip(fields, held, strict=True):
             changed |= f[name][slots] != before
         f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
-        lachesis = slots[f["tier"][slots] == LACHESIS]
+        # Only Lachesis agents escalate: Clotho already plans with cognition, Atropos is off stage.
         return self.behavior.arbitrate(
-            lachesis, tick, cognition_available=not cognition_unavailable_tiers >> LACHESIS & 1
+            slots,
+            f["tier"][slots] == LACHESIS,
+            tick,
+            cognition_available=not cognition_unavailable_tiers >> LACHESIS & 1,
         )
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:

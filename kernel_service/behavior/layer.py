@@ -250,10 +250,14 @@ class PersonalityBehaviorLayer:
             use_plan, np.where(advanced >= self.methods.length[known], 0, advanced), cursor
         )
 
-    def arbitrate(self, slots: NDArray[np.uint32], tick: int, cognition_available: bool) -> Escalations:
-        """Novelty or no structured goal, or a goal no method decomposes, escalates when cognition is
-        available and the Ori's cooldown has passed; otherwise it keeps the tree/plan `decide` gave it.
-        Novelty is consumed here either way: a moment that passed while cognition was down is history."""
+    def arbitrate(
+        self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
+    ) -> Escalations:
+        """Novelty or no structured goal, or a goal no method decomposes, escalates an `eligible` row
+        when cognition is available and the Ori's cooldown has passed; otherwise it keeps the
+        tree/plan `decide` gave it. Novelty is consumed for every row either way: a moment that
+        passed while cognition was down (or while the Ori was in a tier that does not escalate) is
+        history, not a reason to call later."""
         if len(slots) == 0:
             return Escalations(slots, np.zeros(0, dtype=np.uint8))
         idx = _index(slots)
@@ -266,7 +270,9 @@ class PersonalityBehaviorLayer:
             self.plan_method[idx] != NO_METHOD,
         )
         self.novel[idx] = False
-        escalate = (verdict == Arbitration.COGNITION) & (self.escalate_after[idx] <= np.uint64(tick))
+        escalate = (
+            eligible & (verdict == Arbitration.COGNITION) & (self.escalate_after[idx] <= np.uint64(tick))
+        )
         chosen = slots[escalate]
         self.escalate_after[chosen] = np.uint64(tick + self.config.escalation_cooldown_ticks)
         causes = np.where(

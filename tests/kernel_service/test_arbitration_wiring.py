@@ -180,3 +180,19 @@ def test_escalations_are_identical_on_both_cores_and_replay_with_their_availabil
     report = replay(log, kernel(0, "numpy"))
     assert report.identical
     assert report.ticks == 59
+
+
+def test_novelty_seen_at_another_tier_is_history_by_the_time_the_ori_is_lachesis() -> None:
+    agents = 4
+    k = kernel(agents)
+    on_screen = 1 << perception_pb2.PERCEPTION_FLAG_BIT_ON_SCREEN
+    for tick in range(1, 6):  # Clotho: the threat appears while cognition plans for it anyway
+        flags = on_screen | (THREAT_FLAG if tick >= 3 else 0)
+        assert escalations(k.tick(lachesis(tick, agents, goal=PLANNED, flags=flags))) == []  # type: ignore[arg-type]
+    causes = []
+    for tick in range(6, 6 + 3 * COOLDOWN):  # off screen, the threat still there: Lachesis
+        causes += [
+            cause for _, cause in escalations(k.tick(lachesis(tick, agents, goal=PLANNED, flags=THREAT_FLAG)))
+        ]  # type: ignore[arg-type]
+    assert causes
+    assert set(causes) == {action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD}
