@@ -1,5 +1,8 @@
 """Behaviour-layer speed: stepping 10,000 cached HTN plans and re-evaluating 10,000 personality trees.
 
+`arbitrate_ns_per_agent` is the arbitration the kernel runs after each Lachesis step (which agents
+escalate to cognition), measured apart so the step figure stays comparable with earlier runs.
+
 Prints one JSON object. Slots are a scattered half of a 20,000-agent population (the kernel's
 Lachesis set is rarely one contiguous run); the contiguous figures are reported beside them. The
 baseline is the scalar reference tree, measured in the same run.
@@ -102,6 +105,11 @@ def measure(repeats: int) -> dict[str, object]:
     def step(slots: np.ndarray) -> Callable[[], None]:
         return lambda: layer.decide(slots, signals, out)
 
+    def arbitrate(slots: np.ndarray) -> Callable[[], None]:
+        # Cognition available and the cooldown passed at this tick: every row is fully arbitrated.
+        eligible = np.ones(len(slots), dtype=bool)
+        return lambda: layer.arbitrate(slots, eligible, 0, cognition_available=True)
+
     def reevaluate(slots: np.ndarray) -> Callable[[], None]:
         def run() -> None:
             signals.fatigue_bp[slots] ^= 1  # every row's inputs changed: full tree, emotion, needs
@@ -132,6 +140,7 @@ def measure(repeats: int) -> dict[str, object]:
         "repeats": repeats,
         "lachesis_step_ns_per_agent": _ns_per_agent(step(scattered), AGENTS, repeats),
         "bt_eval_ns_per_agent": _ns_per_agent(reevaluate(scattered), AGENTS, repeats),
+        "arbitrate_ns_per_agent": _ns_per_agent(arbitrate(scattered), AGENTS, repeats),
         "lachesis_step_contiguous_ns_per_agent": _ns_per_agent(step(contiguous), AGENTS, repeats),
         "bt_eval_contiguous_ns_per_agent": _ns_per_agent(reevaluate(contiguous), AGENTS, repeats),
         "baseline_scalar_bt_eval_ns_per_agent": _ns_per_agent(scalar, 1_000, max(3, repeats // 10)),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cognition_service.social.config import SocialConfig
+
 
 class AssemblyLimits(BaseModel):
     """The seed's DEFAULT_CONTEXT_ASSEMBLY_LIMITS."""
@@ -102,6 +104,10 @@ class CognitionConfig(BaseModel):
     spoken_reply_budget_ms: int = Field(default=1_000, gt=0)
     spoken_reply_stages_ms: dict[str, int] = Field(default_factory=_default_spoken_reply_stages)
     viseme_ms_per_char: int = Field(default=60, gt=0, description="Speaking pace used to time visemes.")
+    social: SocialConfig = Field(
+        default_factory=SocialConfig,
+        description="The social layer's thresholds (negotiation, crossroads, arcs).",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> CognitionConfig:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 
 from cognition_service.failures import peer_failure
 from cognition_service.peers import Peers
+from cognition_service.social.config import SocialConfig
+from cognition_service.social.layer import SocialLayer
 from egbe.v1 import (
     biography_pb2,
     biography_pb2_grpc,
@@ -61,6 +63,14 @@ class PolicyClient:
         response: policy_pb2.GateResponse = await self._caller.call(self._stub.Gate, "Gate", request)
         return response
 
+    async def check_minor_protection(
+        self, request: policy_pb2.CheckMinorProtectionRequest
+    ) -> policy_pb2.CheckMinorProtectionResponse:
+        response: policy_pb2.CheckMinorProtectionResponse = await self._caller.call(
+            self._stub.CheckMinorProtection, "CheckMinorProtection", request
+        )
+        return response
+
 
 class BiographyClient:
     def __init__(self, channel: grpc.aio.Channel, caller: _Caller) -> None:
@@ -76,6 +86,23 @@ class BiographyClient:
     async def append(self, request: biography_pb2.AppendRequest) -> biography_pb2.AppendResponse:
         response: biography_pb2.AppendResponse = await self._caller.call(self._stub.Append, "Append", request)
         return response
+
+
+class SocialEventAppender:
+    """The social layer's EventAppender over the biography client (any expected version; the
+    drafts' deterministic ids make a retried append idempotent)."""
+
+    def __init__(self, biography: BiographyClient) -> None:
+        self._biography = biography
+
+    async def append(self, ori_id: str, events: Sequence[biography_pb2.NewOriEvent]) -> None:
+        await self._biography.append(
+            biography_pb2.AppendRequest(
+                ori_id=ori_id,
+                events=events,
+                expected_version=biography_pb2.ExpectedVersion(kind=biography_pb2.ExpectedVersion.KIND_ANY),
+            )
+        )
 
 
 class GrpcPeers:
@@ -95,6 +122,8 @@ class GrpcPeers:
         self._dial = dial
         self._channels: list[grpc.aio.Channel] = []
         self._peers: Peers | None = None
+        self._policy: PolicyClient | None = None
+        self._biography: BiographyClient | None = None
 
     def peers(self) -> Peers:
         if self._peers is None:
@@ -106,15 +135,24 @@ class GrpcPeers:
                 self._channels.append(opened)
                 return opened, _Caller(name, metadata, self._timeout)
 
+            self._policy = PolicyClient(*channel("policy"))
+            self._biography = BiographyClient(*channel("biography"))
             self._peers = Peers(
-                gateway=GatewayClient(*channel("gateway")),
-                policy=PolicyClient(*channel("policy")),
-                biography=BiographyClient(*channel("biography")),
+                gateway=GatewayClient(*channel("gateway")), policy=self._policy, biography=self._biography
             )
         return self._peers
+
+    def social(self, config: SocialConfig) -> SocialLayer:
+        """The social layer over the same channels: events to the biography, minor checks to policy."""
+        self.peers()
+        assert self._policy is not None
+        assert self._biography is not None
+        return SocialLayer(SocialEventAppender(self._biography), self._policy, config)
 
     async def close(self) -> None:
         for opened in self._channels:
             await opened.close(None)
         self._channels.clear()
         self._peers = None
+        self._policy = None
+        self._biography = None

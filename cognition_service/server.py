@@ -25,7 +25,9 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         servicers=[
             (
                 cognition_pb2_grpc.add_CognitionServiceServicer_to_server,
-                CognitionServicer(settings.cognition, peers.peers),
+                CognitionServicer(
+                    settings.cognition, peers.peers, lambda: peers.social(settings.cognition.social)
+                ),
             )
         ],
         method_roles=METHOD_ROLES,

@@ -1,4 +1,5 @@
-"""CognitionService over gRPC: validate the run, run the pipeline, count validation fallbacks."""
+"""CognitionService over gRPC: validate the run, run the pipeline, count validation fallbacks; and the
+social layer's RPCs (cognition_service/social/wire.py converts and validates them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Callable
 from cognition_service.config import CognitionConfig
 from cognition_service.peers import Peers
 from cognition_service.pipeline import MODE_NAMES, TIER_NAMES, think
+from cognition_service.social import wire as social_wire
+from cognition_service.social.layer import SocialLayer
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc, policy_pb2
 from services.auth import Role
 from services.errors import FieldViolation, InvalidArgument
@@ -19,6 +22,13 @@ log = get_logger(__name__)
 METHOD_ROLES = {
     cognition_pb2.DESCRIPTOR.services_by_name["CognitionService"].full_name: {
         "Think": frozenset({Role.SERVICE}),
+        # The world server (and services acting for it) bring steward acts and sessions to the social layer.
+        "NegotiateObjective": frozenset({Role.WORLD, Role.SERVICE}),
+        "ObserveStewardExample": frozenset({Role.WORLD, Role.SERVICE}),
+        "AdvanceGoalArc": frozenset({Role.WORLD, Role.SERVICE}),
+        "ResolveCrossroads": frozenset({Role.WORLD, Role.SERVICE}),
+        "AdvanceLifeArc": frozenset({Role.WORLD, Role.SERVICE}),
+        "SeedRelationship": frozenset({Role.WORLD, Role.SERVICE}),
     }
 }
 IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_./#-]{0,127}$")
@@ -64,9 +74,12 @@ def _context_violations(request: cognition_pb2.ThinkRequest) -> list[FieldViolat
 
 
 class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
-    def __init__(self, config: CognitionConfig, peers: Callable[[], Peers]) -> None:
+    def __init__(
+        self, config: CognitionConfig, peers: Callable[[], Peers], social: Callable[[], SocialLayer]
+    ) -> None:
         self._config = config
         self._peers = peers
+        self._social = social
         self.validation_fallbacks_total = 0
 
     async def Think(
@@ -83,3 +96,45 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
                 total=self.validation_fallbacks_total,
             )
         return response
+
+    # --- the social layer: validate whole, decide, write the events, answer ------------------------
+
+    async def NegotiateObjective(
+        self, request: cognition_pb2.NegotiateObjectiveRequest, context: Context
+    ) -> cognition_pb2.NegotiateObjectiveResponse:
+        ori, objective, tick = social_wire.negotiate_request(request)
+        return social_wire.negotiate_response(await self._social().assign_objective(ori, objective, tick))
+
+    async def ObserveStewardExample(
+        self, request: cognition_pb2.ObserveStewardExampleRequest, context: Context
+    ) -> cognition_pb2.ObserveStewardExampleResponse:
+        ori_id, values, demonstration, tick = social_wire.observe_request(request)
+        learned = await self._social().learn_from_demonstration(ori_id, values, demonstration, tick)
+        return social_wire.observe_response(learned)
+
+    async def AdvanceGoalArc(
+        self, request: cognition_pb2.AdvanceGoalArcRequest, context: Context
+    ) -> cognition_pb2.AdvanceGoalArcResponse:
+        arc, session = social_wire.advance_request(request)
+        return social_wire.advance_response(await self._social().advance_goal_arc(arc, session))
+
+    async def ResolveCrossroads(
+        self, request: cognition_pb2.ResolveCrossroadsRequest, context: Context
+    ) -> cognition_pb2.ResolveCrossroadsResponse:
+        ori_id, values, crossroads, bond, counsel, now = social_wire.crossroads_request(request)
+        resolved = await self._social().resolve_crossroads(
+            ori_id, values, crossroads, bond=bond, counsel=counsel, now_tick=now
+        )
+        return social_wire.crossroads_response(resolved)
+
+    async def AdvanceLifeArc(
+        self, request: cognition_pb2.AdvanceLifeArcRequest, context: Context
+    ) -> cognition_pb2.AdvanceLifeArcResponse:
+        arc, values, session = social_wire.life_arc_request(request)
+        return social_wire.life_arc_response(await self._social().advance_life_arc(arc, values, session))
+
+    async def SeedRelationship(
+        self, request: cognition_pb2.SeedRelationshipRequest, context: Context
+    ) -> cognition_pb2.SeedRelationshipResponse:
+        seed = social_wire.seed_request(request)
+        return social_wire.seed_response(await self._social().seed_relationship(seed))

@@ -44,6 +44,14 @@ class BehaviorDecisions:
     priority: NDArray[np.uint16]
 
 
+@dataclass(frozen=True)
+class Escalations:
+    """Agents arbitration sends to cognition this tick (ascending slots) and why (CognitionCause)."""
+
+    slots: NDArray[np.uint32]
+    causes: NDArray[np.uint8]
+
+
 class BehaviorLayer(Protocol):
     """What the kernel needs from the behaviour layer."""
 
@@ -52,6 +60,15 @@ class BehaviorLayer(Protocol):
 
     def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
         """Deterministically fill `out[slots]` with each agent's next cheap action (no clock, no RNG)."""
+
+    def arbitrate(
+        self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
+    ) -> Escalations:
+        """After `decide` over `slots` (ascending): which `eligible` ones escalate to cognition now,
+        rate-limited."""
+
+    def fingerprint_inputs(self) -> Mapping[str, str]:
+        """What beyond KernelConfig decides the layer's actions (its method library), for the fingerprint."""
 
     def snapshot(self) -> Mapping[str, NDArray[np.generic]]:
         """Every per-agent array, for kernel snapshots and replay."""

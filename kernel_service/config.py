@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,6 +36,9 @@ class ContextChars(BaseModel):
     lachesis_reflection: int = Field(default=32_000, ge=0, description="Chars of a Lachesis reflection.")
     atropos_summary: int = Field(default=10_000, ge=0, description="Chars of an Atropos summary context.")
     guard_reflection: int = Field(default=16_000, ge=0, description="Chars of a guard-forced reflection.")
+    escalation: int = Field(
+        default=12_000, ge=0, description="Chars of the decision context an arbitration escalation sends."
+    )
 
 
 class KernelConfig(BaseModel):
@@ -81,6 +85,12 @@ class KernelConfig(BaseModel):
     guard_priority_bp: int = Field(
         default=9_000, ge=0, le=10_000, description="Priority a guard intervention stamps on its action."
     )
+    max_pending_fragments: int = Field(
+        default=64,
+        ge=1,
+        le=1_000,
+        description="Consolidation fragments kept per agent between hand-overs; the oldest go first.",
+    )
     max_batch_agents: int = Field(
         default=2_097_152, ge=1, le=2**31 - 1, description="Largest perception batch accepted, in agents."
     )
@@ -105,9 +115,17 @@ class KernelConfig(BaseModel):
     def summary_interval_ticks(self) -> int:
         return GAME_DAY_TICKS // self.summaries_per_game_day
 
-    def fingerprint(self) -> common_pb2.ConfigFingerprint:
-        """FNV-1a 64 over the canonical JSON (sorted keys, no whitespace) of this config."""
-        return common_pb2.ConfigFingerprint(fnv1a64=fingerprint(self.model_dump(mode="json")), scope="kernel")
+    def fingerprint(self, methods: Mapping[str, Any] | None = None) -> common_pb2.ConfigFingerprint:
+        """FNV-1a 64 over the canonical JSON (sorted keys, no whitespace) of this config.
+
+        `methods` is the behaviour layer's method library identity (version and content digest) when
+        a layer runs: the methods decide actions as much as these numbers do, so a replay under
+        different methods must not carry the same fingerprint.
+        """
+        document: dict[str, Any] = self.model_dump(mode="json")
+        if methods is not None:
+            document = {"config": document, "methods": dict(methods)}
+        return common_pb2.ConfigFingerprint(fnv1a64=fingerprint(document), scope="kernel")
 
     def class_rate(self, tier: int) -> int:
         """Micro-USD per 1k tokens for the model class a tier routes to."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
 from services.channels import ChannelOpener
 from services.logging import get_logger
@@ -31,7 +31,19 @@ MODES = {
     action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION: gateway_pb2.COGNITION_MODE_REFLECTION,
     action_pb2.COGNITION_CAUSE_GUARD_REFLECTION: gateway_pb2.COGNITION_MODE_REFLECTION,
     action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY: gateway_pb2.COGNITION_MODE_SUMMARY,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY: gateway_pb2.COGNITION_MODE_DECISION,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL: gateway_pb2.COGNITION_MODE_DECISION,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD: gateway_pb2.COGNITION_MODE_DECISION,
 }
+
+
+ALL_TIERS = frozenset(
+    {common_pb2.COGNITION_TIER_CLOTHO, common_pb2.COGNITION_TIER_LACHESIS, common_pb2.COGNITION_TIER_ATROPOS}
+)
+# A tier the gateway refused (kill switch: ABORTED; spent budget: RESOURCE_EXHAUSTED) stays
+# unavailable until a call of that tier succeeds again; an unreachable gateway makes every tier so.
+REFUSING_CODES = frozenset({grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED})
+UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 @dataclass
@@ -46,6 +58,9 @@ class DispatchStats:
     failures: int = 0
     lifecycle_offered: int = 0
     lifecycle_sent: int = 0
+    fragments_consolidated: int = 0
+    # Consolidations the biography reported as losing a fragment (expected: never).
+    consolidations_with_loss: int = 0
 
 
 class Dispatcher:
@@ -76,6 +91,8 @@ class Dispatcher:
         self._candidates: deque[action_pb2.CognitionCallCandidate] = deque()
         self._lifecycle: deque[action_pb2.LifecycleRequest] = deque()
         self._results: list[action_pb2.ActionIntent] = []
+        self._refused_tiers: set[int] = set()
+        self._gateway_unreachable = False
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._channels: list[grpc.aio.Channel] = []
@@ -104,6 +121,15 @@ class Dispatcher:
     def pending_candidates(self) -> int:
         """Candidates queued for the gateway and not yet sent."""
         return len(self._candidates)
+
+    def unavailable_tiers(self) -> int:
+        """Bit t set = tier t's cognition is unavailable, killed or over budget, as last observed.
+
+        Without a gateway no call is ever made, so every tier is unavailable: arbitration then keeps
+        every Ori on its behaviour tree instead of escalating into a call nobody will answer.
+        """
+        tiers = ALL_TIERS if self.gateway_target is None or self._gateway_unreachable else self._refused_tiers
+        return sum(1 << tier for tier in tiers)
 
     def take_results(self) -> list[action_pb2.ActionIntent]:
         """Completed cognition actions, to merge into the next tick."""
@@ -158,10 +184,16 @@ class Dispatcher:
                     timeout=self._timeout,
                 )
             except grpc.aio.AioRpcError as error:
-                # The Ori keeps its cached action; the tick never learns of the failure except by absence.
+                # The Ori keeps its cached action; the next tick learns only which tiers are refused.
                 self.stats.failures += 1
                 log.warning("gateway submit failed", call_id=candidate.call_id, code=error.code().name)
+                if error.code() in REFUSING_CODES:
+                    self._refused_tiers.add(candidate.tier)
+                elif error.code() in UNREACHABLE_CODES:
+                    self._gateway_unreachable = True
                 continue
+            self._refused_tiers.discard(candidate.tier)
+            self._gateway_unreachable = False
             for action in response.actions:
                 action.slot = candidate.slot
                 self._results.append(action)
@@ -182,14 +214,23 @@ class Dispatcher:
                         timeout=self._timeout,
                     )
                 else:
-                    await biography.Consolidate(
+                    done = await biography.Consolidate(
                         biography_pb2.ConsolidateRequest(
                             ori_id=request.ori.ori_id,
+                            fragments=request.fragments,
                             request_id=f"{request.ori.world_id}:{request.tick}:{request.slot}:consolidate",
                         ),
                         metadata=self._metadata,
                         timeout=self._timeout,
                     )
+                    self.stats.fragments_consolidated += len(request.fragments)
+                    if not done.no_state_loss:
+                        self.stats.consolidations_with_loss += 1
+                        log.error(
+                            "consolidation lost fragments",
+                            ori=request.ori.ori_id,
+                            missing=list(done.missing_fragment_ids),
+                        )
             except grpc.aio.AioRpcError as error:
                 self.stats.failures += 1
                 log.warning("biography lifecycle call failed", ori=request.ori.ori_id, code=error.code().name)

@@ -13,12 +13,16 @@ from kernel_service.agent_state import (
     AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_FRESH_DECISION,
     AGENT_FIELDS,
+    COUNT_CANDIDATES,
+    COUNT_CHANGED,
     AgentArrays,
 )
 from kernel_service.behavior.profile import registration_violations
-from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
+from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals, Escalations
+from kernel_service.cognition_calls import call_candidate
 from kernel_service.config import KernelConfig
-from kernel_service.core_numpy import LACHESIS, CoreParams
+from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
+from kernel_service.fragments import FragmentStore
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
@@ -28,8 +32,16 @@ from kernel_service.tick_result import (
     build_candidates,
     build_lifecycle,
     build_report,
+    guard_stamps,
 )
 from services.errors import FieldViolation, InvalidArgument, NotFound
+
+# Bit t of a tick's `cognition_unavailable_tiers` is CognitionTier t (Clotho 1, Lachesis 2, Atropos 3).
+ALL_TIER_BITS = (
+    1 << common_pb2.COGNITION_TIER_CLOTHO
+    | 1 << common_pb2.COGNITION_TIER_LACHESIS
+    | 1 << common_pb2.COGNITION_TIER_ATROPOS
+)
 
 
 class Kernel:
@@ -46,13 +58,14 @@ class Kernel:
         self.core = core
         self.behavior = behavior
         self.world_id = world_id
-        self.fingerprint = config.fingerprint()
+        self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
         self.tenant_ids: list[str] = []
         self.slot_by_ori: dict[str, int] = {}
         self.last_tick: int | None = None
+        self.fragments = FragmentStore(config.max_pending_fragments)
 
     @property
     def registry(self) -> Registry:
@@ -108,18 +121,28 @@ class Kernel:
         self,
         batch: perception_pb2.PerceptionBatch,
         merged_results: Sequence[action_pb2.ActionIntent] = (),
+        cognition_unavailable_tiers: int = 0,
     ) -> action_pb2.TickResult:
-        """Validate, then take the batch whole: signals, merged cognition results, behaviour, core."""
+        """Validate, then take the batch whole: signals, merged cognition results, behaviour, core.
+
+        `cognition_unavailable_tiers` (bit t = tier t unavailable, killed or over budget) is the
+        dispatcher's view of cognition for this tick; it is an input (logged, replayed), not a probe.
+        """
         decoded = self.decode(batch)
         merged = self._validate_results(merged_results)
+        if cognition_unavailable_tiers & ~ALL_TIER_BITS:
+            raise InvalidArgument.field(
+                "cognition_unavailable_tiers", f"only tier bits {ALL_TIER_BITS:#x} may be set"
+            )
         started = time.perf_counter_ns()  # measured for the report only; no decision reads it
         self._apply_signals(decoded)
         payloads = self._merge_results(merged)
-        self._step_behavior(decoded.tick)
+        escalations = self._step_behavior(decoded.tick, cognition_unavailable_tiers)
         self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
         self.last_tick = decoded.tick
         registry = self.registry
         candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
+        candidates += self._escalation_candidates(escalations, registry, decoded.tick)
         report = build_report(
             self.config,
             a=self.arrays,
@@ -130,9 +153,12 @@ class Kernel:
             fingerprint=self.fingerprint,
             merged=len(merged),
         )
-        result = action_pb2.TickResult(
-            candidates=candidates, lifecycle=build_lifecycle(self.arrays, registry, decoded.tick)
-        )
+        self._record_fragments(decoded.tick, merged)
+        lifecycle = build_lifecycle(self.arrays, registry, decoded.tick)
+        for request in lifecycle:
+            if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
+                request.fragments.extend(self.fragments.take(request.slot, request.ori.ori_id, decoded.tick))
+        result = action_pb2.TickResult(candidates=candidates, lifecycle=lifecycle)
         build_actions(
             self.config,
             a=self.arrays,
@@ -147,6 +173,38 @@ class Kernel:
         report.over_latency_budget = elapsed > self.config.latency_budget_micros
         result.report.CopyFrom(report)
         return result
+
+    def _escalation_candidates(
+        self, escalations: Escalations | None, registry: Registry, tick: int
+    ) -> list[action_pb2.CognitionCallCandidate]:
+        """Arbitration's escalations that still stand after the core ran: the agent is still Lachesis,
+        and the core issued it no call this tick (a reflection or guard call already answers it)."""
+        if escalations is None or len(escalations.slots) == 0:
+            return []
+        a = self.arrays
+        issued = a.outputs["candidate_slot"][: int(a.counts[COUNT_CANDIDATES])]
+        keep = (a.fields["tier"][escalations.slots] == LACHESIS) & ~np.isin(escalations.slots, issued)
+        return [
+            call_candidate(
+                self.config, ori=registry.ori(slot), slot=slot, tier=LACHESIS, cause=cause, tick=tick
+            )
+            for slot, cause in zip(
+                escalations.slots[keep].tolist(), escalations.causes[keep].tolist(), strict=True
+            )
+        ]
+
+    def _record_fragments(self, tick: int, merged: Sequence[action_pb2.ActionIntent]) -> None:
+        """What this tick did to agents above Atropos, kept for their next consolidation."""
+        a = self.arrays
+        tiers = a.fields["tier"]
+        self.fragments.record_merged(tick, merged, tiers)
+        guards = guard_stamps(a)
+        if len(guards.slots):
+            self.fragments.record_guards(tick, guards.slots, guards.bits, tiers)
+        changed = a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]
+        clotho = changed[tiers[changed] == CLOTHO].astype(np.intp)
+        if len(clotho):
+            self.fragments.record_actions(tick, clotho, a.fields)
 
     def _apply_signals(self, decoded: DecodedBatch) -> None:
         for name, values in decoded.columns.items():
@@ -181,12 +239,16 @@ class Kernel:
                 payloads[slot] = intent.payload
         return payloads
 
-    def _step_behavior(self, tick: int) -> None:
+    def _step_behavior(self, tick: int, cognition_unavailable_tiers: int) -> Escalations | None:
         """The one call site of the behaviour layer, at 10 Hz (slot-phased): Lachesis agents step their
         cached plans, and any agent of any tier holding no cognition-made action falls back to it, so a
-        cognition outage (or a killed tier, or a spent budget) leaves every Ori acting in character."""
+        cognition outage (or a killed tier, or a spent budget) leaves every Ori acting in character.
+
+        Then arbitration over the stepped Lachesis agents: the ones it escalates (novelty, no
+        structured goal, no applicable method; never while Lachesis cognition is unavailable) are
+        returned for a cognition call. They keep the behaviour action meanwhile."""
         if self.behavior is None or self.arrays.count == 0:
-            return
+            return None
         a = self.arrays
         phase = (np.uint64(tick) + np.arange(a.count, dtype=np.uint64)) % np.uint64(
             self.config.lachesis_step_every_ticks
@@ -194,7 +256,7 @@ class Kernel:
         no_cognition = a.live("cached_source") != action_pb2.ACTION_SOURCE_COGNITION
         slots = np.flatnonzero(((a.live("tier") == LACHESIS) | no_cognition) & (phase == 0)).astype(np.uint32)
         if len(slots) == 0:
-            return
+            return None
         f = a.fields
         signals = BehaviorSignals(
             need_safety_bp=a.live("need_safety_bp"),
@@ -222,6 +284,13 @@ class Kernel:
         for name, before in zip(fields, held, strict=True):
             changed |= f[name][slots] != before
         f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
+        # Only Lachesis agents escalate: Clotho already plans with cognition, Atropos is off stage.
+        return self.behavior.arbitrate(
+            slots,
+            f["tier"][slots] == LACHESIS,
+            tick,
+            cognition_available=not cognition_unavailable_tiers >> LACHESIS & 1,
+        )
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:
         """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""
@@ -278,6 +347,7 @@ class Kernel:
             tenant_ids=self.tenant_ids,
             arrays=[_named(name, values) for name, values in self.arrays.snapshot().items()],
         )
+        snapshot.pending_fragments.extend(self.fragments.snapshot(self.ori_ids))
         if self.behavior is not None:
             snapshot.behavior_arrays.extend(
                 _named(name, np.asarray(values)) for name, values in self.behavior.snapshot().items()
@@ -294,6 +364,7 @@ class Kernel:
             for name in AGENT_FIELDS
             if name not in arrays or len(arrays[name]) != agents
         ]
+        violations += self.fragments.restore_violations(snapshot.pending_fragments, agents)
         if violations:
             raise InvalidArgument(violations)
         if self.behavior is not None:
@@ -304,6 +375,7 @@ class Kernel:
         self.tenant_ids = list(snapshot.tenant_ids)
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
         self.arrays.restore(arrays)
+        self.fragments.restore(snapshot.pending_fragments)
 
 
 def _decode_arrays(

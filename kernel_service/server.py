@@ -35,12 +35,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
     )
     await dispatcher.start()
     tick_log = (
-        TickLogWriter(
-            kernel_settings.tick_log_path,
-            kernel_settings.config,
-            core.name,
-            kernel_settings.snapshot_every_ticks,
-        )
+        TickLogWriter(kernel_settings.tick_log_path, kernel, kernel_settings.snapshot_every_ticks)
         if kernel_settings.tick_log_path is not None
         else None
     )

@@ -49,9 +49,10 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     def _tick(self, batch: perception_pb2.PerceptionBatch) -> action_pb2.TickResult:
         self._kernel.decode(batch)  # refuse a bad batch before taking results off the dispatcher
         merged = self._dispatcher.take_results()
-        result = self._kernel.tick(batch, merged)
+        unavailable = self._dispatcher.unavailable_tiers()
+        result = self._kernel.tick(batch, merged, unavailable)
         if self._tick_log is not None:
-            self._tick_log.record_tick(batch, merged, result, self._kernel)
+            self._tick_log.record_tick(batch, merged, result, self._kernel, unavailable)
         self._dispatcher.offer(result)
         return result
 
@@ -62,10 +63,17 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     ) -> AsyncIterator[kernel_pb2.ReplayTicksResponse]:
         """The logged results merge as they did; nothing reaches the dispatcher (no call is made twice)."""
         async for request in request_iterator:
-            result = self._kernel.tick(request.tick.batch, request.tick.merged_results)
+            logged = request.tick
+            result = self._kernel.tick(
+                logged.batch, logged.merged_results, logged.cognition_unavailable_tiers
+            )
             if self._tick_log is not None:
                 self._tick_log.record_tick(
-                    request.tick.batch, request.tick.merged_results, result, self._kernel
+                    logged.batch,
+                    logged.merged_results,
+                    result,
+                    self._kernel,
+                    logged.cognition_unavailable_tiers,
                 )
             yield kernel_pb2.ReplayTicksResponse(result=result)
 

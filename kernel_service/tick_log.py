@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from egbe.v1 import action_pb2, kernel_pb2, perception_pb2
-from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 
 
@@ -69,16 +68,19 @@ def read_records(path: Path) -> Iterator[kernel_pb2.TickLogRecord]:
 class TickLogWriter:
     """Appends the config once, then registrations, ticks and periodic snapshots."""
 
-    def __init__(self, path: Path, config: KernelConfig, core: str, snapshot_every_ticks: int) -> None:
+    def __init__(self, path: Path, kernel: Kernel, snapshot_every_ticks: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._stream = path.open("ab")
         self._snapshot_every = snapshot_every_ticks
         self._ticks = 0
-        canonical = config.model_dump_json()
+        methods = kernel.behavior.fingerprint_inputs() if kernel.behavior is not None else {}
         self._write(
             kernel_pb2.TickLogRecord(
                 config=kernel_pb2.TickLogConfig(
-                    fingerprint=config.fingerprint(), canonical_json=canonical, core=core
+                    fingerprint=kernel.fingerprint,
+                    canonical_json=kernel.config.model_dump_json(),
+                    core=kernel.core.name,
+                    methods_library_version=methods.get("library_version", ""),
                 )
             )
         )
@@ -98,11 +100,15 @@ class TickLogWriter:
         merged: Sequence[action_pb2.ActionIntent],
         result: action_pb2.TickResult,
         kernel: Kernel,
+        cognition_unavailable_tiers: int = 0,
     ) -> None:
         self._write(
             kernel_pb2.TickLogRecord(
                 tick=kernel_pb2.TickLogTick(
-                    batch=batch, merged_results=merged, result_sha256=deterministic_digest(result)
+                    batch=batch,
+                    merged_results=merged,
+                    result_sha256=deterministic_digest(result),
+                    cognition_unavailable_tiers=cognition_unavailable_tiers,
                 )
             )
         )
@@ -151,7 +157,9 @@ def replay(path: Path, kernel: Kernel) -> ReplayReport:
         elif entry == "registration":
             kernel.register(record.registration.world_id, record.registration.agents)
         elif entry == "tick":
-            result = kernel.tick(record.tick.batch, record.tick.merged_results)
+            result = kernel.tick(
+                record.tick.batch, record.tick.merged_results, record.tick.cognition_unavailable_tiers
+            )
             ticks += 1
             if divergent is None and deterministic_digest(result) != record.tick.result_sha256:
                 divergent = record.tick.batch.tick

@@ -20,12 +20,7 @@ from kernel_service.agent_state import (
     GUARD_BIT_STALE_GOAL,
     AgentArrays,
 )
-from kernel_service.cognition_calls import (
-    TIER_NAMES,
-    apply_cross_tier_batching,
-    cost_micro_usd,
-    token_estimate,
-)
+from kernel_service.cognition_calls import apply_cross_tier_batching, call_candidate
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import COLUMNS_LAYOUT_VERSION, DecodedBatch, Encoding
 from kernel_service.row_codec import RowCodec
@@ -175,30 +170,24 @@ def build_candidates(
     """One candidate per call the core issued, with its estimate and route; batching not yet applied."""
     count = int(a.counts[COUNT_CANDIDATES])
     out = a.outputs
-    candidates = []
-    for slot, cause, bits in zip(
-        out["candidate_slot"][:count].tolist(),
-        out["candidate_cause"][:count].tolist(),
-        out["candidate_bits"][:count].tolist(),
-        strict=True,
-    ):
-        tier = common_pb2.CognitionTier.ValueType(int(a.fields["tier"][slot]))
-        tokens = token_estimate(config, cause)
-        candidates.append(
-            action_pb2.CognitionCallCandidate(
-                call_id=f"{registry.world_id}:{tick}:{slot}:{cause}",
-                slot=slot,
-                ori=registry.ori(slot),
-                tier=tier,
-                cause=cause,
-                token_estimate=tokens,
-                cost_estimate_micro_usd=cost_micro_usd(config, tier, tokens),
-                model_route=config.tier_models[TIER_NAMES[tier]],
-                tick=tick,
-                needs_rehydration=bool(bits & CANDIDATE_BIT_NEEDS_REHYDRATION),
-            )
+    tiers = a.fields["tier"]
+    return [
+        call_candidate(
+            config,
+            ori=registry.ori(slot),
+            slot=slot,
+            tier=int(tiers[slot]),
+            cause=cause,
+            tick=tick,
+            needs_rehydration=bool(bits & CANDIDATE_BIT_NEEDS_REHYDRATION),
         )
-    return candidates
+        for slot, cause, bits in zip(
+            out["candidate_slot"][:count].tolist(),
+            out["candidate_cause"][:count].tolist(),
+            out["candidate_bits"][:count].tolist(),
+            strict=True,
+        )
+    ]
 
 
 def build_lifecycle(a: AgentArrays, registry: Registry, tick: int) -> list[action_pb2.LifecycleRequest]:

@@ -4,6 +4,7 @@ isort:skip_file
 What the kernel answers: one action per Ori, the tick report, and the cognition calls it issued."""
 
 from collections import abc as _abc
+from egbe.v1 import biography_pb2 as _biography_pb2
 from egbe.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -146,6 +147,12 @@ class _CognitionCauseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Cognit
     COGNITION_CAUSE_DIALOGUE: _CognitionCause.ValueType  # 4
     COGNITION_CAUSE_GUARD_REFLECTION: _CognitionCause.ValueType  # 5
     """The loop/drift guard forced a reflection."""
+    COGNITION_CAUSE_ESCALATION_NOVELTY: _CognitionCause.ValueType  # 6
+    """Arbitration escalated a Lachesis agent to cognition: something new happened (a threat or a minor
+    appeared), the Ori has no structured goal, or no authored method applies to its goal.
+    """
+    COGNITION_CAUSE_ESCALATION_NO_GOAL: _CognitionCause.ValueType  # 7
+    COGNITION_CAUSE_ESCALATION_NO_METHOD: _CognitionCause.ValueType  # 8
 
 class CognitionCause(_CognitionCause, metaclass=_CognitionCauseEnumTypeWrapper):
     """Why a cognition call was issued."""
@@ -157,6 +164,12 @@ COGNITION_CAUSE_ATROPOS_SUMMARY: CognitionCause.ValueType  # 3
 COGNITION_CAUSE_DIALOGUE: CognitionCause.ValueType  # 4
 COGNITION_CAUSE_GUARD_REFLECTION: CognitionCause.ValueType  # 5
 """The loop/drift guard forced a reflection."""
+COGNITION_CAUSE_ESCALATION_NOVELTY: CognitionCause.ValueType  # 6
+"""Arbitration escalated a Lachesis agent to cognition: something new happened (a threat or a minor
+appeared), the Ori has no structured goal, or no authored method applies to its goal.
+"""
+COGNITION_CAUSE_ESCALATION_NO_GOAL: CognitionCause.ValueType  # 7
+COGNITION_CAUSE_ESCALATION_NO_METHOD: CognitionCause.ValueType  # 8
 Global___CognitionCause: _TypeAlias = CognitionCause  # noqa: Y015
 
 @_typing.final
@@ -525,6 +538,7 @@ class LifecycleRequest(_message.Message):
     FROM_TIER_FIELD_NUMBER: _builtins.int
     TO_TIER_FIELD_NUMBER: _builtins.int
     TICK_FIELD_NUMBER: _builtins.int
+    FRAGMENTS_FIELD_NUMBER: _builtins.int
     kind: Global___LifecycleRequest.Kind.ValueType
     slot: _builtins.int
     from_tier: _common_pb2.CognitionTier.ValueType
@@ -532,6 +546,12 @@ class LifecycleRequest(_message.Message):
     tick: _builtins.int
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def fragments(self) -> _containers.RepeatedCompositeFieldContainer[_biography_pb2.ConsolidationFragment]:
+        """KIND_CONSOLIDATE: what happened to the Ori while at the higher tier (cognition results merged,
+        guard stamps, actions taken), oldest first; handed over once and cleared from the kernel.
+        """
+
     def __init__(
         self,
         *,
@@ -541,10 +561,11 @@ class LifecycleRequest(_message.Message):
         from_tier: _common_pb2.CognitionTier.ValueType = ...,
         to_tier: _common_pb2.CognitionTier.ValueType = ...,
         tick: _builtins.int = ...,
+        fragments: _abc.Iterable[_biography_pb2.ConsolidationFragment] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_tier", b"from_tier", "kind", b"kind", "ori", b"ori", "slot", b"slot", "tick", b"tick", "to_tier", b"to_tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fragments", b"fragments", "from_tier", b"from_tier", "kind", b"kind", "ori", b"ori", "slot", b"slot", "tick", b"tick", "to_tier", b"to_tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,11 +25,12 @@ _sym_db = _symbol_database.Default()
 from egbe.v1 import action_pb2 as egbe_dot_v1_dot_action__pb2
 from egbe.v1 import common_pb2 as egbe_dot_v1_dot_common__pb2
 from egbe.v1 import gateway_pb2 as egbe_dot_v1_dot_gateway__pb2
+from egbe.v1 import kernel_pb2 as egbe_dot_v1_dot_kernel__pb2
 from egbe.v1 import policy_pb2 as egbe_dot_v1_dot_policy__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65gbe/v1/cognition.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/action.proto\x1a\x14\x65gbe/v1/common.proto\x1a\x15\x65gbe/v1/gateway.proto\x1a\x14\x65gbe/v1/policy.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xc5\x05\n\x0cThinkRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x1c\n\x03ori\x18\x02 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x03 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12$\n\x04mode\x18\x04 \x01(\x0e\x32\x16.egbe.v1.CognitionMode\x12&\n\x05\x63\x61use\x18\x05 \x01(\x0e\x32\x17.egbe.v1.CognitionCause\x12\x0e\n\x06locale\x18\x06 \x01(\t\x12\x10\n\x08stimulus\x18\x07 \x01(\t\x12\x12\n\nworld_tick\x18\x08 \x01(\x04\x12\x19\n\x11needs_rehydration\x18\t \x01(\x08\x12\x17\n\x0fmax_model_calls\x18\n \x01(\r\x12\x16\n\x0emax_tool_calls\x18\x0b \x01(\r\x12\x12\n\nmax_tokens\x18\x0c \x01(\x04\x12(\n\nperception\x18\r \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12$\n\x06traits\x18\x0e \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12$\n\x06quirks\x18\x0f \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12(\n\nobjectives\x18\x10 \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12\x0f\n\x07\x65motion\x18\x11 \x01(\t\x12\x11\n\tarc_state\x18\x12 \x01(\t\x12\x0f\n\x07persona\x18\x13 \x01(\t\x12\x14\n\x0cori_is_minor\x18\x14 \x01(\x08\x12\x1c\n\x14\x63ounterpart_is_minor\x18\x15 \x01(\x08\x12\x16\n\x0e\x63ounterpart_id\x18\x16 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x17 \x03(\t\x12\x1e\n\x06\x63laims\x18\x18 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12&\n\x0bworld_facts\x18\x19 \x03(\x0b\x32\x11.egbe.v1.Evidence\"=\n\x0b\x43ontextItem\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bpriority_bp\x18\x03 \x01(\r\"\xbc\x01\n\rLocalizedLine\x12\x0e\n\x06locale\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12#\n\x06source\x18\x03 \x01(\x0e\x32\x13.egbe.v1.LineSource\x12\x1a\n\x12generated_natively\x18\x04 \x01(\x08\x12\x10\n\x08\x61pproved\x18\x05 \x01(\x08\x12\x16\n\x0equality_status\x18\x06 \x01(\t\x12\x11\n\tmodel_ref\x18\x07 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\"B\n\tVisemeCue\x12\x0e\n\x06viseme\x18\x01 \x01(\t\x12\x10\n\x08start_ms\x18\x02 \x01(\r\x12\x13\n\x0b\x64uration_ms\x18\x03 \x01(\r\"V\n\x0cLatencyStage\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x11\n\tbudget_ms\x18\x02 \x01(\r\x12\x13\n\x0bmeasured_ms\x18\x03 \x01(\r\x12\x0f\n\x07overran\x18\x04 \x01(\x08\"\x9a\x02\n\x0fSpokenReplyPlan\x12\r\n\x05\x63odec\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\x10\n\x08\x63hannels\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06locale\x18\x05 \x01(\t\x12#\n\x07visemes\x18\x06 \x03(\x0b\x32\x12.egbe.v1.VisemeCue\x12\x1c\n\x14\x65nd_to_end_budget_ms\x18\x07 \x01(\r\x12%\n\x06stages\x18\x08 \x03(\x0b\x32\x15.egbe.v1.LatencyStage\x12\x17\n\x0fstages_total_ms\x18\t \x01(\r\x12\x16\n\x0eoverran_stages\x18\n \x03(\t\x12\x15\n\rwithin_budget\x18\x0b \x01(\x08\"\x86\x04\n\rThinkResponse\x12&\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x1b\n\x13\x63ommitted_event_ids\x18\x02 \x03(\t\x12&\n\x05\x61udit\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tfell_back\x18\x04 \x01(\x08\x12\x1c\n\x14validation_fallbacks\x18\x05 \x01(\r\x12\x17\n\x0fpolicy_decision\x18\x06 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x07 \x01(\t\x12\"\n\x05usage\x18\x08 \x01(\x0b\x32\x13.egbe.v1.TokenUsage\x12\x0f\n\x07offline\x18\t \x01(\x08\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x0f\n\x07\x63lipped\x18\x0b \x01(\x08\x12\x34\n\x07omitted\x18\x0c \x03(\x0b\x32#.egbe.v1.ThinkResponse.OmittedEntry\x12$\n\x04line\x18\r \x01(\x0b\x32\x16.egbe.v1.LocalizedLine\x12.\n\x0cspoken_reply\x18\x0e \x01(\x0b\x32\x18.egbe.v1.SpokenReplyPlan\x12\x13\n\x0bmodel_calls\x18\x0f \x01(\r\x1a.\n\x0cOmittedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01*c\n\nLineSource\x12\x1b\n\x17LINE_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n\x11LINE_SOURCE_MODEL\x10\x01\x12!\n\x1dLINE_SOURCE_TEMPLATE_FALLBACK\x10\x02\x32J\n\x10\x43ognitionService\x12\x36\n\x05Think\x12\x15.egbe.v1.ThinkRequest\x1a\x16.egbe.v1.ThinkResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65gbe/v1/cognition.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/action.proto\x1a\x14\x65gbe/v1/common.proto\x1a\x15\x65gbe/v1/gateway.proto\x1a\x14\x65gbe/v1/kernel.proto\x1a\x14\x65gbe/v1/policy.proto\x1a\x1cgoogle/protobuf/struct.proto\"E\n\x0bSocialValue\x12$\n\x06\x64omain\x18\x01 \x01(\x0e\x32\x14.egbe.v1.ValueDomain\x12\x10\n\x08priority\x18\x02 \x01(\x05\"C\n\x0bValueStance\x12$\n\x06\x64omain\x18\x01 \x01(\x0e\x32\x14.egbe.v1.ValueDomain\x12\x0e\n\x06stance\x18\x02 \x01(\x05\"\xeb\x01\n\x10StewardObjective\x12\x14\n\x0cobjective_id\x18\x01 \x01(\t\x12\x12\n\nsteward_id\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x0e\n\x06target\x18\x04 \x01(\t\x12\x0c\n\x04mode\x18\x05 \x01(\t\x12%\n\x07stances\x18\x06 \x03(\x0b\x32\x14.egbe.v1.ValueStance\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12\x0f\n\x07urgency\x18\x08 \x01(\x05\x12\x0f\n\x07trigger\x18\t \x01(\t\x12\x17\n\x0f\x66orbidden_lines\x18\n \x03(\t\x12\x0e\n\x06insist\x18\x0b \x01(\x08\"\xe0\x01\n\x19NegotiateObjectiveRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x06values\x18\x02 \x03(\x0b\x32\x14.egbe.v1.SocialValue\x12\x11\n\town_lines\x18\x03 \x03(\t\x12\x1b\n\x13\x63ommitment_priority\x18\x04 \x01(\x05\x12\r\n\x05minor\x18\x05 \x01(\x08\x12,\n\tobjective\x18\x06 \x01(\x0b\x32\x19.egbe.v1.StewardObjective\x12\x12\n\nworld_tick\x18\x07 \x01(\x04\"P\n\rBriefPlanStep\x12\r\n\x05index\x18\x01 \x01(\r\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04tags\x18\x04 \x03(\t\"\xea\x01\n\x1aNegotiateObjectiveResponse\x12\x0f\n\x07outcome\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x15\n\rsquad_message\x18\x04 \x01(\t\x12\x1b\n\x13message_is_template\x18\x05 \x01(\x08\x12$\n\x04plan\x18\x06 \x03(\x0b\x32\x16.egbe.v1.BriefPlanStep\x12\x30\n\rcounter_offer\x18\x07 \x01(\x0b\x32\x19.egbe.v1.StewardObjective\x12\x11\n\tevent_ids\x18\x08 \x03(\t\"\xca\x01\n\x1cObserveStewardExampleRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x06values\x18\x02 \x03(\x0b\x32\x14.egbe.v1.SocialValue\x12\x12\n\nsteward_id\x18\x03 \x01(\t\x12\x11\n\tbehaviour\x18\x04 \x01(\t\x12+\n\rvalue_signals\x18\x05 \x03(\x0b\x32\x14.egbe.v1.ValueStance\x12\x12\n\nworld_tick\x18\x06 \x01(\x04\"~\n\x1dObserveStewardExampleResponse\x12$\n\x06values\x18\x01 \x03(\x0b\x32\x14.egbe.v1.SocialValue\x12$\n\x06shifts\x18\x02 \x03(\x0b\x32\x14.egbe.v1.SocialValue\x12\x11\n\tevent_ids\x18\x03 \x03(\t\"f\n\tGoalStage\x12\x10\n\x08stage_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x15\n\rneeds_support\x18\x03 \x03(\t\x12\x10\n\x08\x65mergent\x18\x04 \x01(\x08\x12\x0e\n\x06\x64\x65tour\x18\x05 \x01(\x08\"S\n\x07GoalArc\x12\x0e\n\x06\x61rc_id\x18\x01 \x01(\t\x12\x14\n\x0cowner_ori_id\x18\x02 \x01(\t\x12\"\n\x06stages\x18\x03 \x03(\x0b\x32\x12.egbe.v1.GoalStage\"\x98\x01\n\x0bGoalSession\x12\x14\n\x0c\x61\x63tor_ori_id\x18\x01 \x01(\t\x12\x12\n\nworld_tick\x18\x02 \x01(\x04\x12\x18\n\x10\x63ompleted_active\x18\x03 \x01(\x08\x12\x0f\n\x07support\x18\x04 \x03(\t\x12\x16\n\x0e\x65mergent_goals\x18\x05 \x03(\t\x12\x0e\n\x06\x64\x65tour\x18\x06 \x01(\t\x12\x0c\n\x04skip\x18\x07 \x03(\t\"{\n\x15\x41\x64vanceGoalArcRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x1d\n\x03\x61rc\x18\x02 \x01(\x0b\x32\x10.egbe.v1.GoalArc\x12%\n\x07session\x18\x03 \x01(\x0b\x32\x14.egbe.v1.GoalSession\"t\n\x16\x41\x64vanceGoalArcResponse\x12\x1d\n\x03\x61rc\x18\x01 \x01(\x0b\x32\x10.egbe.v1.GoalArc\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x17\n\x0fmissing_support\x18\x03 \x03(\t\x12\x11\n\tevent_ids\x18\x04 \x03(\t\"Z\n\x10\x43rossroadsOption\x12\x11\n\toption_id\x18\x01 \x01(\t\x12%\n\x07stances\x18\x02 \x03(\x0b\x32\x14.egbe.v1.ValueStance\x12\x0c\n\x04risk\x18\x03 \x01(\x05\"@\n\x0bStewardBond\x12\x12\n\nsteward_id\x18\x01 \x01(\t\x12\x0f\n\x07respect\x18\x02 \x01(\x05\x12\x0c\n\x04\x62ond\x18\x03 \x01(\x05\"7\n\x0eStewardCounsel\x12\x12\n\nsteward_id\x18\x01 \x01(\t\x12\x11\n\toption_id\x18\x02 \x01(\t\"\xac\x02\n\x18ResolveCrossroadsRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x06values\x18\x02 \x03(\x0b\x32\x14.egbe.v1.SocialValue\x12\x15\n\rcrossroads_id\x18\x03 \x01(\t\x12*\n\x07options\x18\x04 \x03(\x0b\x32\x19.egbe.v1.CrossroadsOption\x12\x13\n\x0bopened_tick\x18\x05 \x01(\x04\x12\x14\n\x0cwindow_ticks\x18\x06 \x01(\x04\x12\"\n\x04\x62ond\x18\x07 \x01(\x0b\x32\x14.egbe.v1.StewardBond\x12(\n\x07\x63ounsel\x18\x08 \x01(\x0b\x32\x17.egbe.v1.StewardCounsel\x12\x10\n\x08now_tick\x18\t \x01(\x04\"/\n\x0bOptionScore\x12\x11\n\toption_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x03\"\x98\x01\n\x19ResolveCrossroadsResponse\x12\x0e\n\x06status\x18\x01 \x01(\t\x12\x18\n\x10\x63hosen_option_id\x18\x02 \x01(\t\x12$\n\x06scores\x18\x03 \x03(\x0b\x32\x14.egbe.v1.OptionScore\x12\x18\n\x10\x63ounsel_followed\x18\x04 \x01(\x08\x12\x11\n\tevent_ids\x18\x05 \x03(\t\"\xc5\x05\n\x0cThinkRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x1c\n\x03ori\x18\x02 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x03 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12$\n\x04mode\x18\x04 \x01(\x0e\x32\x16.egbe.v1.CognitionMode\x12&\n\x05\x63\x61use\x18\x05 \x01(\x0e\x32\x17.egbe.v1.CognitionCause\x12\x0e\n\x06locale\x18\x06 \x01(\t\x12\x10\n\x08stimulus\x18\x07 \x01(\t\x12\x12\n\nworld_tick\x18\x08 \x01(\x04\x12\x19\n\x11needs_rehydration\x18\t \x01(\x08\x12\x17\n\x0fmax_model_calls\x18\n \x01(\r\x12\x16\n\x0emax_tool_calls\x18\x0b \x01(\r\x12\x12\n\nmax_tokens\x18\x0c \x01(\x04\x12(\n\nperception\x18\r \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12$\n\x06traits\x18\x0e \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12$\n\x06quirks\x18\x0f \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12(\n\nobjectives\x18\x10 \x03(\x0b\x32\x14.egbe.v1.ContextItem\x12\x0f\n\x07\x65motion\x18\x11 \x01(\t\x12\x11\n\tarc_state\x18\x12 \x01(\t\x12\x0f\n\x07persona\x18\x13 \x01(\t\x12\x14\n\x0cori_is_minor\x18\x14 \x01(\x08\x12\x1c\n\x14\x63ounterpart_is_minor\x18\x15 \x01(\x08\x12\x16\n\x0e\x63ounterpart_id\x18\x16 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x17 \x03(\t\x12\x1e\n\x06\x63laims\x18\x18 \x03(\x0b\x32\x0e.egbe.v1.Claim\x12&\n\x0bworld_facts\x18\x19 \x03(\x0b\x32\x11.egbe.v1.Evidence\"=\n\x0b\x43ontextItem\x12\x0b\n\x03ref\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0bpriority_bp\x18\x03 \x01(\r\"\xbc\x01\n\rLocalizedLine\x12\x0e\n\x06locale\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12#\n\x06source\x18\x03 \x01(\x0e\x32\x13.egbe.v1.LineSource\x12\x1a\n\x12generated_natively\x18\x04 \x01(\x08\x12\x10\n\x08\x61pproved\x18\x05 \x01(\x08\x12\x16\n\x0equality_status\x18\x06 \x01(\t\x12\x11\n\tmodel_ref\x18\x07 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x08 \x01(\t\"B\n\tVisemeCue\x12\x0e\n\x06viseme\x18\x01 \x01(\t\x12\x10\n\x08start_ms\x18\x02 \x01(\r\x12\x13\n\x0b\x64uration_ms\x18\x03 \x01(\r\"V\n\x0cLatencyStage\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x11\n\tbudget_ms\x18\x02 \x01(\r\x12\x13\n\x0bmeasured_ms\x18\x03 \x01(\r\x12\x0f\n\x07overran\x18\x04 \x01(\x08\"\x9a\x02\n\x0fSpokenReplyPlan\x12\r\n\x05\x63odec\x18\x01 \x01(\t\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\x10\n\x08\x63hannels\x18\x03 \x01(\r\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06locale\x18\x05 \x01(\t\x12#\n\x07visemes\x18\x06 \x03(\x0b\x32\x12.egbe.v1.VisemeCue\x12\x1c\n\x14\x65nd_to_end_budget_ms\x18\x07 \x01(\r\x12%\n\x06stages\x18\x08 \x03(\x0b\x32\x15.egbe.v1.LatencyStage\x12\x17\n\x0fstages_total_ms\x18\t \x01(\r\x12\x16\n\x0eoverran_stages\x18\n \x03(\t\x12\x15\n\rwithin_budget\x18\x0b \x01(\x08\"\x86\x04\n\rThinkResponse\x12&\n\x07\x61\x63tions\x18\x01 \x03(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x1b\n\x13\x63ommitted_event_ids\x18\x02 \x03(\t\x12&\n\x05\x61udit\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tfell_back\x18\x04 \x01(\x08\x12\x1c\n\x14validation_fallbacks\x18\x05 \x01(\r\x12\x17\n\x0fpolicy_decision\x18\x06 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x07 \x01(\t\x12\"\n\x05usage\x18\x08 \x01(\x0b\x32\x13.egbe.v1.TokenUsage\x12\x0f\n\x07offline\x18\t \x01(\x08\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x0f\n\x07\x63lipped\x18\x0b \x01(\x08\x12\x34\n\x07omitted\x18\x0c \x03(\x0b\x32#.egbe.v1.ThinkResponse.OmittedEntry\x12$\n\x04line\x18\r \x01(\x0b\x32\x16.egbe.v1.LocalizedLine\x12.\n\x0cspoken_reply\x18\x0e \x01(\x0b\x32\x18.egbe.v1.SpokenReplyPlan\x12\x13\n\x0bmodel_calls\x18\x0f \x01(\r\x1a.\n\x0cOmittedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xd6\x01\n\x15\x41\x64vanceLifeArcRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x06values\x18\x02 \x03(\x0b\x32\x14.egbe.v1.SocialValue\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x19\n\x11sessions_in_stage\x18\x04 \x01(\r\x12\x12\n\nworld_tick\x18\x05 \x01(\x04\x12(\n\nexpression\x18\x06 \x03(\x0b\x32\x14.egbe.v1.ValueStance\x12\x11\n\tobedience\x18\x07 \x01(\x05\"|\n\x16\x41\x64vanceLifeArcResponse\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x19\n\x11sessions_in_stage\x18\x02 \x01(\r\x12\x13\n\x0b\x66lourishing\x18\x03 \x01(\x05\x12\x10\n\x08\x61\x64vanced\x18\x04 \x01(\x08\x12\x11\n\tevent_ids\x18\x05 \x03(\t\"\xc6\x01\n\x17SeedRelationshipRequest\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x14\n\x0cori_is_minor\x18\x02 \x01(\x08\x12$\n\x0b\x63ounterpart\x18\x03 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12\x1c\n\x14\x63ounterpart_is_minor\x18\x04 \x01(\x08\x12\x11\n\tedge_kind\x18\x05 \x01(\t\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x12\n\nworld_tick\x18\x07 \x01(\x04\"M\n\x18SeedRelationshipResponse\x12\x0e\n\x06seeded\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tevent_ids\x18\x03 \x03(\t*c\n\nLineSource\x12\x1b\n\x17LINE_SOURCE_UNSPECIFIED\x10\x00\x12\x15\n\x11LINE_SOURCE_MODEL\x10\x01\x12!\n\x1dLINE_SOURCE_TEMPLATE_FALLBACK\x10\x02\x32\xec\x04\n\x10\x43ognitionService\x12\x36\n\x05Think\x12\x15.egbe.v1.ThinkRequest\x1a\x16.egbe.v1.ThinkResponse\x12]\n\x12NegotiateObjective\x12\".egbe.v1.NegotiateObjectiveRequest\x1a#.egbe.v1.NegotiateObjectiveResponse\x12\x66\n\x15ObserveStewardExample\x12%.egbe.v1.ObserveStewardExampleRequest\x1a&.egbe.v1.ObserveStewardExampleResponse\x12Q\n\x0e\x41\x64vanceGoalArc\x12\x1e.egbe.v1.AdvanceGoalArcRequest\x1a\x1f.egbe.v1.AdvanceGoalArcResponse\x12Z\n\x11ResolveCrossroads\x12!.egbe.v1.ResolveCrossroadsRequest\x1a\".egbe.v1.ResolveCrossroadsResponse\x12Q\n\x0e\x41\x64vanceLifeArc\x12\x1e.egbe.v1.AdvanceLifeArcRequest\x1a\x1f.egbe.v1.AdvanceLifeArcResponse\x12W\n\x10SeedRelationship\x12 .egbe.v1.SeedRelationshipRequest\x1a!.egbe.v1.SeedRelationshipResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,24 +39,70 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_THINKRESPONSE_OMITTEDENTRY']._loaded_options = None
   _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_options = b'8\001'
-  _globals['_LINESOURCE']._serialized_start=2083
-  _globals['_LINESOURCE']._serialized_end=2182
-  _globals['_THINKREQUEST']._serialized_start=156
-  _globals['_THINKREQUEST']._serialized_end=865
-  _globals['_CONTEXTITEM']._serialized_start=867
-  _globals['_CONTEXTITEM']._serialized_end=928
-  _globals['_LOCALIZEDLINE']._serialized_start=931
-  _globals['_LOCALIZEDLINE']._serialized_end=1119
-  _globals['_VISEMECUE']._serialized_start=1121
-  _globals['_VISEMECUE']._serialized_end=1187
-  _globals['_LATENCYSTAGE']._serialized_start=1189
-  _globals['_LATENCYSTAGE']._serialized_end=1275
-  _globals['_SPOKENREPLYPLAN']._serialized_start=1278
-  _globals['_SPOKENREPLYPLAN']._serialized_end=1560
-  _globals['_THINKRESPONSE']._serialized_start=1563
-  _globals['_THINKRESPONSE']._serialized_end=2081
-  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_start=2035
-  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_end=2081
-  _globals['_COGNITIONSERVICE']._serialized_start=2184
-  _globals['_COGNITIONSERVICE']._serialized_end=2258
+  _globals['_LINESOURCE']._serialized_start=5294
+  _globals['_LINESOURCE']._serialized_end=5393
+  _globals['_SOCIALVALUE']._serialized_start=177
+  _globals['_SOCIALVALUE']._serialized_end=246
+  _globals['_VALUESTANCE']._serialized_start=248
+  _globals['_VALUESTANCE']._serialized_end=315
+  _globals['_STEWARDOBJECTIVE']._serialized_start=318
+  _globals['_STEWARDOBJECTIVE']._serialized_end=553
+  _globals['_NEGOTIATEOBJECTIVEREQUEST']._serialized_start=556
+  _globals['_NEGOTIATEOBJECTIVEREQUEST']._serialized_end=780
+  _globals['_BRIEFPLANSTEP']._serialized_start=782
+  _globals['_BRIEFPLANSTEP']._serialized_end=862
+  _globals['_NEGOTIATEOBJECTIVERESPONSE']._serialized_start=865
+  _globals['_NEGOTIATEOBJECTIVERESPONSE']._serialized_end=1099
+  _globals['_OBSERVESTEWARDEXAMPLEREQUEST']._serialized_start=1102
+  _globals['_OBSERVESTEWARDEXAMPLEREQUEST']._serialized_end=1304
+  _globals['_OBSERVESTEWARDEXAMPLERESPONSE']._serialized_start=1306
+  _globals['_OBSERVESTEWARDEXAMPLERESPONSE']._serialized_end=1432
+  _globals['_GOALSTAGE']._serialized_start=1434
+  _globals['_GOALSTAGE']._serialized_end=1536
+  _globals['_GOALARC']._serialized_start=1538
+  _globals['_GOALARC']._serialized_end=1621
+  _globals['_GOALSESSION']._serialized_start=1624
+  _globals['_GOALSESSION']._serialized_end=1776
+  _globals['_ADVANCEGOALARCREQUEST']._serialized_start=1778
+  _globals['_ADVANCEGOALARCREQUEST']._serialized_end=1901
+  _globals['_ADVANCEGOALARCRESPONSE']._serialized_start=1903
+  _globals['_ADVANCEGOALARCRESPONSE']._serialized_end=2019
+  _globals['_CROSSROADSOPTION']._serialized_start=2021
+  _globals['_CROSSROADSOPTION']._serialized_end=2111
+  _globals['_STEWARDBOND']._serialized_start=2113
+  _globals['_STEWARDBOND']._serialized_end=2177
+  _globals['_STEWARDCOUNSEL']._serialized_start=2179
+  _globals['_STEWARDCOUNSEL']._serialized_end=2234
+  _globals['_RESOLVECROSSROADSREQUEST']._serialized_start=2237
+  _globals['_RESOLVECROSSROADSREQUEST']._serialized_end=2537
+  _globals['_OPTIONSCORE']._serialized_start=2539
+  _globals['_OPTIONSCORE']._serialized_end=2586
+  _globals['_RESOLVECROSSROADSRESPONSE']._serialized_start=2589
+  _globals['_RESOLVECROSSROADSRESPONSE']._serialized_end=2741
+  _globals['_THINKREQUEST']._serialized_start=2744
+  _globals['_THINKREQUEST']._serialized_end=3453
+  _globals['_CONTEXTITEM']._serialized_start=3455
+  _globals['_CONTEXTITEM']._serialized_end=3516
+  _globals['_LOCALIZEDLINE']._serialized_start=3519
+  _globals['_LOCALIZEDLINE']._serialized_end=3707
+  _globals['_VISEMECUE']._serialized_start=3709
+  _globals['_VISEMECUE']._serialized_end=3775
+  _globals['_LATENCYSTAGE']._serialized_start=3777
+  _globals['_LATENCYSTAGE']._serialized_end=3863
+  _globals['_SPOKENREPLYPLAN']._serialized_start=3866
+  _globals['_SPOKENREPLYPLAN']._serialized_end=4148
+  _globals['_THINKRESPONSE']._serialized_start=4151
+  _globals['_THINKRESPONSE']._serialized_end=4669
+  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_start=4623
+  _globals['_THINKRESPONSE_OMITTEDENTRY']._serialized_end=4669
+  _globals['_ADVANCELIFEARCREQUEST']._serialized_start=4672
+  _globals['_ADVANCELIFEARCREQUEST']._serialized_end=4886
+  _globals['_ADVANCELIFEARCRESPONSE']._serialized_start=4888
+  _globals['_ADVANCELIFEARCRESPONSE']._serialized_end=5012
+  _globals['_SEEDRELATIONSHIPREQUEST']._serialized_start=5015
+  _globals['_SEEDRELATIONSHIPREQUEST']._serialized_end=5213
+  _globals['_SEEDRELATIONSHIPRESPONSE']._serialized_start=5215
+  _globals['_SEEDRELATIONSHIPRESPONSE']._serialized_end=5292
+  _globals['_COGNITIONSERVICE']._serialized_start=5396
+  _globals['_COGNITIONSERVICE']._serialized_end=6016
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from egbe.v1 import action_pb2 as _action_pb2
 from egbe.v1 import common_pb2 as _common_pb2
 from egbe.v1 import gateway_pb2 as _gateway_pb2
+from egbe.v1 import kernel_pb2 as _kernel_pb2
 from egbe.v1 import policy_pb2 as _policy_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -41,6 +42,645 @@ LINE_SOURCE_UNSPECIFIED: LineSource.ValueType  # 0
 LINE_SOURCE_MODEL: LineSource.ValueType  # 1
 LINE_SOURCE_TEMPLATE_FALLBACK: LineSource.ValueType  # 2
 Global___LineSource: _TypeAlias = LineSource  # noqa: Y015
+
+@_typing.final
+class SocialValue(_message.Message):
+    """One ranked value as the social layer reads it: priority 0..100."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    domain: _kernel_pb2.ValueDomain.ValueType
+    priority: _builtins.int
+    def __init__(
+        self,
+        *,
+        domain: _kernel_pb2.ValueDomain.ValueType = ...,
+        priority: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "priority", b"priority"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SocialValue: _TypeAlias = SocialValue  # noqa: Y015
+
+@_typing.final
+class ValueStance(_message.Message):
+    """How something serves (+100) or violates (-100) one value."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    STANCE_FIELD_NUMBER: _builtins.int
+    domain: _kernel_pb2.ValueDomain.ValueType
+    stance: _builtins.int
+    def __init__(
+        self,
+        *,
+        domain: _kernel_pb2.ValueDomain.ValueType = ...,
+        stance: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "stance", b"stance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValueStance: _TypeAlias = ValueStance  # noqa: Y015
+
+@_typing.final
+class StewardObjective(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBJECTIVE_ID_FIELD_NUMBER: _builtins.int
+    STEWARD_ID_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    STANCES_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    URGENCY_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    FORBIDDEN_LINES_FIELD_NUMBER: _builtins.int
+    INSIST_FIELD_NUMBER: _builtins.int
+    objective_id: _builtins.str
+    steward_id: _builtins.str
+    summary: _builtins.str
+    target: _builtins.str
+    mode: _builtins.str
+    """direct-tether, brief, standing-intent or free."""
+    urgency: _builtins.int
+    """0..100."""
+    trigger: _builtins.str
+    insist: _builtins.bool
+    @_builtins.property
+    def stances(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValueStance]: ...
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def forbidden_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Lines a Brief plan may not cross, checked step by step."""
+
+    def __init__(
+        self,
+        *,
+        objective_id: _builtins.str = ...,
+        steward_id: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        target: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        stances: _abc.Iterable[Global___ValueStance] | None = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        urgency: _builtins.int = ...,
+        trigger: _builtins.str = ...,
+        forbidden_lines: _abc.Iterable[_builtins.str] | None = ...,
+        insist: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["forbidden_lines", b"forbidden_lines", "insist", b"insist", "mode", b"mode", "objective_id", b"objective_id", "stances", b"stances", "steward_id", b"steward_id", "summary", b"summary", "tags", b"tags", "target", b"target", "trigger", b"trigger", "urgency", b"urgency"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StewardObjective: _TypeAlias = StewardObjective  # noqa: Y015
+
+@_typing.final
+class NegotiateObjectiveRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    OWN_LINES_FIELD_NUMBER: _builtins.int
+    COMMITMENT_PRIORITY_FIELD_NUMBER: _builtins.int
+    MINOR_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    commitment_priority: _builtins.int
+    """0..100: how strongly the Ori is held by what it already does."""
+    minor: _builtins.bool
+    world_tick: _builtins.int
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]: ...
+    @_builtins.property
+    def own_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The Ori's own lines (tags it will not act on)."""
+
+    @_builtins.property
+    def objective(self) -> Global___StewardObjective: ...
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        values: _abc.Iterable[Global___SocialValue] | None = ...,
+        own_lines: _abc.Iterable[_builtins.str] | None = ...,
+        commitment_priority: _builtins.int = ...,
+        minor: _builtins.bool = ...,
+        objective: Global___StewardObjective | None = ...,
+        world_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["objective", b"objective", "ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commitment_priority", b"commitment_priority", "minor", b"minor", "objective", b"objective", "ori", b"ori", "own_lines", b"own_lines", "values", b"values", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NegotiateObjectiveRequest: _TypeAlias = NegotiateObjectiveRequest  # noqa: Y015
+
+@_typing.final
+class BriefPlanStep(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    phase: _builtins.str
+    description: _builtins.str
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        phase: _builtins.str = ...,
+        description: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "index", b"index", "phase", b"phase", "tags", b"tags"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BriefPlanStep: _TypeAlias = BriefPlanStep  # noqa: Y015
+
+@_typing.final
+class NegotiateObjectiveResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    SQUAD_MESSAGE_FIELD_NUMBER: _builtins.int
+    MESSAGE_IS_TEMPLATE_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
+    COUNTER_OFFER_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    outcome: _builtins.str
+    """accept, clarify, counter-offer, defer or refuse."""
+    reason: _builtins.str
+    mode: _builtins.str
+    """The execution mode entered; empty unless accepted."""
+    squad_message: _builtins.str
+    """The squad-comms line; a template, never a model's words (message_is_template)."""
+    message_is_template: _builtins.bool
+    @_builtins.property
+    def plan(self) -> _containers.RepeatedCompositeFieldContainer[Global___BriefPlanStep]: ...
+    @_builtins.property
+    def counter_offer(self) -> Global___StewardObjective:
+        """Set on counter-offer: the objective without what goes against the Ori's values."""
+
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        outcome: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        mode: _builtins.str = ...,
+        squad_message: _builtins.str = ...,
+        message_is_template: _builtins.bool = ...,
+        plan: _abc.Iterable[Global___BriefPlanStep] | None = ...,
+        counter_offer: Global___StewardObjective | None = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counter_offer", b"counter_offer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counter_offer", b"counter_offer", "event_ids", b"event_ids", "message_is_template", b"message_is_template", "mode", b"mode", "outcome", b"outcome", "plan", b"plan", "reason", b"reason", "squad_message", b"squad_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NegotiateObjectiveResponse: _TypeAlias = NegotiateObjectiveResponse  # noqa: Y015
+
+@_typing.final
+class ObserveStewardExampleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    STEWARD_ID_FIELD_NUMBER: _builtins.int
+    BEHAVIOUR_FIELD_NUMBER: _builtins.int
+    VALUE_SIGNALS_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    steward_id: _builtins.str
+    behaviour: _builtins.str
+    world_tick: _builtins.int
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]: ...
+    @_builtins.property
+    def value_signals(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValueStance]:
+        """How the behaviour expressed each value (-100 against .. +100 for)."""
+
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        values: _abc.Iterable[Global___SocialValue] | None = ...,
+        steward_id: _builtins.str = ...,
+        behaviour: _builtins.str = ...,
+        value_signals: _abc.Iterable[Global___ValueStance] | None = ...,
+        world_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["behaviour", b"behaviour", "ori", b"ori", "steward_id", b"steward_id", "value_signals", b"value_signals", "values", b"values", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObserveStewardExampleRequest: _TypeAlias = ObserveStewardExampleRequest  # noqa: Y015
+
+@_typing.final
+class ObserveStewardExampleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    SHIFTS_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]:
+        """The re-weighted values, strongest first."""
+
+    @_builtins.property
+    def shifts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]:
+        """Priority change per re-weighted domain."""
+
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[Global___SocialValue] | None = ...,
+        shifts: _abc.Iterable[Global___SocialValue] | None = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_ids", b"event_ids", "shifts", b"shifts", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObserveStewardExampleResponse: _TypeAlias = ObserveStewardExampleResponse  # noqa: Y015
+
+@_typing.final
+class GoalStage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    NEEDS_SUPPORT_FIELD_NUMBER: _builtins.int
+    EMERGENT_FIELD_NUMBER: _builtins.int
+    DETOUR_FIELD_NUMBER: _builtins.int
+    stage_id: _builtins.str
+    status: _builtins.str
+    """planned, active, blocked, completed or skipped."""
+    emergent: _builtins.bool
+    detour: _builtins.bool
+    @_builtins.property
+    def needs_support(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        stage_id: _builtins.str = ...,
+        status: _builtins.str = ...,
+        needs_support: _abc.Iterable[_builtins.str] | None = ...,
+        emergent: _builtins.bool = ...,
+        detour: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detour", b"detour", "emergent", b"emergent", "needs_support", b"needs_support", "stage_id", b"stage_id", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GoalStage: _TypeAlias = GoalStage  # noqa: Y015
+
+@_typing.final
+class GoalArc(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARC_ID_FIELD_NUMBER: _builtins.int
+    OWNER_ORI_ID_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
+    arc_id: _builtins.str
+    owner_ori_id: _builtins.str
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___GoalStage]: ...
+    def __init__(
+        self,
+        *,
+        arc_id: _builtins.str = ...,
+        owner_ori_id: _builtins.str = ...,
+        stages: _abc.Iterable[Global___GoalStage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_id", b"arc_id", "owner_ori_id", b"owner_ori_id", "stages", b"stages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GoalArc: _TypeAlias = GoalArc  # noqa: Y015
+
+@_typing.final
+class GoalSession(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTOR_ORI_ID_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    COMPLETED_ACTIVE_FIELD_NUMBER: _builtins.int
+    SUPPORT_FIELD_NUMBER: _builtins.int
+    EMERGENT_GOALS_FIELD_NUMBER: _builtins.int
+    DETOUR_FIELD_NUMBER: _builtins.int
+    SKIP_FIELD_NUMBER: _builtins.int
+    actor_ori_id: _builtins.str
+    world_tick: _builtins.int
+    completed_active: _builtins.bool
+    detour: _builtins.str
+    @_builtins.property
+    def support(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def emergent_goals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def skip(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        actor_ori_id: _builtins.str = ...,
+        world_tick: _builtins.int = ...,
+        completed_active: _builtins.bool = ...,
+        support: _abc.Iterable[_builtins.str] | None = ...,
+        emergent_goals: _abc.Iterable[_builtins.str] | None = ...,
+        detour: _builtins.str = ...,
+        skip: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor_ori_id", b"actor_ori_id", "completed_active", b"completed_active", "detour", b"detour", "emergent_goals", b"emergent_goals", "skip", b"skip", "support", b"support", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GoalSession: _TypeAlias = GoalSession  # noqa: Y015
+
+@_typing.final
+class AdvanceGoalArcRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    ARC_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef:
+        """The owner's world and tenant; ori_id must equal arc.owner_ori_id."""
+
+    @_builtins.property
+    def arc(self) -> Global___GoalArc: ...
+    @_builtins.property
+    def session(self) -> Global___GoalSession: ...
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        arc: Global___GoalArc | None = ...,
+        session: Global___GoalSession | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arc", b"arc", "ori", b"ori", "session", b"session"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc", b"arc", "ori", b"ori", "session", b"session"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceGoalArcRequest: _TypeAlias = AdvanceGoalArcRequest  # noqa: Y015
+
+@_typing.final
+class AdvanceGoalArcResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARC_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    MISSING_SUPPORT_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    outcome: _builtins.str
+    """advanced, in-progress, stalled, finished or blocked-not-owner."""
+    @_builtins.property
+    def arc(self) -> Global___GoalArc: ...
+    @_builtins.property
+    def missing_support(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        arc: Global___GoalArc | None = ...,
+        outcome: _builtins.str = ...,
+        missing_support: _abc.Iterable[_builtins.str] | None = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arc", b"arc"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc", b"arc", "event_ids", b"event_ids", "missing_support", b"missing_support", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceGoalArcResponse: _TypeAlias = AdvanceGoalArcResponse  # noqa: Y015
+
+@_typing.final
+class CrossroadsOption(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPTION_ID_FIELD_NUMBER: _builtins.int
+    STANCES_FIELD_NUMBER: _builtins.int
+    RISK_FIELD_NUMBER: _builtins.int
+    option_id: _builtins.str
+    risk: _builtins.int
+    """0..100."""
+    @_builtins.property
+    def stances(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValueStance]: ...
+    def __init__(
+        self,
+        *,
+        option_id: _builtins.str = ...,
+        stances: _abc.Iterable[Global___ValueStance] | None = ...,
+        risk: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["option_id", b"option_id", "risk", b"risk", "stances", b"stances"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CrossroadsOption: _TypeAlias = CrossroadsOption  # noqa: Y015
+
+@_typing.final
+class StewardBond(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEWARD_ID_FIELD_NUMBER: _builtins.int
+    RESPECT_FIELD_NUMBER: _builtins.int
+    BOND_FIELD_NUMBER: _builtins.int
+    steward_id: _builtins.str
+    respect: _builtins.int
+    """0..100 each."""
+    bond: _builtins.int
+    def __init__(
+        self,
+        *,
+        steward_id: _builtins.str = ...,
+        respect: _builtins.int = ...,
+        bond: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bond", b"bond", "respect", b"respect", "steward_id", b"steward_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StewardBond: _TypeAlias = StewardBond  # noqa: Y015
+
+@_typing.final
+class StewardCounsel(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEWARD_ID_FIELD_NUMBER: _builtins.int
+    OPTION_ID_FIELD_NUMBER: _builtins.int
+    steward_id: _builtins.str
+    option_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        steward_id: _builtins.str = ...,
+        option_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["option_id", b"option_id", "steward_id", b"steward_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StewardCounsel: _TypeAlias = StewardCounsel  # noqa: Y015
+
+@_typing.final
+class ResolveCrossroadsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    CROSSROADS_ID_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    OPENED_TICK_FIELD_NUMBER: _builtins.int
+    WINDOW_TICKS_FIELD_NUMBER: _builtins.int
+    BOND_FIELD_NUMBER: _builtins.int
+    COUNSEL_FIELD_NUMBER: _builtins.int
+    NOW_TICK_FIELD_NUMBER: _builtins.int
+    crossroads_id: _builtins.str
+    opened_tick: _builtins.int
+    window_ticks: _builtins.int
+    now_tick: _builtins.int
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]: ...
+    @_builtins.property
+    def options(self) -> _containers.RepeatedCompositeFieldContainer[Global___CrossroadsOption]: ...
+    @_builtins.property
+    def bond(self) -> Global___StewardBond:
+        """Unset when the Ori has no steward bond / no counsel was offered."""
+
+    @_builtins.property
+    def counsel(self) -> Global___StewardCounsel: ...
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        values: _abc.Iterable[Global___SocialValue] | None = ...,
+        crossroads_id: _builtins.str = ...,
+        options: _abc.Iterable[Global___CrossroadsOption] | None = ...,
+        opened_tick: _builtins.int = ...,
+        window_ticks: _builtins.int = ...,
+        bond: Global___StewardBond | None = ...,
+        counsel: Global___StewardCounsel | None = ...,
+        now_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bond", b"bond", "counsel", b"counsel", "ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bond", b"bond", "counsel", b"counsel", "crossroads_id", b"crossroads_id", "now_tick", b"now_tick", "opened_tick", b"opened_tick", "options", b"options", "ori", b"ori", "values", b"values", "window_ticks", b"window_ticks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveCrossroadsRequest: _TypeAlias = ResolveCrossroadsRequest  # noqa: Y015
+
+@_typing.final
+class OptionScore(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPTION_ID_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    option_id: _builtins.str
+    score: _builtins.int
+    def __init__(
+        self,
+        *,
+        option_id: _builtins.str = ...,
+        score: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["option_id", b"option_id", "score", b"score"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OptionScore: _TypeAlias = OptionScore  # noqa: Y015
+
+@_typing.final
+class ResolveCrossroadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    CHOSEN_OPTION_ID_FIELD_NUMBER: _builtins.int
+    SCORES_FIELD_NUMBER: _builtins.int
+    COUNSEL_FOLLOWED_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    status: _builtins.str
+    """held-for-counsel or decided."""
+    chosen_option_id: _builtins.str
+    """Empty while held."""
+    counsel_followed: _builtins.bool
+    @_builtins.property
+    def scores(self) -> _containers.RepeatedCompositeFieldContainer[Global___OptionScore]: ...
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        status: _builtins.str = ...,
+        chosen_option_id: _builtins.str = ...,
+        scores: _abc.Iterable[Global___OptionScore] | None = ...,
+        counsel_followed: _builtins.bool = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen_option_id", b"chosen_option_id", "counsel_followed", b"counsel_followed", "event_ids", b"event_ids", "scores", b"scores", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolveCrossroadsResponse: _TypeAlias = ResolveCrossroadsResponse  # noqa: Y015
 
 @_typing.final
 class ThinkRequest(_message.Message):
@@ -422,3 +1062,148 @@ class ThinkResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ThinkResponse: _TypeAlias = ThinkResponse  # noqa: Y015
+
+@_typing.final
+class AdvanceLifeArcRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    STAGE_FIELD_NUMBER: _builtins.int
+    SESSIONS_IN_STAGE_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    EXPRESSION_FIELD_NUMBER: _builtins.int
+    OBEDIENCE_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """awakening, practicing, contributing, mentoring or legacy."""
+    sessions_in_stage: _builtins.int
+    world_tick: _builtins.int
+    obedience: _builtins.int
+    """0..100; recorded by the caller's own logs only, never an input to flourishing."""
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___SocialValue]: ...
+    @_builtins.property
+    def expression(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValueStance]:
+        """How much the session expressed each value: 0..100 in `stance`."""
+
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        values: _abc.Iterable[Global___SocialValue] | None = ...,
+        stage: _builtins.str = ...,
+        sessions_in_stage: _builtins.int = ...,
+        world_tick: _builtins.int = ...,
+        expression: _abc.Iterable[Global___ValueStance] | None = ...,
+        obedience: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expression", b"expression", "obedience", b"obedience", "ori", b"ori", "sessions_in_stage", b"sessions_in_stage", "stage", b"stage", "values", b"values", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceLifeArcRequest: _TypeAlias = AdvanceLifeArcRequest  # noqa: Y015
+
+@_typing.final
+class AdvanceLifeArcResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    SESSIONS_IN_STAGE_FIELD_NUMBER: _builtins.int
+    FLOURISHING_FIELD_NUMBER: _builtins.int
+    ADVANCED_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    sessions_in_stage: _builtins.int
+    flourishing: _builtins.int
+    """0..100."""
+    advanced: _builtins.bool
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        sessions_in_stage: _builtins.int = ...,
+        flourishing: _builtins.int = ...,
+        advanced: _builtins.bool = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["advanced", b"advanced", "event_ids", b"event_ids", "flourishing", b"flourishing", "sessions_in_stage", b"sessions_in_stage", "stage", b"stage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceLifeArcResponse: _TypeAlias = AdvanceLifeArcResponse  # noqa: Y015
+
+@_typing.final
+class SeedRelationshipRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_FIELD_NUMBER: _builtins.int
+    ORI_IS_MINOR_FIELD_NUMBER: _builtins.int
+    COUNTERPART_FIELD_NUMBER: _builtins.int
+    COUNTERPART_IS_MINOR_FIELD_NUMBER: _builtins.int
+    EDGE_KIND_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    ori_is_minor: _builtins.bool
+    counterpart_is_minor: _builtins.bool
+    edge_kind: _builtins.str
+    """e.g. friend, mentor, rival, romance."""
+    world_tick: _builtins.int
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def counterpart(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        ori: _common_pb2.OriRef | None = ...,
+        ori_is_minor: _builtins.bool = ...,
+        counterpart: _common_pb2.OriRef | None = ...,
+        counterpart_is_minor: _builtins.bool = ...,
+        edge_kind: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        world_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counterpart", b"counterpart", "ori", b"ori"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counterpart", b"counterpart", "counterpart_is_minor", b"counterpart_is_minor", "edge_kind", b"edge_kind", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "tags", b"tags", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeedRelationshipRequest: _TypeAlias = SeedRelationshipRequest  # noqa: Y015
+
+@_typing.final
+class SeedRelationshipResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEEDED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    EVENT_IDS_FIELD_NUMBER: _builtins.int
+    seeded: _builtins.bool
+    reason: _builtins.str
+    """"seeded", or why not (e.g. "minor-floor:romantic-edge", "policy:...", "policy-unavailable:...")."""
+    @_builtins.property
+    def event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        seeded: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        event_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_ids", b"event_ids", "reason", b"reason", "seeded", b"seeded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeedRelationshipResponse: _TypeAlias = SeedRelationshipResponse  # noqa: Y015

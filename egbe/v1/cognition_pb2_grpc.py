@@ -39,6 +39,36 @@ class CognitionServiceStub:
                 request_serializer=egbe_dot_v1_dot_cognition__pb2.ThinkRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_cognition__pb2.ThinkResponse.FromString,
                 _registered_method=True)
+        self.NegotiateObjective = channel.unary_unary(
+                '/egbe.v1.CognitionService/NegotiateObjective',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.NegotiateObjectiveRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.NegotiateObjectiveResponse.FromString,
+                _registered_method=True)
+        self.ObserveStewardExample = channel.unary_unary(
+                '/egbe.v1.CognitionService/ObserveStewardExample',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.ObserveStewardExampleRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.ObserveStewardExampleResponse.FromString,
+                _registered_method=True)
+        self.AdvanceGoalArc = channel.unary_unary(
+                '/egbe.v1.CognitionService/AdvanceGoalArc',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.AdvanceGoalArcRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.AdvanceGoalArcResponse.FromString,
+                _registered_method=True)
+        self.ResolveCrossroads = channel.unary_unary(
+                '/egbe.v1.CognitionService/ResolveCrossroads',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsResponse.FromString,
+                _registered_method=True)
+        self.AdvanceLifeArc = channel.unary_unary(
+                '/egbe.v1.CognitionService/AdvanceLifeArc',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcResponse.FromString,
+                _registered_method=True)
+        self.SeedRelationship = channel.unary_unary(
+                '/egbe.v1.CognitionService/SeedRelationship',
+                request_serializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipResponse.FromString,
+                _registered_method=True)
 
 
 class CognitionServiceServicer:
@@ -51,6 +81,54 @@ class CognitionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NegotiateObjective(self, request, context):
+        """The social layer. Each decides from the Ori's own values and writes every resulting state change
+        to the Ori's biography as events (returned by id) before answering; a refusal is surfaced, never
+        overridden. Enumerated words (modes, statuses, outcomes) are the social layer's lowercase names.
+        A steward offers an objective: accept / clarify / counter-offer / defer / refuse, and on acceptance
+        its execution mode (direct-tether, brief, standing-intent, free) with its squad-comms line.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ObserveStewardExample(self, request, context):
+        """Learning by example: a steward's demonstrated behaviour re-weights the Ori's values (never autonomy).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdvanceGoalArc(self, request, context):
+        """A session's effect on a goal arc (stages planned / active / blocked / completed / skipped).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveCrossroads(self, request, context):
+        """A crossroads: held open for a high-respect steward's counsel inside its window, else decided.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdvanceLifeArc(self, request, context):
+        """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+        legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeedRelationship(self, request, context):
+        """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+        minor protection allows it from each side (any failure blocks).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CognitionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +136,36 @@ def add_CognitionServiceServicer_to_server(servicer, server):
                     servicer.Think,
                     request_deserializer=egbe_dot_v1_dot_cognition__pb2.ThinkRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_cognition__pb2.ThinkResponse.SerializeToString,
+            ),
+            'NegotiateObjective': grpc.unary_unary_rpc_method_handler(
+                    servicer.NegotiateObjective,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.NegotiateObjectiveRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.NegotiateObjectiveResponse.SerializeToString,
+            ),
+            'ObserveStewardExample': grpc.unary_unary_rpc_method_handler(
+                    servicer.ObserveStewardExample,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.ObserveStewardExampleRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.ObserveStewardExampleResponse.SerializeToString,
+            ),
+            'AdvanceGoalArc': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdvanceGoalArc,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.AdvanceGoalArcRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.AdvanceGoalArcResponse.SerializeToString,
+            ),
+            'ResolveCrossroads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveCrossroads,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsResponse.SerializeToString,
+            ),
+            'AdvanceLifeArc': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdvanceLifeArc,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcResponse.SerializeToString,
+            ),
+            'SeedRelationship': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedRelationship,
+                    request_deserializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_cognition__pb2.SeedRelationshipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +195,168 @@ class CognitionService:
             '/egbe.v1.CognitionService/Think',
             egbe_dot_v1_dot_cognition__pb2.ThinkRequest.SerializeToString,
             egbe_dot_v1_dot_cognition__pb2.ThinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NegotiateObjective(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/NegotiateObjective',
+            egbe_dot_v1_dot_cognition__pb2.NegotiateObjectiveRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.NegotiateObjectiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ObserveStewardExample(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/ObserveStewardExample',
+            egbe_dot_v1_dot_cognition__pb2.ObserveStewardExampleRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.ObserveStewardExampleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdvanceGoalArc(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/AdvanceGoalArc',
+            egbe_dot_v1_dot_cognition__pb2.AdvanceGoalArcRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.AdvanceGoalArcResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveCrossroads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/ResolveCrossroads',
+            egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.ResolveCrossroadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdvanceLifeArc(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/AdvanceLifeArc',
+            egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.AdvanceLifeArcResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedRelationship(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionService/SeedRelationship',
+            egbe_dot_v1_dot_cognition__pb2.SeedRelationshipRequest.SerializeToString,
+            egbe_dot_v1_dot_cognition__pb2.SeedRelationshipResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,12 +33,54 @@ class CognitionServiceStub:
     def __new__(cls, channel: _aio.Channel) -> CognitionServiceAsyncStub: ...
     Think: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.ThinkRequest, _cognition_pb2.ThinkResponse]
     """Runs the five-stage pipeline for an admitted run; model calls go back through the gateway."""
+    NegotiateObjective: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.NegotiateObjectiveRequest, _cognition_pb2.NegotiateObjectiveResponse]
+    """The social layer. Each decides from the Ori's own values and writes every resulting state change
+    to the Ori's biography as events (returned by id) before answering; a refusal is surfaced, never
+    overridden. Enumerated words (modes, statuses, outcomes) are the social layer's lowercase names.
+    A steward offers an objective: accept / clarify / counter-offer / defer / refuse, and on acceptance
+    its execution mode (direct-tether, brief, standing-intent, free) with its squad-comms line.
+    """
+    ObserveStewardExample: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.ObserveStewardExampleRequest, _cognition_pb2.ObserveStewardExampleResponse]
+    """Learning by example: a steward's demonstrated behaviour re-weights the Ori's values (never autonomy)."""
+    AdvanceGoalArc: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.AdvanceGoalArcRequest, _cognition_pb2.AdvanceGoalArcResponse]
+    """A session's effect on a goal arc (stages planned / active / blocked / completed / skipped)."""
+    ResolveCrossroads: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.ResolveCrossroadsRequest, _cognition_pb2.ResolveCrossroadsResponse]
+    """A crossroads: held open for a high-respect steward's counsel inside its window, else decided."""
+    AdvanceLifeArc: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.AdvanceLifeArcRequest, _cognition_pb2.AdvanceLifeArcResponse]
+    """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+    legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+    """
+    SeedRelationship: _grpc.UnaryUnaryMultiCallable[_cognition_pb2.SeedRelationshipRequest, _cognition_pb2.SeedRelationshipResponse]
+    """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+    minor protection allows it from each side (any failure blocks).
+    """
 
 @_typing.type_check_only
 class CognitionServiceAsyncStub(CognitionServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Think: _aio.UnaryUnaryMultiCallable[_cognition_pb2.ThinkRequest, _cognition_pb2.ThinkResponse]  # type: ignore[assignment]
     """Runs the five-stage pipeline for an admitted run; model calls go back through the gateway."""
+    NegotiateObjective: _aio.UnaryUnaryMultiCallable[_cognition_pb2.NegotiateObjectiveRequest, _cognition_pb2.NegotiateObjectiveResponse]  # type: ignore[assignment]
+    """The social layer. Each decides from the Ori's own values and writes every resulting state change
+    to the Ori's biography as events (returned by id) before answering; a refusal is surfaced, never
+    overridden. Enumerated words (modes, statuses, outcomes) are the social layer's lowercase names.
+    A steward offers an objective: accept / clarify / counter-offer / defer / refuse, and on acceptance
+    its execution mode (direct-tether, brief, standing-intent, free) with its squad-comms line.
+    """
+    ObserveStewardExample: _aio.UnaryUnaryMultiCallable[_cognition_pb2.ObserveStewardExampleRequest, _cognition_pb2.ObserveStewardExampleResponse]  # type: ignore[assignment]
+    """Learning by example: a steward's demonstrated behaviour re-weights the Ori's values (never autonomy)."""
+    AdvanceGoalArc: _aio.UnaryUnaryMultiCallable[_cognition_pb2.AdvanceGoalArcRequest, _cognition_pb2.AdvanceGoalArcResponse]  # type: ignore[assignment]
+    """A session's effect on a goal arc (stages planned / active / blocked / completed / skipped)."""
+    ResolveCrossroads: _aio.UnaryUnaryMultiCallable[_cognition_pb2.ResolveCrossroadsRequest, _cognition_pb2.ResolveCrossroadsResponse]  # type: ignore[assignment]
+    """A crossroads: held open for a high-respect steward's counsel inside its window, else decided."""
+    AdvanceLifeArc: _aio.UnaryUnaryMultiCallable[_cognition_pb2.AdvanceLifeArcRequest, _cognition_pb2.AdvanceLifeArcResponse]  # type: ignore[assignment]
+    """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+    legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+    """
+    SeedRelationship: _aio.UnaryUnaryMultiCallable[_cognition_pb2.SeedRelationshipRequest, _cognition_pb2.SeedRelationshipResponse]  # type: ignore[assignment]
+    """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+    minor protection allows it from each side (any failure blocks).
+    """
 
 class CognitionServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -48,5 +90,62 @@ class CognitionServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_cognition_pb2.ThinkResponse, _abc.Awaitable[_cognition_pb2.ThinkResponse]]:
         """Runs the five-stage pipeline for an admitted run; model calls go back through the gateway."""
+
+    @_abc_1.abstractmethod
+    def NegotiateObjective(
+        self,
+        request: _cognition_pb2.NegotiateObjectiveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.NegotiateObjectiveResponse, _abc.Awaitable[_cognition_pb2.NegotiateObjectiveResponse]]:
+        """The social layer. Each decides from the Ori's own values and writes every resulting state change
+        to the Ori's biography as events (returned by id) before answering; a refusal is surfaced, never
+        overridden. Enumerated words (modes, statuses, outcomes) are the social layer's lowercase names.
+        A steward offers an objective: accept / clarify / counter-offer / defer / refuse, and on acceptance
+        its execution mode (direct-tether, brief, standing-intent, free) with its squad-comms line.
+        """
+
+    @_abc_1.abstractmethod
+    def ObserveStewardExample(
+        self,
+        request: _cognition_pb2.ObserveStewardExampleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.ObserveStewardExampleResponse, _abc.Awaitable[_cognition_pb2.ObserveStewardExampleResponse]]:
+        """Learning by example: a steward's demonstrated behaviour re-weights the Ori's values (never autonomy)."""
+
+    @_abc_1.abstractmethod
+    def AdvanceGoalArc(
+        self,
+        request: _cognition_pb2.AdvanceGoalArcRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.AdvanceGoalArcResponse, _abc.Awaitable[_cognition_pb2.AdvanceGoalArcResponse]]:
+        """A session's effect on a goal arc (stages planned / active / blocked / completed / skipped)."""
+
+    @_abc_1.abstractmethod
+    def ResolveCrossroads(
+        self,
+        request: _cognition_pb2.ResolveCrossroadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.ResolveCrossroadsResponse, _abc.Awaitable[_cognition_pb2.ResolveCrossroadsResponse]]:
+        """A crossroads: held open for a high-respect steward's counsel inside its window, else decided."""
+
+    @_abc_1.abstractmethod
+    def AdvanceLifeArc(
+        self,
+        request: _cognition_pb2.AdvanceLifeArcRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.AdvanceLifeArcResponse, _abc.Awaitable[_cognition_pb2.AdvanceLifeArcResponse]]:
+        """A lived session's effect on the life arc (awakening → practicing → contributing → mentoring →
+        legacy), paced by flourishing against the Ori's own values; obedience is recorded, never scored.
+        """
+
+    @_abc_1.abstractmethod
+    def SeedRelationship(
+        self,
+        request: _cognition_pb2.SeedRelationshipRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cognition_pb2.SeedRelationshipResponse, _abc.Awaitable[_cognition_pb2.SeedRelationshipResponse]]:
+        """The catalyst: seed a relationship edge on both Ori's streams, only after the policy service's
+        minor protection allows it from each side (any failure blocks).
+        """
 
 def add_CognitionServiceServicer_to_server(servicer: CognitionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -5,6 +5,7 @@ Moirai, the deterministic per-tick scheduler co-located with a world server."""
 
 from collections import abc as _abc
 from egbe.v1 import action_pb2 as _action_pb2
+from egbe.v1 import biography_pb2 as _biography_pb2
 from egbe.v1 import common_pb2 as _common_pb2
 from egbe.v1 import perception_pb2 as _perception_pb2
 from google.protobuf import descriptor as _descriptor
@@ -536,10 +537,15 @@ class TickLogConfig(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _builtins.int
     CANONICAL_JSON_FIELD_NUMBER: _builtins.int
     CORE_FIELD_NUMBER: _builtins.int
+    METHODS_LIBRARY_VERSION_FIELD_NUMBER: _builtins.int
     canonical_json: _builtins.str
     """Canonical JSON of the kernel configuration (what the fingerprint covers)."""
     core: _builtins.str
     """The core that recorded ("c" or "numpy"); replay may use either, they are bit-identical."""
+    methods_library_version: _builtins.str
+    """library_version of the behaviour layer's HTN method file (the fingerprint also covers its
+    content); empty when no behaviour layer ran.
+    """
     @_builtins.property
     def fingerprint(self) -> _common_pb2.ConfigFingerprint: ...
     def __init__(
@@ -548,10 +554,11 @@ class TickLogConfig(_message.Message):
         fingerprint: _common_pb2.ConfigFingerprint | None = ...,
         canonical_json: _builtins.str = ...,
         core: _builtins.str = ...,
+        methods_library_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fingerprint", b"fingerprint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["canonical_json", b"canonical_json", "core", b"core", "fingerprint", b"fingerprint"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canonical_json", b"canonical_json", "core", b"core", "fingerprint", b"fingerprint", "methods_library_version", b"methods_library_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -566,8 +573,13 @@ class TickLogTick(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     MERGED_RESULTS_FIELD_NUMBER: _builtins.int
     RESULT_SHA256_FIELD_NUMBER: _builtins.int
+    COGNITION_UNAVAILABLE_TIERS_FIELD_NUMBER: _builtins.int
     result_sha256: _builtins.bytes
     """SHA-256 of the TickResult serialized deterministically with the measured elapsed time zeroed."""
+    cognition_unavailable_tiers: _builtins.int
+    """Bit t set = cognition tier t was unavailable, killed or over budget for this tick (the
+    dispatcher's view), so arbitration kept those agents on their behaviour trees.
+    """
     @_builtins.property
     def batch(self) -> _perception_pb2.PerceptionBatch: ...
     @_builtins.property
@@ -580,10 +592,11 @@ class TickLogTick(_message.Message):
         batch: _perception_pb2.PerceptionBatch | None = ...,
         merged_results: _abc.Iterable[_action_pb2.ActionIntent] | None = ...,
         result_sha256: _builtins.bytes = ...,
+        cognition_unavailable_tiers: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "merged_results", b"merged_results", "result_sha256", b"result_sha256"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "cognition_unavailable_tiers", b"cognition_unavailable_tiers", "merged_results", b"merged_results", "result_sha256", b"result_sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -630,6 +643,7 @@ class KernelSnapshot(_message.Message):
     TENANT_IDS_FIELD_NUMBER: _builtins.int
     ARRAYS_FIELD_NUMBER: _builtins.int
     BEHAVIOR_ARRAYS_FIELD_NUMBER: _builtins.int
+    PENDING_FRAGMENTS_FIELD_NUMBER: _builtins.int
     world_id: _builtins.str
     last_tick: _builtins.int
     """The last tick applied; 0 with has_ticked false before the first tick."""
@@ -642,6 +656,10 @@ class KernelSnapshot(_message.Message):
     def arrays(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedArray]: ...
     @_builtins.property
     def behavior_arrays(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamedArray]: ...
+    @_builtins.property
+    def pending_fragments(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingFragments]:
+        """Consolidation fragments accumulated and not yet handed over, by slot."""
+
     def __init__(
         self,
         *,
@@ -652,14 +670,46 @@ class KernelSnapshot(_message.Message):
         tenant_ids: _abc.Iterable[_builtins.str] | None = ...,
         arrays: _abc.Iterable[Global___NamedArray] | None = ...,
         behavior_arrays: _abc.Iterable[Global___NamedArray] | None = ...,
+        pending_fragments: _abc.Iterable[Global___PendingFragments] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrays", b"arrays", "behavior_arrays", b"behavior_arrays", "has_ticked", b"has_ticked", "last_tick", b"last_tick", "ori_ids", b"ori_ids", "tenant_ids", b"tenant_ids", "world_id", b"world_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrays", b"arrays", "behavior_arrays", b"behavior_arrays", "has_ticked", b"has_ticked", "last_tick", b"last_tick", "ori_ids", b"ori_ids", "pending_fragments", b"pending_fragments", "tenant_ids", b"tenant_ids", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___KernelSnapshot: _TypeAlias = KernelSnapshot  # noqa: Y015
+
+@_typing.final
+class PendingFragments(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOT_FIELD_NUMBER: _builtins.int
+    FRAGMENTS_FIELD_NUMBER: _builtins.int
+    ELIDED_FIELD_NUMBER: _builtins.int
+    NEXT_SEQUENCE_FIELD_NUMBER: _builtins.int
+    slot: _builtins.int
+    elided: _builtins.int
+    """Fragments dropped (oldest first) because the per-agent bound was reached."""
+    next_sequence: _builtins.int
+    """Sequence number of the next fragment, so fragment ids stay unique across hand-overs."""
+    @_builtins.property
+    def fragments(self) -> _containers.RepeatedCompositeFieldContainer[_biography_pb2.ConsolidationFragment]: ...
+    def __init__(
+        self,
+        *,
+        slot: _builtins.int = ...,
+        fragments: _abc.Iterable[_biography_pb2.ConsolidationFragment] | None = ...,
+        elided: _builtins.int = ...,
+        next_sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["elided", b"elided", "fragments", b"fragments", "next_sequence", b"next_sequence", "slot", b"slot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingFragments: _TypeAlias = PendingFragments  # noqa: Y015
 
 @_typing.final
 class ReplayTicksRequest(_message.Message):

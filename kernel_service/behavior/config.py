@@ -66,3 +66,13 @@ class BehaviorConfig(BaseModel):
         le=8,
         description="Episode mood decays by 1/2**shift per decision, so a loss fades over a few dozen ticks.",
     )
+    escalation_cooldown_ticks: int = Field(
+        default=2_400,
+        ge=1,
+        le=2**32,
+        description=(
+            "After arbitration escalates an Ori to cognition it stays on its tree/plan this many ticks "
+            "(2 game-minutes at 20 Hz) before it may escalate again; first escalations are staggered by "
+            "slot over one such window."
+        ),
+    )

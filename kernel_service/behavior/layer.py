@@ -9,6 +9,7 @@ Deterministic: no clock, no RNG; `snapshot`/`restore` carry every per-agent arra
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, kernel_pb2
+from kernel_service.behavior.arbitration import Arbitration, arbitrate_rows
 from kernel_service.behavior.compiled_plans import NO_METHOD, CompiledMethods
 from kernel_service.behavior.config import BehaviorConfig
 from kernel_service.behavior.emotion import (
@@ -39,12 +41,16 @@ from kernel_service.behavior.vocabulary import (
     GoalFamily,
     Routine,
 )
-from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals
+from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals, Escalations
 from services.errors import FieldViolation, InvalidArgument
+from services.fingerprint import fingerprint
 
 BP = 10_000
 QUIRK_SEPARATOR = "\x1f"
 Index = slice | NDArray[np.intp]
+# A rising edge of these perception flags is novelty: the Ori meets something its tree was not
+# evaluated for, so arbitration escalates it to cognition (once per cooldown).
+NOVELTY_FLAGS = THREAT_FLAG | MINOR_PRESENT_FLAG
 
 # name -> (dtype, leading shape) of every per-agent array, shaped (*leading, capacity): a profile's
 # trait axis or value domain is one contiguous row, so gathered columns stay contiguous too.
@@ -77,6 +83,10 @@ _ARRAYS: dict[str, tuple[type[np.generic], tuple[int, ...]]] = {
     "plan_method": (np.int16, ()),
     "plan_cursor": (np.int32, ()),
     "plan_priority": (np.uint16, ()),
+    # Arbitration: a situation the Ori had not seen appeared since its last arbitration, and the
+    # earliest tick it may escalate to cognition again.
+    "novel": (np.bool_, ()),
+    "escalate_after": (np.uint64, ()),
 }
 
 
@@ -166,6 +176,8 @@ class PersonalityBehaviorLayer:
     plan_method: NDArray[np.int16]
     plan_cursor: NDArray[np.int32]
     plan_priority: NDArray[np.uint16]
+    novel: NDArray[np.bool_]
+    escalate_after: NDArray[np.uint64]
 
     # --- BehaviorLayer -------------------------------------------------------------------------
 
@@ -190,6 +202,9 @@ class PersonalityBehaviorLayer:
             for domain, weight in profile.values.items():
                 self.values[domain, slot] = weight
             self.vocation_ref[slot] = profile.vocation_ref
+            # Stagger first escalations over one cooldown, so a population registered together
+            # does not call cognition on the same tick.
+            self.escalate_after[slot] = slot % self.config.escalation_cooldown_ticks
             self.minor[slot] = profile.minor
             self._quirks[slot] = profile.quirks
 
@@ -234,6 +249,50 @@ class PersonalityBehaviorLayer:
         self.plan_cursor[idx] = np.where(
             use_plan, np.where(advanced >= self.methods.length[known], 0, advanced), cursor
         )
+
+    def arbitrate(
+        self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
+    ) -> Escalations:
+        """Novelty or no structured goal, or a goal no method decomposes, escalates an `eligible` row
+        when cognition is available and the Ori's cooldown has passed; otherwise it keeps the
+        tree/plan `decide` gave it. Novelty is consumed for every row either way: a moment that
+        passed while cognition was down (or while the Ori was in a tier that does not escalate) is
+        history, not a reason to call later."""
+        if len(slots) == 0:
+            return Escalations(slots, np.zeros(0, dtype=np.uint8))
+        idx = _index(slots)
+        novelty = self.novel[idx]
+        has_goal = self.goal[idx] != 0
+        verdict = arbitrate_rows(
+            np.full(len(slots), cognition_available),
+            novelty,
+            has_goal,
+            self.plan_method[idx] != NO_METHOD,
+        )
+        self.novel[idx] = False
+        escalate = (
+            eligible & (verdict == Arbitration.COGNITION) & (self.escalate_after[idx] <= np.uint64(tick))
+        )
+        chosen = slots[escalate]
+        self.escalate_after[chosen] = np.uint64(tick + self.config.escalation_cooldown_ticks)
+        causes = np.where(
+            novelty[escalate],
+            action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY,
+            np.where(
+                has_goal[escalate],
+                action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD,
+                action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL,
+            ),
+        ).astype(np.uint8)
+        return Escalations(chosen, causes)
+
+    def fingerprint_inputs(self) -> Mapping[str, str]:
+        """The library's declared version and a digest of its content: an edit that forgot to bump
+        `library_version` still changes the kernel's fingerprint."""
+        return {
+            "library_version": self.library.library_version,
+            "content_fnv1a64": fingerprint(dataclasses.asdict(self.library)),
+        }
 
     def snapshot(self) -> Mapping[str, NDArray[np.generic]]:
         """One-dimensional arrays (the kernel's snapshot format); 2-D ones are flattened row-major."""
@@ -320,6 +379,7 @@ class PersonalityBehaviorLayer:
         goal_in: NDArray[np.uint32],
     ) -> None:
         cfg = self.config
+        self.novel[rows] |= self.evaluated[rows] & ((flags & ~self.seen_flags[rows] & NOVELTY_FLAGS) != 0)
         emotion = evaluate_emotions(
             MoodRows(self.mood_valence[rows], self.mood_arousal[rows], self.grief[rows]), needs, fatigue, cfg
         )

@@ -50,7 +50,9 @@ async def harness() -> AsyncIterator[Harness]:
             dial=channel_opener(SETTINGS),
         )
         servicer = CognitionServicer(
-            SETTINGS.cognition, lambda: Peers(gateway, real_policy.peers().policy, biography)
+            SETTINGS.cognition,
+            lambda: Peers(gateway, real_policy.peers().policy, biography),
+            lambda: real_policy.social(SETTINGS.cognition.social),
         )
         bundle = ServiceBundle(
             "cognition", [(cognition_pb2_grpc.add_CognitionServiceServicer_to_server, servicer)], METHOD_ROLES

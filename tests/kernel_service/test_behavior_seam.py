@@ -58,7 +58,7 @@ def test_replay_with_the_behaviour_layer_is_byte_identical(tmp_path: Path) -> No
     agents, log = 60, tmp_path / "ticks.log"
     config = KernelConfig()
     kernel = Kernel(config, select_core("c"), PersonalityBehaviorLayer())
-    writer = TickLogWriter(log, config, "c", snapshot_every_ticks=7)
+    writer = TickLogWriter(log, kernel, snapshot_every_ticks=7)
     request = kernel_pb2.RegisterAgentsRequest(world_id=WORLD, agents=registrations(agents))
     kernel.register(request.world_id, request.agents)
     writer.record_registration(request)

@@ -66,3 +66,36 @@ async def test_a_gateway_that_never_answers_never_delays_a_tick() -> None:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_without_a_gateway_every_tier_is_unavailable_to_arbitration() -> None:
+    assert Dispatcher().unavailable_tiers() == 0b1110  # Clotho, Lachesis and Atropos bits
+
+
+async def test_an_unreachable_gateway_makes_every_tier_unavailable() -> None:
+    hung: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hung.append(writer)
+
+    server = await asyncio.start_server(accept_and_stall, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    dispatcher = Dispatcher(
+        gateway_target=f"127.0.0.1:{port}", call_timeout_seconds=0.2, dial=channel_opener(load_settings())
+    )
+    await dispatcher.start()
+    try:
+        assert dispatcher.unavailable_tiers() == 0  # configured and not yet failing: available
+        dispatcher.offer(make_kernel(2).tick(clotho_batch(1, 2)))  # type: ignore[arg-type]
+        for _ in range(100):
+            if dispatcher.stats.failures:
+                break
+            await asyncio.sleep(0.05)
+        assert dispatcher.stats.failures > 0
+        assert dispatcher.unavailable_tiers() == 0b1110
+    finally:
+        await dispatcher.close()
+        for writer in hung:
+            writer.close()
+        server.close()
+        await server.wait_closed()

@@ -49,7 +49,7 @@ def scripted_batches(ticks: int) -> list[tuple[object, list[action_pb2.ActionInt
 def record(path: Path, core: str, ticks: int) -> list[bytes]:
     config = KernelConfig()
     kernel = Kernel(config, select_core(core))
-    writer = TickLogWriter(path, config, core, snapshot_every_ticks=10)
+    writer = TickLogWriter(path, kernel, snapshot_every_ticks=10)
     request = kernel_pb2.RegisterAgentsRequest(world_id=WORLD, agents=registrations(AGENTS))
     kernel.register(request.world_id, request.agents)
     writer.record_registration(request)
@@ -73,7 +73,7 @@ def test_replay_reproduces_every_output_byte_for_byte(
     assert report.identical
     assert report.ticks == 45
     assert report.snapshots_checked == 4
-    assert report.fingerprint == KernelConfig().fingerprint().fnv1a64
+    assert report.fingerprint == Kernel(KernelConfig(), select_core(recorded_on)).fingerprint.fnv1a64
     kinds = [r.WhichOneof("entry") for r in read_records(log)]
     assert kinds[:2] == ["config", "registration"]
 

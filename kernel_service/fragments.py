@@ -1,0 +1,241 @@
+"""Pending consolidation fragments: what happened to an Ori while it held a higher tier.
+
+The seed's de-escalation hands the biography the fine-grained state an Ori accumulated at high
+fidelity, to be folded into durable events with a no-state-loss report. The kernel keeps, per agent
+above Atropos, the sparse moments worth remembering: cognition results merged, loop/drift guard
+stamps, and (for Clotho agents) each change of the action it took, each with its tick. A
+consolidation request carries them and clears them. Bounded per agent (oldest dropped first, and
+the hand-over says how many), deterministic (a function of the tick's inputs and state), and part of
+the kernel snapshot.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from google.protobuf import json_format
+from numpy.typing import NDArray
+
+from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
+from kernel_service.agent_state import GUARD_BIT_REPEATED_ACTION, GUARD_BIT_STALE_GOAL
+from services.errors import FieldViolation
+
+FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
+# Enum names by number, looked up per fragment on the tick path (cheaper than Enum.Name).
+_ACTION: dict[int, str] = {value: name for name, value in action_pb2.ActionKind.items()}
+_SOURCE: dict[int, str] = {value: name for name, value in action_pb2.ActionSource.items()}
+_TIER: dict[int, str] = {value: name for name, value in common_pb2.CognitionTier.items()}
+
+
+# (sequence, event kind, world tick, payload): kept as plain values on the tick path; protobuf
+# fragments are built only when handed over or snapshotted.
+Moment = tuple[int, int, int, dict[str, Any]]
+
+
+def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
+    sequence, kind, tick, payload = moment
+    fragment = biography_pb2.ConsolidationFragment(
+        fragment_id=f"{ori_id}:fragment:{sequence}",
+        kind=biography_pb2.OriEventKind.ValueType(kind),
+        world_tick=tick,
+    )
+    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **payload})
+    return fragment
+
+
+def _moment(fragment: biography_pb2.ConsolidationFragment) -> Moment:
+    payload = json_format.MessageToDict(fragment.payload)
+    payload.pop("schema", None)
+    sequence = int(fragment.fragment_id.rsplit(":", 1)[1])
+    return sequence, fragment.kind, fragment.world_tick, payload
+
+
+class _Pending:
+    """One agent's moments awaiting hand-over."""
+
+    __slots__ = ("elided", "moments", "next_sequence")
+
+    def __init__(self, limit: int) -> None:
+        self.moments: deque[Moment] = deque(maxlen=limit)
+        self.elided = 0
+        self.next_sequence = 0
+
+
+class FragmentStore:
+    """Per-slot bounded fragment queues; slots with nothing pending hold no entry."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._pending: dict[int, _Pending] = {}
+
+    def __len__(self) -> int:
+        return sum(len(p.moments) for p in self._pending.values())
+
+    def pending(self, slot: int, ori_id: str) -> list[biography_pb2.ConsolidationFragment]:
+        """A slot's fragments as they would be handed over now (without the elided note)."""
+        entry = self._pending.get(slot)
+        return [_fragment(ori_id, moment) for moment in entry.moments] if entry else []
+
+    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any]) -> None:
+        entry = self._pending.get(slot)
+        if entry is None:
+            entry = self._pending[slot] = _Pending(self.limit)
+        if len(entry.moments) == self.limit:
+            entry.elided += 1
+        entry.moments.append((entry.next_sequence, kind, tick, payload))
+        entry.next_sequence += 1
+
+    def record_merged(
+        self, tick: int, results: Sequence[action_pb2.ActionIntent], tiers: NDArray[np.uint8]
+    ) -> None:
+        """A cognition result merged into an Ori above Atropos is a decision it made at high fidelity."""
+        for intent in results:
+            tier = int(tiers[intent.slot])
+            if tier == common_pb2.COGNITION_TIER_ATROPOS:
+                continue
+            kind = _ACTION[intent.kind]
+            payload: dict[str, Any] = {
+                "text": f"decided {kind} by cognition",
+                "template": True,
+                "moment": "cognition-result",
+                "action_kind": kind,
+                "goal_ref": intent.goal_ref,
+                "priority": intent.priority,
+                "tier": _TIER[tier],
+            }
+            run_id = intent.payload.fields.get("run_id") if intent.HasField("payload") else None
+            if run_id is not None and run_id.string_value:
+                payload["run_id"] = run_id.string_value
+            self._add(intent.slot, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, tick, payload)
+
+    def record_guards(
+        self, tick: int, slots: NDArray[np.uint32], bits: NDArray[np.uint8], tiers: NDArray[np.uint8]
+    ) -> None:
+        """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself."""
+        for slot, guard in zip(slots.tolist(), bits.tolist(), strict=True):
+            tier = int(tiers[slot])
+            if tier == common_pb2.COGNITION_TIER_ATROPOS:
+                continue
+            guards = [
+                name
+                for bit, name in (
+                    (GUARD_BIT_REPEATED_ACTION, "repeated-action"),
+                    (GUARD_BIT_STALE_GOAL, "stale-goal"),
+                )
+                if guard & bit
+            ]
+            self._add(
+                slot,
+                biography_pb2.ORI_EVENT_KIND_REFLECTED,
+                tick,
+                {
+                    "text": f"caught itself: {', '.join(guards)}",
+                    "template": True,
+                    "moment": "guard",
+                    "guards": guards,
+                    "tier": _TIER[tier],
+                },
+            )
+
+    def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
+        """Each change of a Clotho agent's answered action (the kernel passes only those slots)."""
+        for slot, kind, source, goal, priority in zip(
+            slots.tolist(),
+            fields["out_kind"][slots].tolist(),
+            fields["out_source"][slots].tolist(),
+            fields["out_goal_ref"][slots].tolist(),
+            fields["out_priority"][slots].tolist(),
+            strict=True,
+        ):
+            name = _ACTION[kind]
+            self._add(
+                slot,
+                biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
+                tick,
+                {
+                    "text": f"acted: {name}",
+                    "template": True,
+                    "moment": "action",
+                    "action_kind": name,
+                    "source": _SOURCE[source],
+                    "goal_ref": goal,
+                    "priority": priority,
+                    "tier": _TIER[common_pb2.COGNITION_TIER_CLOTHO],
+                },
+            )
+
+    def take(self, slot: int, ori_id: str, tick: int) -> list[biography_pb2.ConsolidationFragment]:
+        """Hand over and clear a slot's fragments; a leading fragment names any dropped to the bound."""
+        entry = self._pending.pop(slot, None)
+        if entry is None:
+            return []
+        fragments = [_fragment(ori_id, moment) for moment in entry.moments]
+        if entry.elided:
+            elided = biography_pb2.ConsolidationFragment(
+                fragment_id=f"{ori_id}:elided:{entry.next_sequence}",
+                kind=biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
+                world_tick=fragments[0].world_tick if fragments else tick,
+            )
+            elided.payload.update(
+                {
+                    "schema": FRAGMENT_SCHEMA,
+                    "text": f"{entry.elided} earlier moments at this tier were not kept",
+                    "template": True,
+                    "moment": "elided",
+                    "elided": entry.elided,
+                    "bound": self.limit,
+                }
+            )
+            fragments.insert(0, elided)
+        # The sequence survives the hand-over so ids stay unique for the Ori's next stint.
+        if entry.next_sequence:
+            self._pending[slot] = _Pending(self.limit)
+            self._pending[slot].next_sequence = entry.next_sequence
+        return fragments
+
+    def snapshot(self, ori_ids: Sequence[str]) -> list[kernel_pb2.PendingFragments]:
+        return [
+            kernel_pb2.PendingFragments(
+                slot=slot,
+                fragments=[_fragment(ori_ids[slot], moment) for moment in p.moments],
+                elided=p.elided,
+                next_sequence=p.next_sequence,
+            )
+            for slot, p in sorted(self._pending.items())
+        ]
+
+    def restore_violations(
+        self, entries: Sequence[kernel_pb2.PendingFragments], agents: int
+    ) -> list[FieldViolation]:
+        """What keeps a snapshot's pending fragments from fitting a population of `agents`."""
+        violations = []
+        seen: set[int] = set()
+        for index, entry in enumerate(entries):
+            field = f"snapshot.pending_fragments[{index}]"
+            if entry.slot >= agents or entry.slot in seen:
+                violations.append(FieldViolation(f"{field}.slot", f"unknown or repeated slot {entry.slot}"))
+            if len(entry.fragments) > self.limit:
+                violations.append(FieldViolation(f"{field}.fragments", f"holds more than {self.limit}"))
+            for i, fragment in enumerate(entry.fragments):
+                sequence = fragment.fragment_id.rsplit(":", 1)[-1]
+                if not sequence.isdigit() or int(sequence) >= entry.next_sequence:
+                    violations.append(
+                        FieldViolation(
+                            f"{field}.fragments[{i}].fragment_id", "not a fragment this kernel numbered"
+                        )
+                    )
+            seen.add(entry.slot)
+        return violations
+
+    def restore(self, entries: Sequence[kernel_pb2.PendingFragments]) -> None:
+        """Inverse of snapshot; the caller checked `restore_violations` first."""
+        self._pending = {}
+        for entry in entries:
+            pending = _Pending(self.limit)
+            pending.moments.extend(_moment(fragment) for fragment in entry.fragments)
+            pending.elided = entry.elided
+            pending.next_sequence = entry.next_sequence
+            self._pending[entry.slot] = pending

@@ -1,0 +1,126 @@
+"""Pending consolidation fragments: gathered while an Ori is above Atropos, handed over on de-escalation."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import struct_pb2
+
+from egbe.v1 import action_pb2, biography_pb2, common_pb2
+from kernel_service.config import KernelConfig
+from kernel_service.kernel import Kernel
+from kernel_service.tick_core import select_core
+from kernel_service.tick_log import deterministic_digest
+from services.errors import InvalidArgument
+from tests.kernel_service.frames import frame, make_kernel, rows
+
+GRACE = 4
+CONFIG = KernelConfig(deescalation_grace_ticks=GRACE, transition_damping_ticks=0)
+
+
+def on_screen(tick: int, agents: int) -> object:
+    return rows(tick, [frame(slot, on_screen=True, player_nearby_in_world=True) for slot in range(agents)])
+
+
+def off_screen(tick: int, agents: int) -> object:
+    return rows(tick, [frame(slot, player_nearby_in_world=True) for slot in range(agents)])
+
+
+def said(slot: int, run_id: str) -> action_pb2.ActionIntent:
+    payload = struct_pb2.Struct()
+    payload.update({"run_id": run_id})
+    return action_pb2.ActionIntent(
+        slot=slot, kind=action_pb2.ACTION_KIND_SAY, goal_ref=9, priority=6_000, payload=payload
+    )
+
+
+def consolidations(result: action_pb2.TickResult) -> list[action_pb2.LifecycleRequest]:
+    return [r for r in result.lifecycle if r.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE]
+
+
+def run_stint(kernel: Kernel, first_tick: int, agents: int) -> tuple[int, list[action_pb2.LifecycleRequest]]:
+    """Clotho for 8 ticks with three identical cognition answers to slot 0, then walk off screen."""
+    tick = first_tick
+    for offset in range(8):
+        merged = [said(0, f"run-{tick}")] if offset in (1, 2, 3) else []
+        kernel.tick(on_screen(tick, agents), merged)  # type: ignore[arg-type]
+        tick += 1
+    while True:
+        result = kernel.tick(off_screen(tick, agents))  # type: ignore[arg-type]
+        tick += 1
+        if found := consolidations(result):
+            return tick, found
+
+
+def test_de_escalation_hands_over_what_happened_at_the_higher_tier_once() -> None:
+    kernel = make_kernel(2, "c", CONFIG)
+    tick, handed = run_stint(kernel, 1, 2)
+    request = next(r for r in handed if r.slot == 0)
+    assert request.from_tier == common_pb2.COGNITION_TIER_CLOTHO
+    moments = [f.payload["moment"] for f in request.fragments]
+    assert moments.count("cognition-result") == 3
+    assert "guard" in moments  # three identical cognition answers in a row tripped the loop guard
+    assert "action" in moments
+    merged = [f for f in request.fragments if f.payload["moment"] == "cognition-result"]
+    assert [f.payload["run_id"] for f in merged] == ["run-2", "run-3", "run-4"]
+    assert [f.world_tick for f in merged] == [2, 3, 4]
+    assert all(f.kind == biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED for f in merged)
+    guard = next(f for f in request.fragments if f.payload["moment"] == "guard")
+    assert guard.kind == biography_pb2.ORI_EVENT_KIND_REFLECTED
+    assert list(guard.payload["guards"]) == ["repeated-action"]
+    ticks = [f.world_tick for f in request.fragments]
+    assert ticks == sorted(ticks)
+    assert len({f.fragment_id for f in request.fragments}) == len(request.fragments)
+    assert kernel.fragments.pending(0, "ori-0") == []
+    # The next stint hands over only its own moments, with ids that never repeat the first stint's.
+    _, again = run_stint(kernel, tick, 2)
+    second = next(r for r in again if r.slot == 0)
+    assert {f.world_tick for f in second.fragments} >= {tick + 1}
+    assert min(f.world_tick for f in second.fragments) >= tick
+    assert not {f.fragment_id for f in second.fragments} & {f.fragment_id for f in request.fragments}
+
+
+def test_the_per_agent_bound_keeps_the_latest_and_names_how_many_were_dropped() -> None:
+    kernel = make_kernel(1, "numpy", CONFIG.model_copy(update={"max_pending_fragments": 3}))
+    _, handed = run_stint(kernel, 1, 1)
+    (request,) = handed
+    elided, *kept = request.fragments
+    assert elided.payload["moment"] == "elided"
+    assert elided.payload["bound"] == 3
+    assert len(kept) == 3
+    assert elided.payload["elided"] >= 1
+    assert [f.world_tick for f in kept] == sorted(f.world_tick for f in kept)
+
+
+def test_pending_fragments_survive_snapshot_and_restore() -> None:
+    agents = 2
+    original = make_kernel(agents, "c", CONFIG)
+    for tick in range(1, 6):
+        original.tick(on_screen(tick, agents), [said(0, f"run-{tick}")] if tick == 3 else [])  # type: ignore[arg-type]
+    assert original.fragments.pending(0, "ori-0")
+    restored = Kernel(CONFIG, select_core("numpy"))
+    restored.restore(original.snapshot())
+    assert restored.fragments.pending(0, "ori-0") == original.fragments.pending(0, "ori-0")
+    for tick in range(6, 6 + GRACE + 4):
+        a = original.tick(off_screen(tick, agents))  # type: ignore[arg-type]
+        b = restored.tick(off_screen(tick, agents))  # type: ignore[arg-type]
+        assert deterministic_digest(a) == deterministic_digest(b)
+        if consolidations(a):
+            assert consolidations(a)[0].fragments == consolidations(b)[0].fragments
+            break
+    else:
+        raise AssertionError("the Ori never de-escalated")
+    snapshot = original.snapshot()
+    snapshot.pending_fragments.add(slot=agents + 5)
+    with pytest.raises(InvalidArgument) as refused:
+        Kernel(CONFIG, select_core("numpy")).restore(snapshot)
+    assert (
+        refused.value.violations[0].field
+        == f"snapshot.pending_fragments[{len(snapshot.pending_fragments) - 1}].slot"
+    )
+
+
+def test_an_ori_that_stays_at_atropos_gathers_nothing() -> None:
+    kernel = make_kernel(3, "numpy", CONFIG)
+    for tick in range(1, 30):
+        kernel.tick(rows(tick, [frame(slot) for slot in range(3)]), [said(1, "far")])  # type: ignore[arg-type]
+    assert len(kernel.fragments) == 0
