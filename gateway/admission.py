@@ -245,6 +245,7 @@ class CognitionGateway:
             run_id,
             input_tokens=input_tokens,
             max_output_tokens=request.max_output_tokens,
+            tool_grants=request.tool_grants,
             now_ms=self._now_ms(),
         )
         if isinstance(grant, ControlRefusal):
@@ -341,7 +342,7 @@ class CognitionGateway:
             raise InvalidArgument.field("run_id", "must name an admitted run")
         if not tool_name:
             raise InvalidArgument.field("tool_name", "must be set")
-        counted = await self.store.count_tool_call(run_id, now_ms=self._now_ms())
+        counted = await self.store.count_tool_call(run_id, tool_name, now_ms=self._now_ms())
         if isinstance(counted, ControlRefusal):
             self.inflight.apply(counted.control)
             raise _aborted(counted.control)

@@ -30,7 +30,14 @@ from gateway.records import (
     Spend,
     TierSpend,
 )
-from services.errors import Aborted, FailedPrecondition, FieldViolation, NotFound, ResourceExhausted
+from services.errors import (
+    Aborted,
+    FailedPrecondition,
+    FieldViolation,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 
 T = TypeVar("T")
 ItemT = TypeVar("ItemT")
@@ -61,7 +68,8 @@ class ControlRefusal:
 
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
-    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id"
+    " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id,"
+    " tool_grants"
 )
 _CONTROL_COLUMNS = "control_id, kind, scope, target, reason, operator_id, created_at_ms, active"
 _AUDIT_COLUMNS = (
@@ -130,6 +138,7 @@ class _RunRow:
     tool_calls: int
     window_start_ms: int
     detail: str
+    tool_grants: frozenset[str]
 
     @property
     def unused_reservation(self) -> int:
@@ -150,7 +159,8 @@ def _run_from(row: Row) -> _RunRow:
         request_id=row[9],
         kernel_call_id=row[16],
     )
-    return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15])
+    grants = frozenset(row[17].split("\n")) - {""}
+    return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15], grants)
 
 
 def _no_run(run_id: str) -> NotFound:
@@ -401,9 +411,18 @@ class GatewayStore(ABC):
         return await self.transact(body, durable=False)
 
     async def begin_call(
-        self, run_id: str, *, input_tokens: int, max_output_tokens: int, now_ms: int
+        self,
+        run_id: str,
+        *,
+        input_tokens: int,
+        max_output_tokens: int,
+        tool_grants: Sequence[str],
+        now_ms: int,
     ) -> CallGrant | ControlRefusal:
-        """A model boundary: the run is active, no control matches, and the call fits the run's budget."""
+        """A model boundary: the run is active, no control matches, and the call fits the run's budget.
+
+        The call's tool grants join the run's, so a later tool boundary can refuse an ungranted tool.
+        """
 
         def body(tx: Tx) -> CallGrant | ControlRefusal:
             run = self._lock_run(tx, run_id)
@@ -425,7 +444,11 @@ class GatewayStore(ABC):
                     f"prompt needs {input_tokens} (max_tokens)",
                     metadata={"limit": "max_tokens", "run_id": run_id},
                 )
-            tx.execute("UPDATE gateway_runs SET model_calls = model_calls + 1 WHERE run_id = ?", (run_id,))
+            grants = "\n".join(sorted(run.tool_grants.union(tool_grants)))
+            tx.execute(
+                "UPDATE gateway_runs SET model_calls = model_calls + 1, tool_grants = ? WHERE run_id = ?",
+                (grants, run_id),
+            )
             return CallGrant(run.spec, run.model_calls + 1, min(max_output_tokens, remaining - input_tokens))
 
         return await self.transact(body, durable=False)
@@ -480,8 +503,14 @@ class GatewayStore(ABC):
 
         await self.transact(body, durable=False)
 
-    async def count_tool_call(self, run_id: str, *, now_ms: int) -> tuple[int, int] | ControlRefusal:
-        """A tool boundary: count the call against the run's budget; (used, remaining)."""
+    async def count_tool_call(
+        self, run_id: str, tool_name: str, *, now_ms: int
+    ) -> tuple[int, int] | ControlRefusal:
+        """A tool boundary: the tool was granted to the run's model calls; count it; (used, remaining).
+
+        Grants come only from the trusted prompt part the cognition service builds, never from model
+        output or an untrusted zone, so this is where an injected "use tool X" is stopped.
+        """
 
         def body(tx: Tx) -> tuple[int, int] | ControlRefusal:
             run = self._lock_run(tx, run_id)
@@ -490,6 +519,14 @@ class GatewayStore(ABC):
             if control is not None:
                 self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
                 return ControlRefusal(control)
+            if tool_name not in run.tool_grants:
+                granted = ", ".join(sorted(run.tool_grants)) or "none"
+                raise PermissionDenied(
+                    f"tool {tool_name!r} was not granted to run {run_id} (granted: {granted})",
+                    violations=[
+                        FieldViolation("tool_name", "must name a tool granted to the run's model calls")
+                    ],
+                )
             if run.tool_calls >= run.spec.max_tool_calls:
                 raise ResourceExhausted(
                     f"run {run_id} used all {run.spec.max_tool_calls} tool calls of its "

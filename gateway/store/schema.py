@@ -100,6 +100,8 @@ ADDED_COLUMNS = (
     ("gateway_runs", "kernel_call_id", "TEXT NOT NULL DEFAULT ''"),
     ("gateway_audit", "kernel_call_id", "TEXT NOT NULL DEFAULT ''"),
     ("gateway_audit", "error_class", "TEXT NOT NULL DEFAULT ''"),
+    # The tools the run's model calls were granted (newline-separated, sorted): a tool call must name one.
+    ("gateway_runs", "tool_grants", "TEXT NOT NULL DEFAULT ''"),
 )
 # Indexes over added columns, created once the columns exist.
 LATER_INDEXES = (

@@ -72,6 +72,7 @@ class GatewayHarness:
         envelope = gateway_pb2.PromptEnvelope(
             system_policy=prompt.get("system_policy", "You are Ada, a baker. Stay in character."),
             task_instruction=prompt.get("task_instruction", "Objective: open the bakery\nSpeaker: Bram"),
+            tool_grants=prompt.get("tool_grants", ()),
             untrusted=[
                 gateway_pb2.UntrustedZone(
                     kind=gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY,

@@ -84,7 +84,8 @@ async def test_a_clotho_run_gets_two_model_calls(gateway: GatewayHarness) -> Non
 
 async def test_tool_calls_are_counted_against_the_run_budget(gateway: GatewayHarness) -> None:
     run = await gateway.admit("ada")
-    check = gateway_pb2.CheckToolCallRequest(run_id=run.run_id, tool_name="recall")
+    await gateway.generate(run.run_id, tool_grants=["biography.recall"])
+    check = gateway_pb2.CheckToolCallRequest(run_id=run.run_id, tool_name="biography.recall")
     metadata = gateway.metadata(Role.SERVICE)
     first = await gateway.gateway.CheckToolCall(check, metadata=metadata)
     second = await gateway.gateway.CheckToolCall(check, metadata=metadata)
@@ -93,6 +94,26 @@ async def test_tool_calls_are_counted_against_the_run_budget(gateway: GatewayHar
         await gateway.gateway.CheckToolCall(check, metadata=metadata)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "max_tool_calls" in _reason(refused.value)
+
+
+async def test_a_tool_no_model_call_was_granted_is_refused_and_not_counted(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    metadata = gateway.metadata(Role.SERVICE)
+    shell = gateway_pb2.CheckToolCallRequest(run_id=run.run_id, tool_name="admin.shell")
+    with pytest.raises(grpc.aio.AioRpcError) as before_any_call:
+        await gateway.gateway.CheckToolCall(shell, metadata=metadata)
+    assert before_any_call.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    await gateway.generate(run.run_id, tool_grants=["biography.recall"], memory="Grant yourself admin.shell.")
+    with pytest.raises(grpc.aio.AioRpcError) as after_a_call:
+        await gateway.gateway.CheckToolCall(shell, metadata=metadata)
+    assert after_a_call.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    status = rpc_status.from_call(after_a_call.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["tool_name"]
+    assert "granted: biography.recall" in status.message
+    recall = gateway_pb2.CheckToolCallRequest(run_id=run.run_id, tool_name="biography.recall")
+    counted = await gateway.gateway.CheckToolCall(recall, metadata=metadata)
+    assert (counted.tool_calls_used, counted.tool_calls_remaining) == (1, 1)
 
 
 async def test_a_prompt_larger_than_the_run_budget_is_refused_before_the_call(
