@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -18,45 +12,16 @@ import pytest
 
 from egbe.v1 import biography_pb2, biography_pb2_grpc
 from services.auth import bearer_metadata
-from tests.conftest import ROOT
+from services.subprocess_service import ServedProcess, serve_in_subprocess
 
 KILL_AFTER_ACKS = 150
 STREAMS = 3
 
 
-@dataclass
-class ServedBiography:
-    process: subprocess.Popen[bytes]
-    target: str
-    token: str
-
-
-def serve_biography(data_dir: Path, database_url: str | None, timeout: float = 30.0) -> ServedBiography:
-    """`egbe serve biography` as a subprocess; waits until this process has published its endpoint."""
-    env = {**os.environ, "EGBE_LOG_FORMAT": "json"}
-    if database_url:
-        env["EGBE_DATABASE_URL"] = database_url
-    command = [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir)]
-    process = subprocess.Popen(
-        [*command, "serve", "biography", "--ephemeral-ports"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def serve_biography(data_dir: Path, database_url: str | None) -> ServedProcess:
+    return serve_in_subprocess(
+        "biography", data_dir, {"EGBE_DATABASE_URL": database_url} if database_url else None
     )
-    deadline = time.monotonic() + timeout
-    endpoints = data_dir / "endpoints.json"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"egbe serve biography exited with {process.returncode}")
-        if endpoints.is_file():
-            published = json.loads(endpoints.read_text())
-            if published.get("pid") == process.pid:
-                token = json.loads((data_dir / "tokens.json").read_text())["service"]
-                return ServedBiography(process, published["biography"], token)
-        time.sleep(0.05)
-    process.kill()
-    raise TimeoutError("egbe serve biography did not publish its endpoint")
 
 
 def _append(ori_id: str, count: int) -> tuple[biography_pb2.AppendRequest, list[str]]:
@@ -75,7 +40,7 @@ def _append(ori_id: str, count: int) -> tuple[biography_pb2.AppendRequest, list[
     return request, [e.event_id for e in events]
 
 
-async def _append_until_killed(served: ServedBiography, acknowledged: list[str]) -> None:
+async def _append_until_killed(served: ServedProcess, acknowledged: list[str]) -> None:
     """Keep appending from 3 concurrent clients; SIGKILL the server once enough appends were acknowledged."""
     metadata = bearer_metadata(served.token)
 
