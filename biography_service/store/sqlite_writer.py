@@ -72,6 +72,17 @@ class GroupCommitWriter:
         finally:
             connection.close()
 
+    @staticmethod
+    def _write_one(connection: sqlite3.Connection, pending: _Pending[Any]) -> None:
+        connection.execute("SAVEPOINT write")
+        try:
+            pending.outcome = (True, pending.write(connection))
+            connection.execute("RELEASE write")
+        except Exception as exc:  # any failure is this write's alone; the caller receives it
+            connection.execute("ROLLBACK TO write")
+            connection.execute("RELEASE write")
+            pending.outcome = (False, exc)
+
     def _next(self, taken: int) -> _Pending[Any] | None:
         """A write already queued that may still join the open group (None: none, full, or stopping)."""
         if taken >= self._max_group:
@@ -86,21 +97,15 @@ class GroupCommitWriter:
 
     def _commit_group(self, connection: sqlite3.Connection, first: _Pending[Any]) -> None:
         """Write `first`, and whatever queues while the group is being written, in one transaction."""
-        group: list[_Pending[Any]] = []
-        pending: _Pending[Any] | None = first
+        group = [first]
         try:
             connection.execute("BEGIN IMMEDIATE")
+            pending: _Pending[Any] | None = first
             while pending is not None:
-                group.append(pending)
-                connection.execute("SAVEPOINT write")
-                try:
-                    pending.outcome = (True, pending.write(connection))
-                    connection.execute("RELEASE write")
-                except Exception as exc:  # any failure is this write's alone; the caller receives it
-                    connection.execute("ROLLBACK TO write")
-                    connection.execute("RELEASE write")
-                    pending.outcome = (False, exc)
+                self._write_one(connection, pending)
                 pending = self._next(len(group))
+                if pending is not None:
+                    group.append(pending)
             connection.execute("COMMIT")
         except sqlite3.Error as exc:
             if connection.in_transaction:
