@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 
 from biography_service.events import RecordedEvent, canonical_json
 
@@ -27,24 +27,16 @@ def link_hash(
 ) -> str:
     """SHA-256 over the canonical encoding of every recorded field plus the previous hash.
 
-    The encoding is a compact JSON array in this fixed field order; the payload enters as its
-    canonical text, so a stored row is hashed exactly as it was written.
+    The encoding is a compact JSON array in this fixed field order (exactly what `json.dumps(fields,
+    separators=(",", ":"), ensure_ascii=False)` gives, built without the generic encoder since this
+    runs per event); the payload enters as its canonical text, so a stored row is hashed exactly as
+    it was written.
     """
-    body = json.dumps(
-        [
-            previous_hash,
-            event_id,
-            ori_id,
-            stream_version,
-            global_position,
-            kind,
-            payload_json,
-            world_tick,
-            recorded_at_us,
-            provenance_ref,
-        ],
-        separators=(",", ":"),
-        ensure_ascii=False,
+    quote = encode_basestring
+    body = (
+        f"[{quote(previous_hash)},{quote(event_id)},{quote(ori_id)},{stream_version:d},"
+        f"{global_position:d},{quote(kind)},{quote(payload_json)},{world_tick:d},{recorded_at_us:d},"
+        f"{quote(provenance_ref)}]"
     )
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 ALL_STREAMS = "$all"
 
 JsonObject = dict[str, Any]
 
 
+# Built once: `json.dumps` with options constructs a new encoder per call, a third of its cost here.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: JsonObject) -> str:
     """One byte-exact text per value: sorted keys, no whitespace, UTF-8, no NaN or infinity."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 class EventKind(StrEnum):
@@ -85,9 +89,12 @@ class NewEvent:
             object.__setattr__(self, "payload_json", canonical_json(self.payload))
 
 
-@dataclass(frozen=True)
-class RecordedEvent:
-    """An event as the log holds it: placed in its stream and in the global order, and chained."""
+class RecordedEvent(NamedTuple):
+    """An event as the log holds it: placed in its stream and in the global order, and chained.
+
+    A named tuple rather than a frozen dataclass: equally immutable, and built for every appended
+    and every read event, at a seventh of the construction cost.
+    """
 
     event_id: str
     ori_id: str

@@ -161,15 +161,13 @@ class PostgresStore(BiographyStore):
         return result
 
     async def _write_groups(self) -> None:
-        """Group commit: every append queued while a commit runs goes into the next transaction."""
+        """Group commit: appends queued while a commit runs, or while a group is written, share one."""
         while True:
             group = [await self._queue.get()]
-            while len(group) < self._max_group and not self._queue.empty():
-                group.append(self._queue.get_nowait())
             outcomes: list[AppendResult | BiographyError]
             try:
                 async with self._translated():
-                    outcomes = await self._commit_group([pending.request for pending in group])
+                    outcomes = await self._commit_group(group)
             except BiographyError as error:
                 outcomes = [error] * len(group)  # nothing of the group became durable
             except Exception as unexpected:  # the writer must outlive a bug; its callers get the failure
@@ -183,29 +181,56 @@ class PostgresStore(BiographyStore):
                 else:
                     pending.future.set_exception(outcome)
 
-    async def _commit_group(self, requests: list[AppendRequest]) -> list[AppendResult | BiographyError]:
-        """One transaction, a fixed handful of round trips whatever the group's size."""
-        async with self._pool.connection() as connection, connection.transaction():
+    def _join_queued(self, group: list[_PendingAppend]) -> list[AppendRequest]:
+        """Move the appends already queued into `group` (up to its cap); their requests, in order."""
+        joined: list[AppendRequest] = []
+        while len(group) < self._max_group and not self._queue.empty():
+            pending = self._queue.get_nowait()
+            group.append(pending)
+            joined.append(pending.request)
+        return joined
+
+    async def _commit_group(self, group: list[_PendingAppend]) -> list[AppendResult | BiographyError]:
+        """One transaction in rounds: each round decides what was queued and writes it in bulk.
+
+        Pipelined: a round costs one round trip to read (stream heads, known event ids) and its writes
+        travel with the next round's reads or the COMMIT, whatever the number of events. Appends queued
+        while a round ran join the next one, so they share the COMMIT's flush instead of waiting for it.
+        """
+        outcomes: list[AppendResult | BiographyError] = []
+        requests = [group[0].request, *self._join_queued(group)]
+        async with self._pool.connection() as connection, connection.pipeline(), connection.transaction():
             # Every lookup here probes a unique index; statistics lag a table that grows from empty,
             # and a sequential scan under the global write lock would stall every writer.
             await connection.execute("SET LOCAL enable_seqscan = off")
-            cursor = await connection.execute(_LOCK_LOG_HEAD)
-            position = int((await cursor.fetchone() or (0,))[0])
-            cursor = await connection.execute(_STREAM_HEADS, (sorted({r.ori_id for r in requests}),))
-            heads = {row[0]: StreamHead(int(row[1]), row[2]) for row in await cursor.fetchall()}
-            ids = [event.event_id for r in requests for event in r.events]
-            cursor = await connection.execute(_EVENTS_BY_IDS, (ids,))
-            recorded = {event.event_id: event for event in map(sql.decode_event, await cursor.fetchall())}
-            plan = plan_group(
-                requests,
-                heads=heads,
-                recorded=recorded,
-                last_global_position=position,
-                recorded_at_us=time.time_ns() // 1000,
-            )
-            if plan.writes:
-                await self._write(connection, plan)
-        return plan.outcomes
+            head = await connection.execute(_LOCK_LOG_HEAD)
+            position: int | None = None
+            while requests:
+                heads_cursor = await connection.execute(
+                    _STREAM_HEADS, (sorted({r.ori_id for r in requests}),)
+                )
+                ids = [event.event_id for r in requests for event in r.events]
+                ids_cursor = await connection.execute(_EVENTS_BY_IDS, (ids,))
+                if position is None:
+                    position = int((await head.fetchone() or (0,))[0])
+                heads = {row[0]: StreamHead(int(row[1]), row[2]) for row in await heads_cursor.fetchall()}
+                recorded = {e.event_id: e for e in map(sql.decode_event, await ids_cursor.fetchall())}
+                plan = plan_group(
+                    requests,
+                    heads=heads,
+                    recorded=recorded,
+                    last_global_position=position,
+                    recorded_at_us=time.time_ns() // 1000,
+                )
+                if plan.writes:
+                    await self._write(connection, plan)
+                outcomes += plan.outcomes
+                position = plan.last_global_position
+                requests = self._join_queued(group)
+            if any(isinstance(o, AppendResult) and not o.already_recorded for o in outcomes):
+                # Delivered on commit, to every listening process.
+                await connection.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(position)))
+        return outcomes
 
     @staticmethod
     async def _write(connection: psycopg.AsyncConnection[Any], plan: GroupPlan) -> None:
@@ -228,8 +253,6 @@ class PostgresStore(BiographyStore):
             for statement, params in statements.items():
                 await cursor.executemany(_pg(statement), params)
             await cursor.execute(_SET_LOG_HEAD, (plan.last_global_position,))
-            # Delivered on commit, to every listening process.
-            await cursor.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(plan.last_global_position)))
 
     async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
         async with self._translated(), self._pool.connection() as connection:

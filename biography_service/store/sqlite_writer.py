@@ -1,7 +1,9 @@
 """Group commit for SQLite: one writer thread runs queued writes together under one fsync'd COMMIT.
 
 Each write runs inside its own SAVEPOINT, so one refused append rolls back alone while the others in
-the group commit; no caller is answered before the COMMIT that made its write durable.
+the group commit; no caller is answered before the COMMIT that made its write durable. A write that
+arrives while the group is being written joins it before the COMMIT: the fsync, not the writing, is
+what each commit costs, and callers' requests reach the queue one by one as the event loop decodes them.
 """
 
 from __future__ import annotations
@@ -66,41 +68,49 @@ class GroupCommitWriter:
                 first = self._queue.get()
                 if first is None:
                     return
-                group = [first]
-                stopping = False
-                while len(group) < self._max_group:
-                    try:
-                        item = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stopping = True
-                        break
-                    group.append(item)
-                self._commit_group(connection, group)
-                if stopping:
-                    return
+                self._commit_group(connection, first)
         finally:
             connection.close()
 
     @staticmethod
-    def _commit_group(connection: sqlite3.Connection, group: list[_Pending[Any]]) -> None:
+    def _write_one(connection: sqlite3.Connection, pending: _Pending[Any]) -> None:
+        connection.execute("SAVEPOINT write")
+        try:
+            pending.outcome = (True, pending.write(connection))
+            connection.execute("RELEASE write")
+        except Exception as exc:  # any failure is this write's alone; the caller receives it
+            connection.execute("ROLLBACK TO write")
+            connection.execute("RELEASE write")
+            pending.outcome = (False, exc)
+
+    def _next(self, taken: int) -> _Pending[Any] | None:
+        """A write already queued that may still join the open group (None: none, full, or stopping)."""
+        if taken >= self._max_group:
+            return None
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        if item is None:
+            self._queue.put(None)  # stop once this group is committed
+        return item
+
+    def _commit_group(self, connection: sqlite3.Connection, first: _Pending[Any]) -> None:
+        """Write `first`, and whatever queues while the group is being written, in one transaction."""
+        group = [first]
         try:
             connection.execute("BEGIN IMMEDIATE")
-            for pending in group:
-                connection.execute("SAVEPOINT write")
-                try:
-                    pending.outcome = (True, pending.write(connection))
-                    connection.execute("RELEASE write")
-                except Exception as exc:  # any failure is this write's alone; the caller receives it
-                    connection.execute("ROLLBACK TO write")
-                    connection.execute("RELEASE write")
-                    pending.outcome = (False, exc)
+            pending: _Pending[Any] | None = first
+            while pending is not None:
+                self._write_one(connection, pending)
+                pending = self._next(len(group))
+                if pending is not None:
+                    group.append(pending)
             connection.execute("COMMIT")
         except sqlite3.Error as exc:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
-            for pending in group:
-                pending.outcome = (False, exc)  # nothing of the group became durable
-        for pending in group:
-            pending.loop.call_soon_threadsafe(_settle, pending)
+            for member in group:
+                member.outcome = (False, exc)  # nothing of the group became durable
+        for member in group:
+            member.loop.call_soon_threadsafe(_settle, member)

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -18,45 +12,10 @@ import pytest
 
 from egbe.v1 import biography_pb2, biography_pb2_grpc
 from services.auth import bearer_metadata
-from tests.conftest import ROOT
+from services.local_cluster import ServiceProcesses
 
 KILL_AFTER_ACKS = 150
 STREAMS = 3
-
-
-@dataclass
-class ServedBiography:
-    process: subprocess.Popen[bytes]
-    target: str
-    token: str
-
-
-def serve_biography(data_dir: Path, database_url: str | None, timeout: float = 30.0) -> ServedBiography:
-    """`egbe serve biography` as a subprocess; waits until this process has published its endpoint."""
-    env = {**os.environ, "EGBE_LOG_FORMAT": "json"}
-    if database_url:
-        env["EGBE_DATABASE_URL"] = database_url
-    command = [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir)]
-    process = subprocess.Popen(
-        [*command, "serve", "biography", "--ephemeral-ports"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + timeout
-    endpoints = data_dir / "endpoints.json"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"egbe serve biography exited with {process.returncode}")
-        if endpoints.is_file():
-            published = json.loads(endpoints.read_text())
-            if published.get("pid") == process.pid:
-                token = json.loads((data_dir / "tokens.json").read_text())["service"]
-                return ServedBiography(process, published["biography"], token)
-        time.sleep(0.05)
-    process.kill()
-    raise TimeoutError("egbe serve biography did not publish its endpoint")
 
 
 def _append(ori_id: str, count: int) -> tuple[biography_pb2.AppendRequest, list[str]]:
@@ -75,9 +34,10 @@ def _append(ori_id: str, count: int) -> tuple[biography_pb2.AppendRequest, list[
     return request, [e.event_id for e in events]
 
 
-async def _append_until_killed(served: ServedBiography, acknowledged: list[str]) -> None:
+async def _append_until_killed(cluster: ServiceProcesses, acknowledged: list[str]) -> None:
     """Keep appending from 3 concurrent clients; SIGKILL the server once enough appends were acknowledged."""
-    metadata = bearer_metadata(served.token)
+    metadata = bearer_metadata(cluster.tokens["service"])
+    process = cluster.running["biography"]
 
     async def client(n: int, stub: biography_pb2_grpc.BiographyServiceStub) -> None:
         for i in range(10_000):
@@ -87,10 +47,10 @@ async def _append_until_killed(served: ServedBiography, acknowledged: list[str])
             except grpc.aio.AioRpcError:
                 return  # the server is gone: this append was never acknowledged
             acknowledged.extend(ids)
-            if len(acknowledged) >= KILL_AFTER_ACKS and served.process.poll() is None:
-                served.process.send_signal(signal.SIGKILL)
+            if len(acknowledged) >= KILL_AFTER_ACKS and process.poll() is None:
+                process.send_signal(signal.SIGKILL)
 
-    async with grpc.aio.insecure_channel(served.target) as channel:
+    async with grpc.aio.insecure_channel(cluster.target("biography")) as channel:
         stub = biography_pb2_grpc.BiographyServiceStub(channel)
         await asyncio.gather(*(client(n, stub) for n in range(STREAMS)))
 
@@ -101,20 +61,21 @@ async def test_every_acknowledged_event_survives_a_sigkill(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     database_url = request.getfixturevalue("postgres_dsn") if backend == "postgres" else None
-    served = serve_biography(tmp_path, database_url)
+    cluster = ServiceProcesses(tmp_path, database_url)
+    cluster.start("biography")
+    killed = cluster.running["biography"]
     acknowledged: list[str] = []
     try:
-        await _append_until_killed(served, acknowledged)
+        await _append_until_killed(cluster, acknowledged)
     finally:
-        served.process.kill()
-        served.process.wait(timeout=30)
-    assert served.process.returncode == -signal.SIGKILL
+        cluster.kill("biography")
+    assert killed.returncode == -signal.SIGKILL
     assert len(acknowledged) >= KILL_AFTER_ACKS
 
-    restarted = serve_biography(tmp_path, database_url)
+    cluster.start("biography")  # the same data directory, ports and tokens
     try:
-        metadata = bearer_metadata(restarted.token)
-        async with grpc.aio.insecure_channel(restarted.target) as channel:
+        metadata = bearer_metadata(cluster.tokens["service"])
+        async with grpc.aio.insecure_channel(cluster.target("biography")) as channel:
             stub = biography_pb2_grpc.BiographyServiceStub(channel)
             stored: list[biography_pb2.OriEvent] = []
             token = ""
@@ -139,5 +100,4 @@ async def test_every_acknowledged_event_survives_a_sigkill(
             answer = await stub.Append(request_after, metadata=metadata)
             assert answer.last_global_position == len(stored) + 1
     finally:
-        restarted.process.send_signal(signal.SIGTERM)
-        restarted.process.wait(timeout=30)
+        assert cluster.stop_all() == {"biography": 0}

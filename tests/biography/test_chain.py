@@ -1,0 +1,41 @@
+"""The link hash's encoding is a stored format: it must not drift, or every existing chain breaks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from biography_service.chain import GENESIS_HASH, link_hash
+
+# Hashed by the first release (generic `json.dumps` of the field list); awkward text on purpose.
+RECORDED = {
+    "previous_hash": GENESIS_HASH,
+    "event_id": "6f1c2a5e-0b7d-4c3e-9a41-2f8d1e6b7c90",
+    "ori_id": 'ori-ẞ "quoted"\n',
+    "stream_version": 0,
+    "global_position": 1,
+    "kind": "MemoryFormed",
+    "payload_json": '{"salience_bp":9000.0,"text":"the river \\"flooded\\" 🌊"}',
+    "world_tick": 1440,
+    "recorded_at_us": 1_764_460_800_000_000,
+    "provenance_ref": "bundle:7\t",
+}
+RECORDED_HASH = "1181de1dab60e79b03a863c854f509c79621eda0f22e5fb612f3c5f1e33c96e2"
+ORDER = tuple(RECORDED)
+
+
+def test_a_hash_recorded_by_the_first_release_still_verifies() -> None:
+    assert link_hash(**RECORDED) == RECORDED_HASH
+
+
+@given(
+    texts=st.lists(st.text(), min_size=6, max_size=6),
+    numbers=st.lists(st.integers(min_value=0, max_value=2**63 - 1), min_size=4, max_size=4),
+)
+def test_the_encoding_is_the_compact_json_array_of_the_fields(texts: list[str], numbers: list[int]) -> None:
+    fields = dict(zip(ORDER, [*texts[:3], *numbers[:2], *texts[3:5], *numbers[2:], texts[5]], strict=True))
+    documented = json.dumps([fields[name] for name in ORDER], separators=(",", ":"), ensure_ascii=False)
+    assert link_hash(**fields) == hashlib.sha256(documented.encode("utf-8")).hexdigest()

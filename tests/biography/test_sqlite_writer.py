@@ -1,0 +1,64 @@
+"""SQLite group commit: late arrivals join the open group's COMMIT; a failed BEGIN fails its callers."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from biography_service.store.sqlite_writer import GroupCommitWriter
+
+
+def _connect(path: Path, statements: list[str] | None = None, timeout: float = 30.0) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None, timeout=timeout, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode=WAL")
+    if statements is not None:
+        connection.set_trace_callback(statements.append)
+    return connection
+
+
+async def test_writes_queued_while_a_group_is_written_join_its_commit(tmp_path: Path) -> None:
+    path = tmp_path / "writer.sqlite3"
+    _connect(path).execute("CREATE TABLE t (n INTEGER)")
+    statements: list[str] = []
+    writer = GroupCommitWriter(lambda: _connect(path, statements), max_group=64)
+    release = threading.Event()
+
+    def insert(n: int, *, hold: bool = False) -> Callable[[sqlite3.Connection], int]:
+        def write(connection: sqlite3.Connection) -> int:
+            if hold:
+                release.wait(timeout=30)  # keeps the group open while the others queue
+            connection.execute("INSERT INTO t (n) VALUES (?)", (n,))
+            return n
+
+        return write
+
+    try:
+        first = writer.submit(insert(0, hold=True))
+        later = [writer.submit(insert(n)) for n in (1, 2, 3)]
+        release.set()
+        assert await asyncio.gather(first, *later) == [0, 1, 2, 3]
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+    assert [s for s in statements if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE", "COMMIT"]
+    rows = _connect(path).execute("SELECT n FROM t ORDER BY n").fetchall()
+    assert rows == [(0,), (1,), (2,), (3,)]
+
+
+async def test_a_group_that_cannot_begin_fails_its_callers(tmp_path: Path) -> None:
+    path = tmp_path / "writer.sqlite3"
+    holder = _connect(path)
+    holder.execute("CREATE TABLE t (n INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+    writer = GroupCommitWriter(lambda: _connect(path, timeout=0.05), max_group=64)
+    try:
+        pending = writer.submit(lambda connection: connection.execute("INSERT INTO t (n) VALUES (1)"))
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            await asyncio.wait_for(pending, timeout=30)
+    finally:
+        holder.execute("ROLLBACK")
+        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
