@@ -22,13 +22,7 @@ from kernel_service.core_numpy import LACHESIS, CoreParams
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
-from kernel_service.tick_result import (
-    Registry,
-    build_actions,
-    build_candidates,
-    build_lifecycle,
-    build_report,
-)
+from kernel_service.tick_result import Registry, build_tick_result
 from services.errors import FieldViolation, InvalidArgument, NotFound
 
 
@@ -108,9 +102,17 @@ class Kernel:
         self,
         batch: perception_pb2.PerceptionBatch,
         merged_results: Sequence[action_pb2.ActionIntent] = (),
+        *,
+        decoded: DecodedBatch | None = None,
+        into: action_pb2.TickResult | None = None,
     ) -> action_pb2.TickResult:
-        """Validate, then take the batch whole: signals, merged cognition results, behaviour, core."""
-        decoded = self.decode(batch)
+        """Validate, then take the batch whole: signals, merged cognition results, behaviour, core.
+
+        `decoded` is this batch as `decode` already validated it (the servicer checks a batch before
+        it takes the dispatcher's results), so a large batch is not decoded twice; `into` is an empty
+        result inside the response to send, so a large answer is built in place, not copied there."""
+        if decoded is None:
+            decoded = self.decode(batch)
         merged = self._validate_results(merged_results)
         started = time.perf_counter_ns()  # measured for the report only; no decision reads it
         self._apply_signals(decoded)
@@ -118,42 +120,30 @@ class Kernel:
         self._step_behavior(decoded.tick)
         self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
         self.last_tick = decoded.tick
-        registry = self.registry
-        candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
-        report = build_report(
+        result = build_tick_result(
+            action_pb2.TickResult() if into is None else into,
             self.config,
             a=self.arrays,
-            registry=registry,
-            tick=decoded.tick,
-            candidates=candidates,
-            core_name=self.core.name,
-            fingerprint=self.fingerprint,
-            merged=len(merged),
-        )
-        result = action_pb2.TickResult(
-            candidates=candidates, lifecycle=build_lifecycle(self.arrays, registry, decoded.tick)
-        )
-        build_actions(
-            self.config,
-            a=self.arrays,
-            registry=registry,
+            registry=self.registry,
             decoded=decoded,
             merged_payloads=payloads,
+            merged_count=len(merged),
             row_codec=self.row_codec,
-            batch=result.actions,
+            core_name=self.core.name,
+            fingerprint=self.fingerprint,
         )
         elapsed = (time.perf_counter_ns() - started) // 1000
-        report.elapsed_micros = elapsed
-        report.over_latency_budget = elapsed > self.config.latency_budget_micros
-        result.report.CopyFrom(report)
+        result.report.elapsed_micros = elapsed
+        result.report.over_latency_budget = elapsed > self.config.latency_budget_micros
         return result
 
     def _apply_signals(self, decoded: DecodedBatch) -> None:
+        index = decoded.index
         for name, values in decoded.columns.items():
-            if decoded.slots is None:
+            if index is None:
                 self.arrays.live(name)[:] = values
             else:
-                self.arrays.fields[name][decoded.slots] = values
+                self.arrays.fields[name][index] = values
 
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]

@@ -46,14 +46,14 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
             self._tick_log.record_registration(request)
         return kernel_pb2.RegisterAgentsResponse(slots=slots, registered_total=self._kernel.arrays.count)
 
-    def _tick(self, batch: perception_pb2.PerceptionBatch) -> action_pb2.TickResult:
-        self._kernel.decode(batch)  # refuse a bad batch before taking results off the dispatcher
+    def _tick(self, batch: perception_pb2.PerceptionBatch, into: action_pb2.TickResult) -> None:
+        """Tick into the response's own result message (see Kernel.tick)."""
+        decoded = self._kernel.decode(batch)  # refuse a bad batch before taking the dispatcher's results
         merged = self._dispatcher.take_results()
-        result = self._kernel.tick(batch, merged)
+        result = self._kernel.tick(batch, merged, decoded=decoded, into=into)
         if self._tick_log is not None:
             self._tick_log.record_tick(batch, merged, result, self._kernel)
         self._dispatcher.offer(result)
-        return result
 
     async def ReplayTicks(
         self,
@@ -62,12 +62,13 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     ) -> AsyncIterator[kernel_pb2.ReplayTicksResponse]:
         """The logged results merge as they did; nothing reaches the dispatcher (no call is made twice)."""
         async for request in request_iterator:
-            result = self._kernel.tick(request.tick.batch, request.tick.merged_results)
+            response = kernel_pb2.ReplayTicksResponse()
+            self._kernel.tick(request.tick.batch, request.tick.merged_results, into=response.result)
             if self._tick_log is not None:
                 self._tick_log.record_tick(
-                    request.tick.batch, request.tick.merged_results, result, self._kernel
+                    request.tick.batch, request.tick.merged_results, response.result, self._kernel
                 )
-            yield kernel_pb2.ReplayTicksResponse(result=result)
+            yield response
 
     async def RestoreSnapshot(
         self, request: kernel_pb2.RestoreSnapshotRequest, context: Context
@@ -81,7 +82,9 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         return kernel_pb2.RestoreSnapshotResponse(last_tick=snapshot.last_tick, agents=len(snapshot.ori_ids))
 
     async def Tick(self, request: kernel_pb2.TickRequest, context: Context) -> kernel_pb2.TickResponse:
-        return kernel_pb2.TickResponse(result=self._tick(request.batch))
+        response = kernel_pb2.TickResponse()
+        self._tick(request.batch, response.result)
+        return response
 
     async def StreamTicks(
         self,
@@ -89,7 +92,9 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         context: Context,
     ) -> AsyncIterator[kernel_pb2.StreamTicksResponse]:
         async for request in request_iterator:
-            yield kernel_pb2.StreamTicksResponse(result=self._tick(request.batch))
+            response = kernel_pb2.StreamTicksResponse()
+            self._tick(request.batch, response.result)
+            yield response
 
     async def GetAgentState(
         self, request: kernel_pb2.GetAgentStateRequest, context: Context
