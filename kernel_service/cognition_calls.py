@@ -49,33 +49,6 @@ def cost_micro_usd(config: KernelConfig, tier: int, tokens: int) -> int:
     return (tokens * config.class_rate(tier) + 999) // 1000
 
 
-def call_candidate(
-    config: KernelConfig,
-    *,
-    ori: common_pb2.OriRef,
-    slot: int,
-    tier: int,
-    cause: int,
-    tick: int,
-    needs_rehydration: bool = False,
-) -> action_pb2.CognitionCallCandidate:
-    """One call with its deterministic id, len/4 estimate, class-rate cost and model route."""
-    tokens = token_estimate(config, cause)
-    tier_value = common_pb2.CognitionTier.ValueType(tier)
-    return action_pb2.CognitionCallCandidate(
-        call_id=f"{ori.world_id}:{tick}:{slot}:{cause}",
-        slot=slot,
-        ori=ori,
-        tier=tier_value,
-        cause=action_pb2.CognitionCause.ValueType(cause),
-        token_estimate=tokens,
-        cost_estimate_micro_usd=cost_micro_usd(config, tier, tokens),
-        model_route=config.tier_models[TIER_NAMES[tier_value]],
-        tick=tick,
-        needs_rehydration=needs_rehydration,
-    )
-
-
 @dataclass(frozen=True)
 class BatchingOutcome:
     """What cross-tier batching did to one tick's candidates."""

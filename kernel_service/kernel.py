@@ -19,21 +19,13 @@ from kernel_service.agent_state import (
 )
 from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals, Escalations
-from kernel_service.cognition_calls import call_candidate
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
 from kernel_service.fragments import FragmentStore
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
-from kernel_service.tick_result import (
-    Registry,
-    build_actions,
-    build_candidates,
-    build_lifecycle,
-    build_report,
-    guard_stamps,
-)
+from kernel_service.tick_result import Registry, build_tick_result, guard_stamps
 from services.errors import FieldViolation, InvalidArgument, NotFound
 
 # Bit t of a tick's `cognition_unavailable_tiers` is CognitionTier t (Clotho 1, Lachesis 2, Atropos 3).
@@ -122,13 +114,20 @@ class Kernel:
         batch: perception_pb2.PerceptionBatch,
         merged_results: Sequence[action_pb2.ActionIntent] = (),
         cognition_unavailable_tiers: int = 0,
+        *,
+        decoded: DecodedBatch | None = None,
+        into: action_pb2.TickResult | None = None,
     ) -> action_pb2.TickResult:
         """Validate, then take the batch whole: signals, merged cognition results, behaviour, core.
 
         `cognition_unavailable_tiers` (bit t = tier t unavailable, killed or over budget) is the
         dispatcher's view of cognition for this tick; it is an input (logged, replayed), not a probe.
+        `decoded` is this batch as `decode` already validated it (the servicer checks a batch before
+        it takes the dispatcher's results), so a large batch is not decoded twice; `into` is an empty
+        result inside the response to send, so a large answer is built in place, not copied there.
         """
-        decoded = self.decode(batch)
+        if decoded is None:
+            decoded = self.decode(batch)
         merged = self._validate_results(merged_results)
         if cognition_unavailable_tiers & ~ALL_TIER_BITS:
             raise InvalidArgument.field(
@@ -141,57 +140,37 @@ class Kernel:
         self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
         self.last_tick = decoded.tick
         registry = self.registry
-        candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
-        candidates += self._escalation_candidates(escalations, registry, decoded.tick)
-        report = build_report(
+        result = build_tick_result(
+            action_pb2.TickResult() if into is None else into,
             self.config,
             a=self.arrays,
             registry=registry,
-            tick=decoded.tick,
-            candidates=candidates,
-            core_name=self.core.name,
-            fingerprint=self.fingerprint,
-            merged=len(merged),
-        )
-        self._record_fragments(decoded.tick, merged)
-        lifecycle = build_lifecycle(self.arrays, registry, decoded.tick)
-        for request in lifecycle:
-            if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
-                request.fragments.extend(self.fragments.take(request.slot, request.ori.ori_id, decoded.tick))
-        result = action_pb2.TickResult(candidates=candidates, lifecycle=lifecycle)
-        build_actions(
-            self.config,
-            a=self.arrays,
-            registry=registry,
+            escalations=self._standing_escalations(escalations),
             decoded=decoded,
             merged_payloads=payloads,
+            merged_count=len(merged),
             row_codec=self.row_codec,
-            batch=result.actions,
+            core_name=self.core.name,
+            fingerprint=self.fingerprint,
         )
+        self._record_fragments(decoded.tick, merged)
+        for request in result.lifecycle:
+            if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
+                request.fragments.extend(self.fragments.take(request.slot, request.ori.ori_id, decoded.tick))
         elapsed = (time.perf_counter_ns() - started) // 1000
-        report.elapsed_micros = elapsed
-        report.over_latency_budget = elapsed > self.config.latency_budget_micros
-        result.report.CopyFrom(report)
+        result.report.elapsed_micros = elapsed
+        result.report.over_latency_budget = elapsed > self.config.latency_budget_micros
         return result
 
-    def _escalation_candidates(
-        self, escalations: Escalations | None, registry: Registry, tick: int
-    ) -> list[action_pb2.CognitionCallCandidate]:
+    def _standing_escalations(self, escalations: Escalations | None) -> Escalations:
         """Arbitration's escalations that still stand after the core ran: the agent is still Lachesis,
         and the core issued it no call this tick (a reflection or guard call already answers it)."""
         if escalations is None or len(escalations.slots) == 0:
-            return []
+            return Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
         a = self.arrays
         issued = a.outputs["candidate_slot"][: int(a.counts[COUNT_CANDIDATES])]
         keep = (a.fields["tier"][escalations.slots] == LACHESIS) & ~np.isin(escalations.slots, issued)
-        return [
-            call_candidate(
-                self.config, ori=registry.ori(slot), slot=slot, tier=LACHESIS, cause=cause, tick=tick
-            )
-            for slot, cause in zip(
-                escalations.slots[keep].tolist(), escalations.causes[keep].tolist(), strict=True
-            )
-        ]
+        return Escalations(escalations.slots[keep], escalations.causes[keep])
 
     def _record_fragments(self, tick: int, merged: Sequence[action_pb2.ActionIntent]) -> None:
         """What this tick did to agents above Atropos, kept for their next consolidation."""
@@ -207,11 +186,12 @@ class Kernel:
             self.fragments.record_actions(tick, clotho, a.fields)
 
     def _apply_signals(self, decoded: DecodedBatch) -> None:
+        index = decoded.index
         for name, values in decoded.columns.items():
-            if decoded.slots is None:
+            if index is None:
                 self.arrays.live(name)[:] = values
             else:
-                self.arrays.fields[name][decoded.slots] = values
+                self.arrays.fields[name][index] = values
 
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]

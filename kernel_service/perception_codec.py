@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -11,33 +12,15 @@ from numpy.typing import NDArray
 
 from egbe.v1 import perception_pb2
 from kernel_service.row_codec import ROW_TABLE_FIELDS, RowCodec
+from services.column_layout import (
+    LAYOUT_VERSION,
+    MAX_BASIS_POINTS,
+    NEED_COLUMNS,
+    PERCEPTION_COLUMNS,
+    PERCEPTION_FLAG_BITS,
+    SLOT_DTYPE,
+)
 from services.errors import InvalidArgument
-
-COLUMNS_LAYOUT_VERSION = 1
-MAX_BASIS_POINTS = 10_000
-NEED_FIELDS = ("need_safety_bp", "need_sustaining_bp", "need_social_bp", "need_purpose_bp", "fatigue_bp")
-
-# Column name -> little-endian dtype, as documented on PerceptionColumns.
-COLUMN_DTYPES: dict[str, np.dtype[np.generic]] = {
-    "signal_flags": np.dtype("<u2"),
-    "visual_lod": np.dtype("u1"),
-    "player_proximity_mm": np.dtype("<i4"),
-    "addressed_by_player_id": np.dtype("<u4"),
-    "goal_ref": np.dtype("<u4"),
-    "goal_progress_signature": np.dtype("<u8"),
-    **{name: np.dtype("<u2") for name in NEED_FIELDS},
-}
-
-# Row booleans -> PerceptionFlagBit.
-ROW_FLAG_BITS = {
-    "on_screen": perception_pb2.PERCEPTION_FLAG_BIT_ON_SCREEN,
-    "open_crossroads": perception_pb2.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS,
-    "imminent_irreversible_action": perception_pb2.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION,
-    "scene_copresence": perception_pb2.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE,
-    "player_nearby_in_world": perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
-    "threat_present": perception_pb2.PERCEPTION_FLAG_BIT_THREAT_PRESENT,
-    "minor_present": perception_pb2.PERCEPTION_FLAG_BIT_MINOR_PRESENT,
-}
 
 
 class Encoding(enum.Enum):
@@ -55,7 +38,12 @@ class DecodedBatch:
     encoding: Encoding
     tick: int
     slots: NDArray[np.uint32] | None
-    columns: dict[str, NDArray[Any]]  # only the columns the batch carried
+    columns: dict[str, NDArray[Any]]  # only the columns the batch carried; views of the wire bytes
+
+    @cached_property
+    def index(self) -> NDArray[np.intp] | None:
+        """The slots as numpy indices, converted once for every column they scatter."""
+        return None if self.slots is None else self.slots.astype(np.intp)
 
 
 def decode_batch(
@@ -120,7 +108,7 @@ def _check_values(columns: dict[str, NDArray[Any]], prefix: str, indexed: bool) 
     ):
         row = int(np.flatnonzero((lod > perception_pb2.VISUAL_LOD_NEAR) | (lod < 0))[0])
         raise InvalidArgument.field(name("visual_lod", row), "unknown VisualLod")
-    for need in NEED_FIELDS:
+    for need in NEED_COLUMNS:
         values = columns.get(need)
         if values is not None and len(values) and int(values.max()) > MAX_BASIS_POINTS:
             row = int(np.flatnonzero(values > MAX_BASIS_POINTS)[0])
@@ -130,8 +118,8 @@ def _check_values(columns: dict[str, NDArray[Any]], prefix: str, indexed: bool) 
 def _decode_columns(
     columns: perception_pb2.PerceptionColumns, tick: int, registered: int, max_agents: int
 ) -> DecodedBatch:
-    if columns.layout_version != COLUMNS_LAYOUT_VERSION:
-        raise InvalidArgument.field("batch.columns.layout_version", f"must be {COLUMNS_LAYOUT_VERSION}")
+    if columns.layout_version != LAYOUT_VERSION:
+        raise InvalidArgument.field("batch.columns.layout_version", f"must be {LAYOUT_VERSION}")
     count = columns.count
     if count > max_agents:
         raise InvalidArgument.field("batch.columns.count", f"{count} agents exceeds the maximum {max_agents}")
@@ -141,14 +129,14 @@ def _decode_columns(
             raise InvalidArgument.field(
                 "batch.columns.slots", f"holds {len(columns.slots) // 4} slots, count is {count}"
             )
-        slots = np.frombuffer(columns.slots, dtype="<u4")
+        slots = np.frombuffer(columns.slots, dtype=SLOT_DTYPE)
         _check_slots(slots, "batch.columns.slots", registered, ordered=True)
     elif count != registered:
         raise InvalidArgument.field(
             "batch.columns.count", f"a full frame covers all {registered} registered agents, got {count}"
         )
     decoded: dict[str, NDArray[Any]] = {}
-    for name, dtype in COLUMN_DTYPES.items():
+    for name, dtype in PERCEPTION_COLUMNS.items():
         raw: bytes = getattr(columns, name)
         if not raw:
             continue
@@ -173,12 +161,12 @@ def _decode_rows(
     slots = column["slot"].astype(np.uint32)
     _check_slots(slots, "batch.frames", registered, ordered=False, suffix=".slot")
     flags = np.zeros(count, dtype=np.uint16)
-    for attribute, bit in ROW_FLAG_BITS.items():
+    for attribute, bit in PERCEPTION_FLAG_BITS.items():
         flags[column[attribute] != 0] |= np.uint16(1 << bit)
-    wide = {name: column[name] for name in COLUMN_DTYPES if name in column}
+    wide = {name: column[name] for name in PERCEPTION_COLUMNS if name in column}
     _check_values(wide, "batch.frames", indexed=True)
     decoded: dict[str, NDArray[Any]] = {
-        name: values.astype(COLUMN_DTYPES[name]) for name, values in wide.items()
+        name: values.astype(PERCEPTION_COLUMNS[name]) for name, values in wide.items()
     }
     decoded["signal_flags"] = flags
     decoded["goal_progress_signature"] = progress

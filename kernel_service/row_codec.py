@@ -101,6 +101,7 @@ class CRowCodec:
 
         self._ffi = ffi
         self._lib = lib
+        self._ori_source: Sequence[str] | None = None  # the list the table was built from
         self._ori_count = -1
         self._ori_blob = b""
         self._ori_offsets = np.zeros(1, dtype=np.uint32)
@@ -125,13 +126,15 @@ class CRowCodec:
         return table, progress
 
     def _ori_table(self, ori_ids: Sequence[str]) -> None:
-        if self._ori_count == len(ori_ids):
+        """Rebuilt when registration grew the list or a restore replaced it (same length or not)."""
+        if ori_ids is self._ori_source and self._ori_count == len(ori_ids):
             return
         encoded = [ori_id.encode() for ori_id in ori_ids]
         self._ori_blob = b"".join(encoded) or b"\0"
         self._ori_offsets = np.zeros(len(encoded) + 1, dtype=np.uint32)
         np.cumsum([len(e) for e in encoded], out=self._ori_offsets[1:])
         self._ori_count = len(ori_ids)
+        self._ori_source = ori_ids
 
     def write_intents(
         self,

@@ -46,15 +46,15 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
             self._tick_log.record_registration(request)
         return kernel_pb2.RegisterAgentsResponse(slots=slots, registered_total=self._kernel.arrays.count)
 
-    def _tick(self, batch: perception_pb2.PerceptionBatch) -> action_pb2.TickResult:
-        self._kernel.decode(batch)  # refuse a bad batch before taking results off the dispatcher
+    def _tick(self, batch: perception_pb2.PerceptionBatch, into: action_pb2.TickResult) -> None:
+        """Tick into the response's own result message (see Kernel.tick)."""
+        decoded = self._kernel.decode(batch)  # refuse a bad batch before taking the dispatcher's results
         merged = self._dispatcher.take_results()
         unavailable = self._dispatcher.unavailable_tiers()
-        result = self._kernel.tick(batch, merged, unavailable)
+        result = self._kernel.tick(batch, merged, unavailable, decoded=decoded, into=into)
         if self._tick_log is not None:
             self._tick_log.record_tick(batch, merged, result, self._kernel, unavailable)
         self._dispatcher.offer(result)
-        return result
 
     async def ReplayTicks(
         self,
@@ -64,18 +64,22 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         """The logged results merge as they did; nothing reaches the dispatcher (no call is made twice)."""
         async for request in request_iterator:
             logged = request.tick
-            result = self._kernel.tick(
-                logged.batch, logged.merged_results, logged.cognition_unavailable_tiers
+            response = kernel_pb2.ReplayTicksResponse()
+            self._kernel.tick(
+                logged.batch,
+                logged.merged_results,
+                logged.cognition_unavailable_tiers,
+                into=response.result,
             )
             if self._tick_log is not None:
                 self._tick_log.record_tick(
                     logged.batch,
                     logged.merged_results,
-                    result,
+                    response.result,
                     self._kernel,
                     logged.cognition_unavailable_tiers,
                 )
-            yield kernel_pb2.ReplayTicksResponse(result=result)
+            yield response
 
     async def RestoreSnapshot(
         self, request: kernel_pb2.RestoreSnapshotRequest, context: Context
@@ -89,7 +93,9 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         return kernel_pb2.RestoreSnapshotResponse(last_tick=snapshot.last_tick, agents=len(snapshot.ori_ids))
 
     async def Tick(self, request: kernel_pb2.TickRequest, context: Context) -> kernel_pb2.TickResponse:
-        return kernel_pb2.TickResponse(result=self._tick(request.batch))
+        response = kernel_pb2.TickResponse()
+        self._tick(request.batch, response.result)
+        return response
 
     async def StreamTicks(
         self,
@@ -97,7 +103,9 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         context: Context,
     ) -> AsyncIterator[kernel_pb2.StreamTicksResponse]:
         async for request in request_iterator:
-            yield kernel_pb2.StreamTicksResponse(result=self._tick(request.batch))
+            response = kernel_pb2.StreamTicksResponse()
+            self._tick(request.batch, response.result)
+            yield response
 
     async def GetAgentState(
         self, request: kernel_pb2.GetAgentStateRequest, context: Context

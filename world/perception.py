@@ -8,37 +8,18 @@ import numpy as np
 import numpy.typing as npt
 
 from egbe.v1 import perception_pb2
+from services.column_layout import (
+    LAYOUT_VERSION,
+    PERCEPTION_COLUMNS,
+    PERCEPTION_FLAG_BITS,
+    SLOT_DTYPE,
+)
 from world.population import Population
 from world.scenario import Scenario
 from world.simulation import GOAL_KINDS, WorldState
 
 NO_PLAYER_MM = 2_147_483_647
-COLUMN_LAYOUT_VERSION = 1
 NEAR_LOD_MM = 5_000
-
-_BIT = {
-    "on_screen": perception_pb2.PERCEPTION_FLAG_BIT_ON_SCREEN,
-    "open_crossroads": perception_pb2.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS,
-    "imminent_irreversible_action": perception_pb2.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION,
-    "scene_copresence": perception_pb2.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE,
-    "player_nearby_in_world": perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
-    "threat_present": perception_pb2.PERCEPTION_FLAG_BIT_THREAT_PRESENT,
-    "minor_present": perception_pb2.PERCEPTION_FLAG_BIT_MINOR_PRESENT,
-}
-# Column name -> (numpy little-endian dtype); the order and widths of PerceptionColumns layout 1.
-COLUMNS: dict[str, str] = {
-    "signal_flags": "<u2",
-    "visual_lod": "u1",
-    "player_proximity_mm": "<i4",
-    "addressed_by_player_id": "<u4",
-    "goal_ref": "<u4",
-    "goal_progress_signature": "<u8",
-    "need_safety_bp": "<u2",
-    "need_sustaining_bp": "<u2",
-    "need_social_bp": "<u2",
-    "need_purpose_bp": "<u2",
-    "fatigue_bp": "<u2",
-}
 
 
 @dataclass
@@ -50,7 +31,7 @@ class Perception:
 
     def flag(self, name: str) -> npt.NDArray[np.bool_]:
         bits = self.arrays["signal_flags"].astype(np.uint32)
-        return ((bits >> _BIT[name]) & 1).astype(np.bool_)
+        return ((bits >> PERCEPTION_FLAG_BITS[name]) & 1).astype(np.bool_)
 
 
 @dataclass
@@ -90,7 +71,7 @@ def build_perception(
 
     def put(name: str, mask: npt.NDArray[np.bool_]) -> None:
         nonlocal flags
-        flags |= (mask.astype(np.uint16) << _BIT[name]).astype("<u2")
+        flags |= (mask.astype(np.uint16) << PERCEPTION_FLAG_BITS[name]).astype("<u2")
 
     put("on_screen", on_screen)
     put("scene_copresence", scene)
@@ -145,11 +126,6 @@ def to_rows(perception: Perception, slots: npt.NDArray[np.uint32]) -> list[perce
                 visual_lod=int(a["visual_lod"][i]),  # type: ignore[arg-type]
                 player_proximity_mm=int(a["player_proximity_mm"][i]),
                 addressed_by_player_id=int(a["addressed_by_player_id"][i]),
-                on_screen=bool(bits >> _BIT["on_screen"] & 1),
-                open_crossroads=bool(bits >> _BIT["open_crossroads"] & 1),
-                imminent_irreversible_action=bool(bits >> _BIT["imminent_irreversible_action"] & 1),
-                scene_copresence=bool(bits >> _BIT["scene_copresence"] & 1),
-                player_nearby_in_world=bool(bits >> _BIT["player_nearby_in_world"] & 1),
                 goal_ref=int(a["goal_ref"][i]),
                 goal_progress_signature=int(a["goal_progress_signature"][i]),
                 need_safety_bp=int(a["need_safety_bp"][i]),
@@ -157,8 +133,7 @@ def to_rows(perception: Perception, slots: npt.NDArray[np.uint32]) -> list[perce
                 need_social_bp=int(a["need_social_bp"][i]),
                 need_purpose_bp=int(a["need_purpose_bp"][i]),
                 fatigue_bp=int(a["fatigue_bp"][i]),
-                threat_present=bool(bits >> _BIT["threat_present"] & 1),
-                minor_present=bool(bits >> _BIT["minor_present"] & 1),
+                **{name: bool(bits >> bit & 1) for name, bit in PERCEPTION_FLAG_BITS.items()},
             )
         )
     return frames
@@ -174,20 +149,23 @@ def to_columns(
     a = perception.arrays
     if previous is None:
         return perception_pb2.PerceptionColumns(
-            layout_version=COLUMN_LAYOUT_VERSION,
+            layout_version=LAYOUT_VERSION,
             count=len(a["signal_flags"]),
-            **{name: np.ascontiguousarray(a[name], dtype=dtype).tobytes() for name, dtype in COLUMNS.items()},
+            **{
+                name: np.ascontiguousarray(a[name], dtype=dtype).tobytes()
+                for name, dtype in PERCEPTION_COLUMNS.items()
+            },
         )
     changed = np.zeros(len(a["signal_flags"]), dtype=np.bool_)
-    for name in COLUMNS:
+    for name in PERCEPTION_COLUMNS:
         changed |= a[name] != previous.arrays[name]
     rows = np.flatnonzero(changed)
     return perception_pb2.PerceptionColumns(
-        layout_version=COLUMN_LAYOUT_VERSION,
+        layout_version=LAYOUT_VERSION,
         count=len(rows),
-        slots=rows.astype("<u4").tobytes(),
+        slots=rows.astype(SLOT_DTYPE).tobytes(),
         **{
             name: np.ascontiguousarray(a[name][rows], dtype=dtype).tobytes()
-            for name, dtype in COLUMNS.items()
+            for name, dtype in PERCEPTION_COLUMNS.items()
         },
     )

@@ -65,3 +65,19 @@ def test_c_intent_writer_equals_python(agents: int, data: st.DataObject) -> None
     PythonRowCodec().write_intents(by_python, slots, columns, ori_ids)
     CRowCodec().write_intents(by_c, slots, columns, ori_ids)
     assert by_c.SerializeToString(deterministic=True) == by_python.SerializeToString(deterministic=True)
+
+
+def test_c_intent_writer_follows_a_replaced_registry_of_the_same_size() -> None:
+    """A restore swaps in another Ori list of the same length: answers must name the new Ori."""
+    columns = {
+        name: np.zeros(2, dtype=np.uint8 if name != "out_goal_ref" else np.uint32) for name in INTENT_FIELDS
+    }
+    columns["out_priority"] = np.zeros(2, dtype=np.uint16)
+    columns["out_plan_step"] = np.zeros(2, dtype=np.uint16)
+    codec = CRowCodec()
+    slots = np.array([0, 1], dtype=np.uint32)
+    first, second = action_pb2.ActionBatch(), action_pb2.ActionBatch()
+    codec.write_intents(first, slots, columns, ["ori-a", "ori-b"])
+    codec.write_intents(second, slots, columns, ["ori-x", "ori-y"])
+    assert [i.ori_id for i in first.intents] == ["ori-a", "ori-b"]
+    assert [i.ori_id for i in second.intents] == ["ori-x", "ori-y"]

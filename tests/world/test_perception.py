@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from egbe.v1 import action_pb2, perception_pb2
-from world.perception import COLUMNS, NO_PLAYER_MM, ScriptIndex, build_perception, to_columns, to_rows
+from services.column_layout import PERCEPTION_COLUMNS
+from world.perception import NO_PLAYER_MM, ScriptIndex, build_perception, to_columns, to_rows
 from world.population import build_population
 from world.scenario import load_scenario
 from world.simulation import WorldStepper, initial_state
@@ -47,7 +48,9 @@ def test_rows_and_full_columns_carry_the_same_signals(hamlet_world) -> None:  # 
     columns = to_columns(perception)
     assert columns.count == population.size
     assert columns.slots == b""
-    decoded = {name: np.frombuffer(getattr(columns, name), dtype=dtype) for name, dtype in COLUMNS.items()}
+    decoded = {
+        name: np.frombuffer(getattr(columns, name), dtype=dtype) for name, dtype in PERCEPTION_COLUMNS.items()
+    }
     for i, frame in enumerate(rows):
         assert frame.slot == i
         assert frame.player_proximity_mm == decoded["player_proximity_mm"][i]
@@ -71,7 +74,7 @@ def test_delta_frames_list_only_changed_rows(hamlet_world) -> None:  # type: ign
     changed = np.frombuffer(delta.slots, dtype="<u4")
     assert population.index_of("ngozi") in changed
     assert len(changed) < population.size
-    for name, dtype in COLUMNS.items():
+    for name, dtype in PERCEPTION_COLUMNS.items():
         column = np.frombuffer(getattr(delta, name), dtype=dtype)
         assert np.array_equal(column, after.arrays[name][changed])
 
