@@ -230,11 +230,13 @@ class Kernel:
         if self.behavior is None or self.arrays.count == 0:
             return None
         a = self.arrays
-        phase = (np.uint64(tick) + np.arange(a.count, dtype=np.uint64)) % np.uint64(
-            self.config.lachesis_step_every_ticks
-        )
-        no_cognition = a.live("cached_source") != action_pb2.ACTION_SOURCE_COGNITION
-        slots = np.flatnonzero(((a.live("tier") == LACHESIS) | no_cognition) & (phase == 0)).astype(np.uint32)
+        # An agent's turn comes when (tick + slot) % every == 0: every `every`-th slot from `first`,
+        # so only those are looked at (strided views, no per-agent phase arithmetic).
+        every = self.config.lachesis_step_every_ticks
+        first = -tick % every
+        no_cognition = a.live("cached_source")[first::every] != action_pb2.ACTION_SOURCE_COGNITION
+        due = (a.live("tier")[first::every] == LACHESIS) | no_cognition
+        slots = (np.flatnonzero(due) * every + first).astype(np.uint32)
         if len(slots) == 0:
             return None
         f = a.fields
