@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from google.protobuf import json_format
@@ -30,9 +30,32 @@ _SOURCE: dict[int, str] = {value: name for name, value in action_pb2.ActionSourc
 _TIER: dict[int, str] = {value: name for name, value in common_pb2.CognitionTier.items()}
 
 
+class ActionChange(NamedTuple):
+    """A Clotho agent's changed action, as the core answered it. The commonest moment by far, so it
+    is kept as four integers on the tick path and spelled out only when handed over or snapshotted."""
+
+    kind: int
+    source: int
+    goal_ref: int
+    priority: int
+
+    def payload(self) -> dict[str, Any]:
+        name = _ACTION[self.kind]
+        return {
+            "text": f"acted: {name}",
+            "template": True,
+            "moment": "action",
+            "action_kind": name,
+            "source": _SOURCE[self.source],
+            "goal_ref": self.goal_ref,
+            "priority": self.priority,
+            "tier": _TIER[common_pb2.COGNITION_TIER_CLOTHO],
+        }
+
+
 # (sequence, event kind, world tick, payload): kept as plain values on the tick path; protobuf
 # fragments are built only when handed over or snapshotted.
-Moment = tuple[int, int, int, dict[str, Any]]
+Moment = tuple[int, int, int, dict[str, Any] | ActionChange]
 
 
 def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
@@ -42,7 +65,8 @@ def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragmen
         kind=biography_pb2.OriEventKind.ValueType(kind),
         world_tick=tick,
     )
-    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **payload})
+    spelled = payload.payload() if isinstance(payload, ActionChange) else payload
+    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **spelled})
     return fragment
 
 
@@ -79,7 +103,7 @@ class FragmentStore:
         entry = self._pending.get(slot)
         return [_fragment(ori_id, moment) for moment in entry.moments] if entry else []
 
-    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any]) -> None:
+    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any] | ActionChange) -> None:
         entry = self._pending.get(slot)
         if entry is None:
             entry = self._pending[slot] = _Pending(self.limit)
@@ -142,6 +166,7 @@ class FragmentStore:
 
     def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
         """Each change of a Clotho agent's answered action (the kernel passes only those slots)."""
+        add, memory = self._add, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED
         for slot, kind, source, goal, priority in zip(
             slots.tolist(),
             fields["out_kind"][slots].tolist(),
@@ -150,22 +175,7 @@ class FragmentStore:
             fields["out_priority"][slots].tolist(),
             strict=True,
         ):
-            name = _ACTION[kind]
-            self._add(
-                slot,
-                biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
-                tick,
-                {
-                    "text": f"acted: {name}",
-                    "template": True,
-                    "moment": "action",
-                    "action_kind": name,
-                    "source": _SOURCE[source],
-                    "goal_ref": goal,
-                    "priority": priority,
-                    "tier": _TIER[common_pb2.COGNITION_TIER_CLOTHO],
-                },
-            )
+            add(slot, memory, tick, ActionChange(kind, source, goal, priority))
 
     def take(self, slot: int, ori_id: str, tick: int) -> list[biography_pb2.ConsolidationFragment]:
         """Hand over and clear a slot's fragments; a leading fragment names any dropped to the bound."""
