@@ -62,5 +62,6 @@ class CCore:
         p.reflection_interval_ticks = params.reflection_interval_ticks
         p.summary_interval_ticks = params.summary_interval_ticks
         p.guard_priority_bp = params.guard_priority_bp
+        p.observed_all = params.observed_all
         if lib.moirai_tick(p, self._agents, self._outputs) != 0:
             raise ValueError("the C core refused its parameters (an interval of zero)")

@@ -12,6 +12,7 @@ from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import (
     AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_FRESH_DECISION,
+    AGENT_BIT_OBSERVED,
     AGENT_FIELDS,
     AgentArrays,
 )
@@ -116,7 +117,9 @@ class Kernel:
         self._apply_signals(decoded)
         payloads = self._merge_results(merged)
         self._step_behavior(decoded.tick)
-        self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
+        self.core.run(
+            self.arrays, CoreParams.for_tick(self.config, decoded.tick, observed_all=decoded.slots is None)
+        )
         self.last_tick = decoded.tick
         registry = self.registry
         candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)
@@ -149,11 +152,16 @@ class Kernel:
         return result
 
     def _apply_signals(self, decoded: DecodedBatch) -> None:
-        for name, values in decoded.columns.items():
-            if decoded.slots is None:
+        """A full frame observes every agent; a delta (or rows) only the slots it lists, which the core
+        learns from AGENT_BIT_OBSERVED."""
+        if decoded.slots is None:
+            for name, values in decoded.columns.items():
                 self.arrays.live(name)[:] = values
-            else:
-                self.arrays.fields[name][decoded.slots] = values
+            return
+        fields = self.arrays.fields
+        for name, values in decoded.columns.items():
+            fields[name][decoded.slots] = values
+        fields["agent_bits"][decoded.slots] |= AGENT_BIT_OBSERVED
 
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]
