@@ -24,8 +24,6 @@ from kernel_service.agent_state import (
     COUNT_TRANSITIONS,
     GUARD_BIT_REPEATED_ACTION,
     GUARD_BIT_STALE_GOAL,
-    REASON_COUNT_LEN,
-    TIER_COUNT_LEN,
     AgentArrays,
 )
 from kernel_service.config import KernelConfig
@@ -84,44 +82,43 @@ def _compact(
     return len(chosen)
 
 
-# Ladder index bits: PerceptionFlagBit 1..5 shifted down by one, then addressed and within proximity.
-ADDRESSED_BIT, PROXIMITY_BIT = 5, 6
-RUNGS = (
-    (FLAG.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS - 1, R.TIER_REASON_OPEN_CROSSROADS),
-    (FLAG.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION - 1, R.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION),
-    (ADDRESSED_BIT, R.TIER_REASON_ADDRESSED_BY_PLAYER),
-    (FLAG.PERCEPTION_FLAG_BIT_ON_SCREEN - 1, R.TIER_REASON_ON_SCREEN),
-    (PROXIMITY_BIT, R.TIER_REASON_PROXIMITY),
-    (FLAG.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE - 1, R.TIER_REASON_SCENE_COPRESENCE),
-    (FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD - 1, R.TIER_REASON_RESIDENT_WORLD),
-)
-
-
-def _ladder_rung(index: int) -> int:
-    """The first matching rung, in the seed's order, for one combination of signals."""
-    for bit, reason in RUNGS:
-        if index >> bit & 1:
-            return reason
-    return R.TIER_REASON_OFFLINE_OR_DISTANT
-
-
-# Every combination's rung, so the vectorized ladder is a single gather.
-LADDER = np.array([_ladder_rung(index) for index in range(128)], dtype=np.uint8)
+# Ladder rungs in the seed's order are TierReason 1..8; the mask below puts rung k's test at bit k - 1.
+if list(range(1, 9)) != [
+    R.TIER_REASON_OPEN_CROSSROADS,
+    R.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION,
+    R.TIER_REASON_ADDRESSED_BY_PLAYER,
+    R.TIER_REASON_ON_SCREEN,
+    R.TIER_REASON_PROXIMITY,
+    R.TIER_REASON_SCENE_COPRESENCE,
+    R.TIER_REASON_RESIDENT_WORLD,
+    R.TIER_REASON_OFFLINE_OR_DISTANT,
+] or list(range(1, 6)) != [
+    FLAG.PERCEPTION_FLAG_BIT_ON_SCREEN,
+    FLAG.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS,
+    FLAG.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION,
+    FLAG.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE,
+    FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
+]:
+    raise ImportError("core_numpy's ladder assumes the TierReason and PerceptionFlagBit numbering")
 
 
 def assign_ladder_reason(a: AgentArrays, proximity_mm: int) -> NDArray[np.uint8]:
-    """The priority ladder's first matching rung per agent."""
-    index = (a.live("signal_flags") >> 1) & np.uint16(0x1F)
-    index |= (a.live("addressed_by_player_id") != 0).view(np.uint8) << np.uint8(ADDRESSED_BIT)
-    index |= (a.live("player_proximity_mm") <= proximity_mm).view(np.uint8) << np.uint8(PROXIMITY_BIT)
-    reason: NDArray[np.uint8] = LADDER[index]
+    """The priority ladder's first matching rung per agent, in byte-wide arithmetic (a table gather
+    costs numpy more than all of it). Each rung's test sets bit (rung - 1) of a mask, the last rung
+    always; the lowest set bit's position, by popcount, is the rung."""
+    u8 = np.uint8
+    flags = a.live("signal_flags").astype(u8)  # flag bits 1..5 live in the low byte
+    matched = (flags >> u8(2)) & u8(0b11)  # crossroads (bit 2), irreversible (bit 3) -> rungs 1, 2
+    matched |= (a.live("addressed_by_player_id") != 0).view(u8) << u8(2)  # rung 3
+    matched |= (flags << u8(2)) & u8(0b1000)  # on screen (bit 1) -> rung 4
+    matched |= (a.live("player_proximity_mm") <= proximity_mm).view(u8) << u8(4)  # rung 5
+    matched |= (flags << u8(1)) & u8(0b110_0000)  # scene (bit 4), nearby (bit 5) -> rungs 6, 7
+    matched |= u8(0b1000_0000)  # rung 8: offline or distant
+    matched &= u8(0) - matched  # the lowest set bit alone
+    matched -= u8(1)  # ...as the ones below it
+    reason: NDArray[np.uint8] = np.bitwise_count(matched)
+    reason += u8(1)
     return reason
-
-
-# The ladder's rung -> the tier it asks for (reasons 1..6 are Clotho signals).
-CANDIDATE_TIER = np.array(
-    [0] + [CLOTHO] * R.TIER_REASON_SCENE_COPRESENCE + [LACHESIS, ATROPOS] + [0] * 7, dtype=np.uint8
-)
 
 
 def run_core_numpy(a: AgentArrays, p: CoreParams) -> None:
@@ -144,9 +141,25 @@ def run_core_numpy(a: AgentArrays, p: CoreParams) -> None:
         | stale_fire
         | (a.live("agent_bits") != 0)
     )
-    _settle(a, p, tick, np.flatnonzero(marked), previous, previous_reason, stale_fire)
-    a.reason_counts[:] = np.bincount(a.live("tier_reason"), minlength=REASON_COUNT_LEN)[:REASON_COUNT_LEN]
-    a.tier_counts[:] = np.bincount(a.live("tier"), minlength=TIER_COUNT_LEN)[:TIER_COUNT_LEN]
+    _settle(
+        a,
+        p,
+        tick,
+        np.flatnonzero(marked),
+        previous=previous,
+        previous_reason=previous_reason,
+        stale_fire=stale_fire,
+    )
+    _count_values(a.live("tier_reason"), a.reason_counts, R.TIER_REASON_DEESCALATION_GRACE)
+    _count_values(a.live("tier"), a.tier_counts, ATROPOS)
+
+
+def _count_values(values: NDArray[np.uint8], counts: NDArray[np.uint32], highest: int) -> None:
+    """counts[v] = how many values equal v, for v in 1..highest (nothing is 0 after a tick, nothing is
+    above highest). A byte compare per value: bincount would first widen every byte to 64 bits."""
+    counts[:] = 0
+    for value in range(1, highest + 1):
+        counts[value] = np.count_nonzero(values == value)
 
 
 def _assign_tiers(
@@ -155,8 +168,11 @@ def _assign_tiers(
     """The ladder, then de-escalation grace, then transition damping (urgent rungs bypass it); tier
     state updated in place. Returns which agents changed tier."""
     reason = assign_ladder_reason(a, p.clotho_proximity_mm)
-    candidate = CANDIDATE_TIER[reason]
     signal = reason <= R.TIER_REASON_SCENE_COPRESENCE
+    # Clotho on a signal, Lachesis for a resident of the world, else Atropos: arithmetic, not a gather.
+    candidate = np.full(a.count, ATROPOS, dtype=np.uint8)
+    candidate -= (reason == R.TIER_REASON_RESIDENT_WORLD).view(np.uint8)
+    candidate -= signal.view(np.uint8) << np.uint8(1)
     last_clotho = a.live("last_clotho_signal_tick")
     np.copyto(last_clotho, tick, where=signal)
     # Grace only concerns a Clotho that lost its signal: few agents, so it runs over their rows.
@@ -171,7 +187,7 @@ def _assign_tiers(
     hold &= ticks_in_tier < min(p.transition_damping_ticks, 65535)
     np.copyto(candidate, previous, where=hold)
     np.copyto(reason, np.uint8(R.TIER_REASON_DAMPING_HOLD), where=hold)
-    transition = candidate != previous
+    transition: NDArray[np.bool_] = candidate != previous
     np.minimum(ticks_in_tier, np.uint16(65534), out=ticks_in_tier)
     ticks_in_tier += np.uint16(1)
     np.copyto(ticks_in_tier, np.uint16(0), where=transition)
@@ -200,7 +216,7 @@ def _guard_stale_goals(a: AgentArrays, p: CoreParams) -> NDArray[np.bool_]:
     counted += np.uint8(1)
     np.copyto(counted, np.uint8(1), where=~same)
     np.copyto(counted, np.uint8(0), where=~has_goal)
-    fire = counted >= p.stale_goal_tick_limit
+    fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit
     fire &= has_goal
     if p.observed_all:
         np.copyto(counted, np.uint8(0), where=fire)
@@ -219,92 +235,135 @@ def _settle(
     p: CoreParams,
     tick: np.uint64,
     rows: NDArray[np.intp],
+    *,
     previous: NDArray[np.uint8],
     previous_reason: NDArray[np.uint8],
     stale_fire: NDArray[np.bool_],
 ) -> None:
     """Over the marked rows only: cadences, the repeated-action guard, the answer, the lists."""
     f = a.fields
-    slot = rows.astype(np.uint64)
     candidate = f["tier"][rows]
     before = previous[rows]
     transition = candidate != before
     is_clotho = candidate == CLOTHO
-    # Clotho plans on escalation and every decision interval (phase by slot).
-    plan = is_clotho & (transition | ((tick + slot) % np.uint64(p.decision_interval_ticks) == 0))
-    # Lachesis reflections and Atropos summaries come due at slot-staggered ticks.
-    lachesis = candidate == LACHESIS
-    interval = np.where(lachesis, np.uint64(p.reflection_interval_ticks), np.uint64(p.summary_interval_ticks))
-    next_call = f["next_call_tick"][rows]
-    entered = transition & ~is_clotho
-    next_call[entered] = tick + np.uint64(1) + slot[entered] % interval[entered]
-    due = ~is_clotho & (tick >= next_call)
-    next_call[due] = tick + interval[due]
-    f["next_call_tick"][rows] = next_call
-    cause = np.where(
-        plan,
-        np.uint8(R.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING),
-        np.where(
-            due,
-            np.where(
-                lachesis,
-                np.uint8(R.COGNITION_CAUSE_LACHESIS_REFLECTION),
-                np.uint8(R.COGNITION_CAUSE_ATROPOS_SUMMARY),
-            ),
-            np.uint8(0),
-        ),
+    cause, call_kind = _cadence(
+        a, p, tick, rows, candidate=candidate, transition=transition, is_clotho=is_clotho
     )
-    call_kind = np.where(
-        plan,
-        np.uint8(R.ACTION_KIND_PLAN),
-        np.where(
-            due,
-            np.where(lachesis, np.uint8(R.ACTION_KIND_REFLECT), np.uint8(R.ACTION_KIND_SUMMARIZE)),
-            np.uint8(0),
-        ),
-    )
-
-    # Repeated decided actions (cognition's, not the behaviour tree's) force a reflection.
     bits = f["agent_bits"][rows]
-    decided = (bits & AGENT_BIT_COGNITION_DECIDED) != 0
-    cached_kind = f["cached_kind"][rows]
-    cached_goal = f["cached_goal_ref"][rows]
-    repeated = f["repeated_action_count"][rows]
-    same_action = (cached_kind == f["last_decided_kind"][rows]) & (
-        cached_goal == f["last_decided_goal_ref"][rows]
-    )
-    repeated = np.where(decided, np.where(same_action, np.minimum(repeated, 254) + 1, 1), repeated).astype(
-        np.uint8
-    )
-    decided_rows = rows[decided]
-    f["last_decided_kind"][decided_rows] = cached_kind[decided]
-    f["last_decided_goal_ref"][decided_rows] = cached_goal[decided]
-    repeat_fire = decided & (repeated >= p.repeated_action_limit)
-    repeated[repeat_fire] = 0
-    f["repeated_action_count"][rows] = repeated
-
+    repeat_fire = _repeat_guard(a, p, rows, bits)
     stale = stale_fire[rows]
     cause[repeat_fire] = R.COGNITION_CAUSE_GUARD_REFLECTION
     overridden = (cause != 0) | stale
-    f["agent_bits"][rows] = np.where(overridden, np.uint8(AGENT_BIT_OUT_OVERRIDDEN), np.uint8(0))
+    f["agent_bits"][rows] = overridden.view(np.uint8) * np.uint8(AGENT_BIT_OUT_OVERRIDDEN)
     changed = transition | (f["tier_reason"][rows] != previous_reason[rows])
-
     # The answer equals the cached action unless it was freshly decided or overridden now or last tick.
     answer = overridden | ((bits & (AGENT_BIT_FRESH_DECISION | AGENT_BIT_OUT_OVERRIDDEN)) != 0)
-    at = rows[answer]
-    kind = np.where(call_kind[answer] != 0, call_kind[answer], cached_kind[answer])
+    if answer.any():
+        changed[answer] |= _answer(
+            a,
+            p,
+            rows[answer],
+            call_kind=call_kind[answer],
+            repeat_fire=repeat_fire[answer],
+            stale_fire=stale[answer],
+        )
+    _emit(
+        a,
+        rows,
+        cause=cause,
+        transition=transition,
+        before=before,
+        candidate=candidate,
+        rehydrate=transition & is_clotho,
+        repeat_fire=repeat_fire,
+        stale_fire=stale,
+        changed=changed,
+    )
+
+
+def _cadence(
+    a: AgentArrays,
+    p: CoreParams,
+    tick: np.uint64,
+    rows: NDArray[np.intp],
+    *,
+    candidate: NDArray[np.uint8],
+    transition: NDArray[np.bool_],
+    is_clotho: NDArray[np.bool_],
+) -> tuple[NDArray[np.uint8], NDArray[np.uint8]]:
+    """Clotho plans on escalation and every decision interval (phase by slot); Lachesis reflections and
+    Atropos summaries come due at slot-staggered ticks. Returns each row's call cause and action kind."""
+    slot = rows.astype(np.uint64)
+    cause = np.zeros(len(rows), dtype=np.uint8)
+    call_kind = np.zeros(len(rows), dtype=np.uint8)
+    plan = is_clotho & (transition | ((tick + slot) % np.uint64(p.decision_interval_ticks) == 0))
+    cause[plan] = R.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING
+    call_kind[plan] = R.ACTION_KIND_PLAN
+    lachesis = candidate == LACHESIS
+    interval = np.where(lachesis, np.uint64(p.reflection_interval_ticks), np.uint64(p.summary_interval_ticks))
+    next_call = a.fields["next_call_tick"][rows]
+    entered = transition & ~is_clotho
+    next_call[entered] = tick + np.uint64(1) + slot[entered] % interval[entered]
+    due = ~is_clotho & (tick >= next_call)
+    if due.any() or entered.any():
+        next_call[due] = tick + interval[due]
+        a.fields["next_call_tick"][rows] = next_call
+        reflect, summarize = due & lachesis, due & ~lachesis
+        cause[reflect] = R.COGNITION_CAUSE_LACHESIS_REFLECTION
+        call_kind[reflect] = R.ACTION_KIND_REFLECT
+        cause[summarize] = R.COGNITION_CAUSE_ATROPOS_SUMMARY
+        call_kind[summarize] = R.ACTION_KIND_SUMMARIZE
+    return cause, call_kind
+
+
+def _repeat_guard(
+    a: AgentArrays, p: CoreParams, rows: NDArray[np.intp], bits: NDArray[np.uint8]
+) -> NDArray[np.bool_]:
+    """Repeated decided actions (cognition's, not the behaviour tree's) force a reflection."""
+    decided: NDArray[np.bool_] = (bits & AGENT_BIT_COGNITION_DECIDED) != 0
+    if not decided.any():
+        return decided
+    f = a.fields
+    at = rows[decided]
+    kind = f["cached_kind"][at]
+    goal = f["cached_goal_ref"][at]
+    same = (kind == f["last_decided_kind"][at]) & (goal == f["last_decided_goal_ref"][at])
+    repeated = np.where(same, np.minimum(f["repeated_action_count"][at], 254) + 1, 1).astype(np.uint8)
+    f["last_decided_kind"][at] = kind
+    f["last_decided_goal_ref"][at] = goal
+    fire = repeated >= p.repeated_action_limit
+    repeated[fire] = 0
+    f["repeated_action_count"][at] = repeated
+    repeat_fire = np.zeros(len(rows), dtype=bool)
+    repeat_fire[decided] = fire
+    return repeat_fire
+
+
+def _answer(
+    a: AgentArrays,
+    p: CoreParams,
+    at: NDArray[np.intp],
+    *,
+    call_kind: NDArray[np.uint8],
+    repeat_fire: NDArray[np.bool_],
+    stale_fire: NDArray[np.bool_],
+) -> NDArray[np.bool_]:
+    """The output action of these agents: cached, the call's kind over it, a guard's rewrite over that.
+    Stored; returns where it differs from the last answer."""
+    f = a.fields
+    kind = f["cached_kind"][at]
+    np.copyto(kind, call_kind, where=call_kind != 0)
     source = f["cached_source"][at]
-    goal = cached_goal[answer]
+    goal = f["cached_goal_ref"][at]
     priority = f["cached_priority"][at]
     step = f["cached_plan_step"][at]
-    guard = repeat_fire[answer] | stale[answer]
-    kind[repeat_fire[answer]] = R.ACTION_KIND_REFLECT
-    stale_at = stale[answer]
-    kind[stale_at] = R.ACTION_KIND_CHANGE_GOAL
-    goal[stale_at] = f["goal_ref"][at[stale_at]]
+    kind[repeat_fire] = R.ACTION_KIND_REFLECT
+    kind[stale_fire] = R.ACTION_KIND_CHANGE_GOAL
+    goal[stale_fire] = f["goal_ref"][at[stale_fire]]
+    guard = repeat_fire | stale_fire
     source[guard] = R.ACTION_SOURCE_GUARD
     priority[guard] = p.guard_priority_bp
-    changed[answer] |= (
+    differs: NDArray[np.bool_] = (
         (kind != f["out_kind"][at])
         | (source != f["out_source"][at])
         | (goal != f["out_goal_ref"][at])
@@ -316,12 +375,13 @@ def _settle(
     f["out_goal_ref"][at] = goal
     f["out_priority"][at] = priority
     f["out_plan_step"][at] = step
-    _emit(a, rows, cause, transition, before, candidate, transition & is_clotho, repeat_fire, stale, changed)
+    return differs
 
 
 def _emit(
     a: AgentArrays,
     rows: NDArray[np.intp],
+    *,
     cause: NDArray[np.uint8],
     transition: NDArray[np.bool_],
     before: NDArray[np.uint8],
