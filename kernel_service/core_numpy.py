@@ -37,11 +37,9 @@ FLAG = perception_pb2
 
 @dataclass(frozen=True)
 class CoreParams:
-    """One tick's scalar inputs to the core: the world tick, whether its frame was full (every agent
-    observed), and the config numbers it decides with."""
+    """The config numbers the core decides with: built once per kernel, passed every tick unchanged
+    (the C core copies them into its parameter struct only when given a different object)."""
 
-    tick: int
-    observed_all: bool
     decision_interval_ticks: int
     transition_damping_ticks: int
     deescalation_grace_ticks: int
@@ -53,10 +51,8 @@ class CoreParams:
     guard_priority_bp: int
 
     @classmethod
-    def for_tick(cls, config: KernelConfig, tick: int, *, observed_all: bool) -> CoreParams:
+    def from_config(cls, config: KernelConfig) -> CoreParams:
         return cls(
-            tick=tick,
-            observed_all=observed_all,
             decision_interval_ticks=config.decision_interval_ticks,
             transition_damping_ticks=config.transition_damping_ticks,
             deescalation_grace_ticks=config.deescalation_grace_ticks,
@@ -121,18 +117,19 @@ def assign_ladder_reason(a: AgentArrays, proximity_mm: int) -> NDArray[np.uint8]
     return reason
 
 
-def run_core_numpy(a: AgentArrays, p: CoreParams) -> None:
+def run_core_numpy(a: AgentArrays, p: CoreParams, *, tick: int, observed_all: bool) -> None:
     """One tick over every live agent; results land in `a`'s arrays, outputs and counts.
+    `observed_all`: the tick's frame was full, so every agent was observed (else AGENT_BIT_OBSERVED says).
 
     Shaped like the C core: whole-population passes (tiers, stale goals) in a handful of numpy
     calls, then the rest of the work only over the agents those passes marked (a transition, a changed
     reason, Clotho, a due call, a guard, a fresh or overridden action), usually a few percent."""
-    tick = np.uint64(p.tick)
+    now = np.uint64(tick)
     previous = a.live("tier").copy()
     previous_reason = a.live("tier_reason").copy()
-    transition = _assign_tiers(a, p, tick, previous)
-    stale_fire = _guard_stale_goals(a, p)
-    due = tick >= a.live("next_call_tick")
+    transition = _assign_tiers(a, p, now, previous)
+    stale_fire = _guard_stale_goals(a, p, observed_all=observed_all)
+    due = now >= a.live("next_call_tick")
     marked = (
         transition
         | (a.live("tier_reason") != previous_reason)
@@ -144,7 +141,7 @@ def run_core_numpy(a: AgentArrays, p: CoreParams) -> None:
     _settle(
         a,
         p,
-        tick,
+        now,
         np.flatnonzero(marked),
         previous=previous,
         previous_reason=previous_reason,
@@ -196,7 +193,7 @@ def _assign_tiers(
     return transition
 
 
-def _guard_stale_goals(a: AgentArrays, p: CoreParams) -> NDArray[np.bool_]:
+def _guard_stale_goals(a: AgentArrays, p: CoreParams, *, observed_all: bool) -> NDArray[np.bool_]:
     """A goal held `stale_goal_tick_limit` observed ticks without progress forces a goal change;
     observed progress restarts the count. An agent a delta frame left out was not observed: its
     count holds. The seen signals are stored for every agent (an unobserved agent's have not
@@ -218,7 +215,7 @@ def _guard_stale_goals(a: AgentArrays, p: CoreParams) -> NDArray[np.bool_]:
     np.copyto(counted, np.uint8(0), where=~has_goal)
     fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit
     fire &= has_goal
-    if p.observed_all:
+    if observed_all:
         np.copyto(counted, np.uint8(0), where=fire)
         stale[:] = counted
     else:

@@ -48,6 +48,7 @@ class Kernel:
         self.behavior = behavior
         self.world_id = world_id
         self.fingerprint = config.fingerprint()
+        self.core_params = CoreParams.from_config(config)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
@@ -117,9 +118,7 @@ class Kernel:
         self._apply_signals(decoded)
         payloads = self._merge_results(merged)
         self._step_behavior(decoded.tick)
-        self.core.run(
-            self.arrays, CoreParams.for_tick(self.config, decoded.tick, observed_all=decoded.slots is None)
-        )
+        self.core.run(self.arrays, self.core_params, tick=decoded.tick, observed_all=decoded.slots is None)
         self.last_tick = decoded.tick
         registry = self.registry
         candidates = build_candidates(self.config, self.arrays, registry, decoded.tick)

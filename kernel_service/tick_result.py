@@ -175,15 +175,24 @@ def build_candidates(
     """One candidate per call the core issued, with its estimate and route; batching not yet applied."""
     count = int(a.counts[COUNT_CANDIDATES])
     out = a.outputs
+    slots = out["candidate_slot"][:count]
+    # The estimate and route depend only on (tier, cause): worked out once each, not once per call.
+    estimates: dict[tuple[int, int], tuple[int, int, str]] = {}
     candidates = []
-    for slot, cause, bits in zip(
-        out["candidate_slot"][:count].tolist(),
+    for slot, tier_value, cause, bits in zip(
+        slots.tolist(),
+        a.fields["tier"][slots].tolist(),
         out["candidate_cause"][:count].tolist(),
         out["candidate_bits"][:count].tolist(),
         strict=True,
     ):
-        tier = common_pb2.CognitionTier.ValueType(int(a.fields["tier"][slot]))
-        tokens = token_estimate(config, cause)
+        tier = common_pb2.CognitionTier.ValueType(tier_value)
+        estimate = estimates.get((tier, cause))
+        if estimate is None:
+            tokens = token_estimate(config, cause)
+            estimate = (tokens, cost_micro_usd(config, tier, tokens), config.tier_models[TIER_NAMES[tier]])
+            estimates[tier, cause] = estimate
+        tokens, cost, route = estimate
         candidates.append(
             action_pb2.CognitionCallCandidate(
                 call_id=f"{registry.world_id}:{tick}:{slot}:{cause}",
@@ -192,8 +201,8 @@ def build_candidates(
                 tier=tier,
                 cause=cause,
                 token_estimate=tokens,
-                cost_estimate_micro_usd=cost_micro_usd(config, tier, tokens),
-                model_route=config.tier_models[TIER_NAMES[tier]],
+                cost_estimate_micro_usd=cost,
+                model_route=route,
                 tick=tick,
                 needs_rehydration=bool(bits & CANDIDATE_BIT_NEEDS_REHYDRATION),
             )
