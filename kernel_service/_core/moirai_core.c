@@ -3,10 +3,10 @@
  * No clock, no RNG, no allocation.
  *
  * Shape, for speed: agents go in blocks of BLOCK (a block's arrays stay in L1 between passes), and
- * each block runs three branch-free bulk passes that the compiler vectorizes (tiers, due check,
- * stale-goal guard), then one scalar pass that visits only the agents the bulk passes marked as
- * having something to do (a transition, a changed reason, Clotho, a due call, a guard, a fresh or
- * overridden action). Most agents on most ticks are never touched by scalar code. */
+ * each block runs three branch-free bulk passes that the compiler vectorizes (tiers, the 64-bit
+ * compares, the stale-goal guard), then one scalar pass that visits only the agents the bulk passes
+ * marked as having something to do (a transition, a changed reason, Clotho, a due call, a guard, a
+ * fresh or overridden action). Most agents on most ticks are never touched by scalar code. */
 #include <stdint.h>
 #include <string.h>
 
@@ -50,7 +50,7 @@ enum {
     W_SIGNAL = 64, W_GRACE = 128
 };
 
-/* Per block: what the scalar pass needs of the state the bulk passes overwrote. */
+/* Per block, from the bulk passes to the scalar pass: the state they overwrote, and what they found. */
 struct block_scratch {
     uint8_t previous_tier[BLOCK];
     uint8_t previous_reason[BLOCK];
@@ -58,7 +58,6 @@ struct block_scratch {
     uint8_t same_progress[BLOCK];
     uint8_t work[BLOCK + 8]; /* +8: settle_block reads it a word at a time */
 };
-
 
 /* The tick's scalars and the array pointers, loaded once. */
 struct tick_ctx {
