@@ -22,9 +22,10 @@ enum {
     F_ON_SCREEN = 1u << 1, F_OPEN_CROSSROADS = 1u << 2, F_IMMINENT_IRREVERSIBLE = 1u << 3,
     F_SCENE_COPRESENCE = 1u << 4, F_PLAYER_NEARBY = 1u << 5
 };
-/* The bulk passes vectorize; on x86-64 Linux the tick is compiled twice, for AVX2 and for the
- * baseline, and the loader picks the one this CPU runs (an ifunc), so one build serves every machine. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* The bulk passes vectorize; on x86-64 with GCC and glibc (which resolves ifuncs) the tick is compiled
+ * twice, for AVX2 and for the baseline, and the loader picks the one this CPU runs, so one build
+ * serves every machine. Elsewhere it is compiled once for the build's target. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
 #define TICK_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define TICK_CLONES
