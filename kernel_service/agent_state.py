@@ -66,6 +66,10 @@ AGENT_BIT_COGNITION_DECIDED = 4
 # agent_bits: the last answer differed from the cached action (a call or guard overrode it), or the
 # agent was never answered; otherwise the answer equals the cached action and the C core skips it.
 AGENT_BIT_OUT_OVERRIDDEN = 2
+# agent_bits: this tick's delta frame listed the agent (set when the frame is applied, cleared by the
+# core). A full frame observes every agent without setting it. An agent a frame left out has not been
+# observed, so the stale-goal guard does not count the tick against it.
+AGENT_BIT_OBSERVED = 8
 
 SIGNAL_FIELDS = tuple(list(AGENT_FIELDS)[:11])
 

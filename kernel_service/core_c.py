@@ -18,7 +18,7 @@ C_TYPES = {
 
 
 class CCore:
-    """Runs `moirai_tick` over the numpy arrays in place, without copies."""
+    """Runs `moirai_tick` over the numpy arrays in place, without copies: one cffi call per tick."""
 
     name = "c"
 
@@ -28,6 +28,7 @@ class CCore:
         self._params: Any = ffi.new("struct moirai_params *")
         self._keepalive: list[Any] = []
         self._bound: tuple[int, int] | None = None  # (id of the arrays, their generation)
+        self._config: CoreParams | None = None  # the params last copied into self._params
 
     def _bind(self, arrays: AgentArrays) -> None:
         keepalive: list[Any] = []
@@ -47,20 +48,23 @@ class CCore:
         self._keepalive = keepalive
         self._bound = (id(arrays), arrays.generation)
 
-    def run(self, arrays: AgentArrays, params: CoreParams) -> None:
+    def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None:
         if self._bound != (id(arrays), arrays.generation):
             self._bind(arrays)
         p = self._params
-        p.tick = params.tick
+        if params is not self._config:  # the config numbers change with the kernel, not the tick
+            p.decision_interval_ticks = params.decision_interval_ticks
+            p.transition_damping_ticks = params.transition_damping_ticks
+            p.deescalation_grace_ticks = params.deescalation_grace_ticks
+            p.clotho_proximity_mm = params.clotho_proximity_mm
+            p.repeated_action_limit = params.repeated_action_limit
+            p.stale_goal_tick_limit = params.stale_goal_tick_limit
+            p.reflection_interval_ticks = params.reflection_interval_ticks
+            p.summary_interval_ticks = params.summary_interval_ticks
+            p.guard_priority_bp = params.guard_priority_bp
+            self._config = params
+        p.tick = tick
         p.count = arrays.count
-        p.decision_interval_ticks = params.decision_interval_ticks
-        p.transition_damping_ticks = params.transition_damping_ticks
-        p.deescalation_grace_ticks = params.deescalation_grace_ticks
-        p.clotho_proximity_mm = params.clotho_proximity_mm
-        p.repeated_action_limit = params.repeated_action_limit
-        p.stale_goal_tick_limit = params.stale_goal_tick_limit
-        p.reflection_interval_ticks = params.reflection_interval_ticks
-        p.summary_interval_ticks = params.summary_interval_ticks
-        p.guard_priority_bp = params.guard_priority_bp
+        p.observed_all = observed_all
         if lib.moirai_tick(p, self._agents, self._outputs) != 0:
             raise ValueError("the C core refused its parameters (an interval of zero)")

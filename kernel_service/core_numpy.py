@@ -14,6 +14,8 @@ from numpy.typing import NDArray
 from egbe.v1 import action_pb2, common_pb2, perception_pb2
 from kernel_service.agent_state import (
     AGENT_BIT_COGNITION_DECIDED,
+    AGENT_BIT_FRESH_DECISION,
+    AGENT_BIT_OBSERVED,
     AGENT_BIT_OUT_OVERRIDDEN,
     CANDIDATE_BIT_NEEDS_REHYDRATION,
     COUNT_CANDIDATES,
@@ -22,8 +24,6 @@ from kernel_service.agent_state import (
     COUNT_TRANSITIONS,
     GUARD_BIT_REPEATED_ACTION,
     GUARD_BIT_STALE_GOAL,
-    REASON_COUNT_LEN,
-    TIER_COUNT_LEN,
     AgentArrays,
 )
 from kernel_service.config import KernelConfig
@@ -37,9 +37,9 @@ FLAG = perception_pb2
 
 @dataclass(frozen=True)
 class CoreParams:
-    """One tick's scalar inputs to the core: the world tick and the config numbers it decides with."""
+    """The config numbers the core decides with: built once per kernel, passed every tick unchanged
+    (the C core copies them into its parameter struct only when given a different object)."""
 
-    tick: int
     decision_interval_ticks: int
     transition_damping_ticks: int
     deescalation_grace_ticks: int
@@ -51,9 +51,8 @@ class CoreParams:
     guard_priority_bp: int
 
     @classmethod
-    def for_tick(cls, config: KernelConfig, tick: int) -> CoreParams:
+    def from_config(cls, config: KernelConfig) -> CoreParams:
         return cls(
-            tick=tick,
             decision_interval_ticks=config.decision_interval_ticks,
             transition_damping_ticks=config.transition_damping_ticks,
             deescalation_grace_ticks=config.deescalation_grace_ticks,
@@ -67,242 +66,341 @@ class CoreParams:
 
 
 def _compact(
-    mask: NDArray[np.bool_], out: NDArray[np.uint32], counts: NDArray[np.uint32], which: int
-) -> NDArray[np.intp]:
-    index = np.flatnonzero(mask)
-    out[: len(index)] = index
-    counts[which] = len(index)
-    return index
+    rows: NDArray[np.intp],
+    mask: NDArray[np.bool_],
+    out: NDArray[np.uint32],
+    counts: NDArray[np.uint32],
+    which: int,
+) -> int:
+    chosen = rows[mask]
+    out[: len(chosen)] = chosen
+    counts[which] = len(chosen)
+    return len(chosen)
 
 
-# Ladder index bits: PerceptionFlagBit 1..5 shifted down by one, then addressed and within proximity.
-ADDRESSED_BIT, PROXIMITY_BIT = 5, 6
-RUNGS = (
-    (FLAG.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS - 1, R.TIER_REASON_OPEN_CROSSROADS),
-    (FLAG.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION - 1, R.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION),
-    (ADDRESSED_BIT, R.TIER_REASON_ADDRESSED_BY_PLAYER),
-    (FLAG.PERCEPTION_FLAG_BIT_ON_SCREEN - 1, R.TIER_REASON_ON_SCREEN),
-    (PROXIMITY_BIT, R.TIER_REASON_PROXIMITY),
-    (FLAG.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE - 1, R.TIER_REASON_SCENE_COPRESENCE),
-    (FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD - 1, R.TIER_REASON_RESIDENT_WORLD),
-)
-
-
-def _ladder_rung(index: int) -> int:
-    """The first matching rung, in the seed's order, for one combination of signals."""
-    for bit, reason in RUNGS:
-        if index >> bit & 1:
-            return reason
-    return R.TIER_REASON_OFFLINE_OR_DISTANT
-
-
-# Every combination's rung, so the vectorized ladder is a single gather.
-LADDER = np.array([_ladder_rung(index) for index in range(128)], dtype=np.uint8)
+# Ladder rungs in the seed's order are TierReason 1..8; the mask below puts rung k's test at bit k - 1.
+if list(range(1, 9)) != [
+    R.TIER_REASON_OPEN_CROSSROADS,
+    R.TIER_REASON_IMMINENT_IRREVERSIBLE_ACTION,
+    R.TIER_REASON_ADDRESSED_BY_PLAYER,
+    R.TIER_REASON_ON_SCREEN,
+    R.TIER_REASON_PROXIMITY,
+    R.TIER_REASON_SCENE_COPRESENCE,
+    R.TIER_REASON_RESIDENT_WORLD,
+    R.TIER_REASON_OFFLINE_OR_DISTANT,
+] or list(range(1, 6)) != [
+    FLAG.PERCEPTION_FLAG_BIT_ON_SCREEN,
+    FLAG.PERCEPTION_FLAG_BIT_OPEN_CROSSROADS,
+    FLAG.PERCEPTION_FLAG_BIT_IMMINENT_IRREVERSIBLE_ACTION,
+    FLAG.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE,
+    FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
+]:
+    raise ImportError("core_numpy's ladder assumes the TierReason and PerceptionFlagBit numbering")
 
 
 def assign_ladder_reason(a: AgentArrays, proximity_mm: int) -> NDArray[np.uint8]:
-    """The priority ladder's first matching rung per agent."""
-    index = (a.live("signal_flags") >> 1) & np.uint16(0x1F)
-    index |= (a.live("addressed_by_player_id") != 0).view(np.uint8) << np.uint8(ADDRESSED_BIT)
-    index |= (a.live("player_proximity_mm") <= proximity_mm).view(np.uint8) << np.uint8(PROXIMITY_BIT)
-    reason: NDArray[np.uint8] = LADDER[index]
+    """The priority ladder's first matching rung per agent, in byte-wide arithmetic (a table gather
+    costs numpy more than all of it). Each rung's test sets bit (rung - 1) of a mask, the last rung
+    always; the lowest set bit's position, by popcount, is the rung."""
+    u8 = np.uint8
+    flags = a.live("signal_flags").astype(u8)  # flag bits 1..5 live in the low byte
+    matched = (flags >> u8(2)) & u8(0b11)  # crossroads (bit 2), irreversible (bit 3) -> rungs 1, 2
+    matched |= (a.live("addressed_by_player_id") != 0).view(u8) << u8(2)  # rung 3
+    matched |= (flags << u8(2)) & u8(0b1000)  # on screen (bit 1) -> rung 4
+    matched |= (a.live("player_proximity_mm") <= proximity_mm).view(u8) << u8(4)  # rung 5
+    matched |= (flags << u8(1)) & u8(0b110_0000)  # scene (bit 4), nearby (bit 5) -> rungs 6, 7
+    matched |= u8(0b1000_0000)  # rung 8: offline or distant
+    matched &= u8(0) - matched  # the lowest set bit alone
+    matched -= u8(1)  # ...as the ones below it
+    reason: NDArray[np.uint8] = np.bitwise_count(matched)
+    reason += u8(1)
     return reason
 
 
-@dataclass
-class _Tick:
-    """Intermediate per-agent arrays one tick passes between its phases."""
+def run_core_numpy(a: AgentArrays, p: CoreParams, *, tick: int, observed_all: bool) -> None:
+    """One tick over every live agent; results land in `a`'s arrays, outputs and counts.
+    `observed_all`: the tick's frame was full, so every agent was observed (else AGENT_BIT_OBSERVED says).
 
-    tick: np.uint64
-    slot: NDArray[np.uint64]
-    reason: NDArray[np.uint8]
-    previous: NDArray[np.uint8]
-    previous_reason: NDArray[np.uint8]
-    candidate: NDArray[np.uint8]
-    transition: NDArray[np.bool_]
-    entered_clotho: NDArray[np.bool_]
-    cause: NDArray[np.uint8]
-    kind: NDArray[np.uint8]
-    source: NDArray[np.uint8]
-    goal: NDArray[np.uint32]
-    priority: NDArray[np.uint16]
-    step: NDArray[np.uint16]
-    repeat_fire: NDArray[np.bool_]
-    stale_fire: NDArray[np.bool_]
-
-
-def run_core_numpy(a: AgentArrays, p: CoreParams) -> None:
-    """One tick over every live agent; results land in `a`'s arrays, outputs and counts."""
-    t = _assign_tiers(a, p)
-    _dispatch(a, p, t)
-    _guard(a, p, t)
-    _emit(a, t)
-
-
-def _assign_tiers(a: AgentArrays, p: CoreParams) -> _Tick:
-    """The ladder, then de-escalation grace, then transition damping (urgent rungs bypass it)."""
-    n = a.count
-    tick = np.uint64(p.tick)
-    reason = assign_ladder_reason(a, p.clotho_proximity_mm)
-    clotho_signal = reason <= R.TIER_REASON_SCENE_COPRESENCE
-    candidate = np.where(
-        clotho_signal,
-        np.uint8(CLOTHO),
-        np.where(reason == R.TIER_REASON_RESIDENT_WORLD, np.uint8(LACHESIS), np.uint8(ATROPOS)),
-    ).astype(np.uint8)
-    last_clotho = a.live("last_clotho_signal_tick")
-    last_clotho[clotho_signal] = tick
-
+    Shaped like the C core: whole-population passes (tiers, stale goals) in a handful of numpy
+    calls, then the rest of the work only over the agents those passes marked (a transition, a changed
+    reason, Clotho, a due call, a guard, a fresh or overridden action), usually a few percent."""
+    now = np.uint64(tick)
     previous = a.live("tier").copy()
     previous_reason = a.live("tier_reason").copy()
-    ticks_in_tier = a.live("ticks_in_tier")
-    grace = (
-        (previous == CLOTHO)
-        & ~clotho_signal
-        & ((tick - last_clotho) <= np.uint64(p.deescalation_grace_ticks))
+    transition = _assign_tiers(a, p, now, previous)
+    stale_fire = _guard_stale_goals(a, p, observed_all=observed_all)
+    due = now >= a.live("next_call_tick")
+    marked = (
+        transition
+        | (a.live("tier_reason") != previous_reason)
+        | (a.live("tier") == CLOTHO)
+        | due
+        | stale_fire
+        | (a.live("agent_bits") != 0)
     )
-    candidate[grace] = CLOTHO
-    reason[grace] = R.TIER_REASON_DEESCALATION_GRACE
-    urgent = (reason >= R.TIER_REASON_OPEN_CROSSROADS) & (reason <= R.TIER_REASON_ON_SCREEN)
-    hold = (
-        (previous != 0)
-        & (candidate != previous)
-        & ~urgent
-        & (ticks_in_tier < min(p.transition_damping_ticks, 65535))
-    )
-    candidate[hold] = previous[hold]
-    reason[hold] = R.TIER_REASON_DAMPING_HOLD
-    transition = candidate != previous
-    np.copyto(ticks_in_tier, np.where(transition, 0, np.minimum(ticks_in_tier, 65534) + 1).astype(np.uint16))
-    a.live("tier")[:] = candidate
-    a.live("tier_reason")[:] = reason
-    empty = np.zeros(n, dtype=bool)
-    return _Tick(
-        tick=tick,
-        slot=np.arange(n, dtype=np.uint64),
-        reason=reason,
+    _settle(
+        a,
+        p,
+        now,
+        np.flatnonzero(marked),
         previous=previous,
         previous_reason=previous_reason,
-        candidate=candidate,
-        transition=transition,
-        entered_clotho=transition & (candidate == CLOTHO),
-        cause=np.zeros(n, dtype=np.uint8),
-        kind=a.live("cached_kind").copy(),
-        source=a.live("cached_source").copy(),
-        goal=a.live("cached_goal_ref").copy(),
-        priority=a.live("cached_priority").copy(),
-        step=a.live("cached_plan_step").copy(),
-        repeat_fire=empty,
-        stale_fire=empty,
+        stale_fire=stale_fire,
     )
+    _count_values(a.live("tier_reason"), a.reason_counts, R.TIER_REASON_DEESCALATION_GRACE)
+    _count_values(a.live("tier"), a.tier_counts, ATROPOS)
 
 
-def _dispatch(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
-    """Clotho plans on escalation and every decision interval (phase by slot); Lachesis reflections
-    and Atropos summaries come due at slot-staggered ticks. Everything else holds the cached action."""
-    tick = t.tick
-    is_clotho = t.candidate == CLOTHO
-    # 64-bit division is the costly step here, so each modulo runs only over the agents it concerns.
-    clotho = np.flatnonzero(is_clotho)
-    on_phase = ((tick + t.slot[clotho]) % np.uint64(p.decision_interval_ticks)) == 0
-    plan = np.zeros(len(is_clotho), dtype=bool)
-    plan[clotho] = t.entered_clotho[clotho] | on_phase
-    reflection, summary = np.uint64(p.reflection_interval_ticks), np.uint64(p.summary_interval_ticks)
-    next_call = a.live("next_call_tick")
-    entered = np.flatnonzero(t.transition & ~is_clotho)
-    entered_interval = np.where(t.candidate[entered] == LACHESIS, reflection, summary)
-    next_call[entered] = tick + np.uint64(1) + t.slot[entered] % entered_interval
-    due = ~is_clotho & (tick >= next_call)
-    due_rows = np.flatnonzero(due)
-    next_call[due_rows] = tick + np.where(t.candidate[due_rows] == LACHESIS, reflection, summary)
-    t.cause[plan] = R.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING
-    t.kind[plan] = R.ACTION_KIND_PLAN
-    reflect_due = due & (t.candidate == LACHESIS)
-    summary_due = due & (t.candidate == ATROPOS)
-    t.cause[reflect_due] = R.COGNITION_CAUSE_LACHESIS_REFLECTION
-    t.kind[reflect_due] = R.ACTION_KIND_REFLECT
-    t.cause[summary_due] = R.COGNITION_CAUSE_ATROPOS_SUMMARY
-    t.kind[summary_due] = R.ACTION_KIND_SUMMARIZE
+def _count_values(values: NDArray[np.uint8], counts: NDArray[np.uint32], highest: int) -> None:
+    """counts[v] = how many values equal v, for v in 1..highest (nothing is 0 after a tick, nothing is
+    above highest). A byte compare per value: bincount would first widen every byte to 64 bits."""
+    counts[:] = 0
+    for value in range(1, highest + 1):
+        counts[value] = np.count_nonzero(values == value)
 
 
-def _guard(a: AgentArrays, p: CoreParams, t: _Tick) -> None:
-    """Repeated decided actions force a reflection; a goal held without progress forces a change."""
-    bits = a.live("agent_bits")
-    fresh = (bits & AGENT_BIT_COGNITION_DECIDED) != 0
-    cached_kind = a.live("cached_kind")
-    cached_goal = a.live("cached_goal_ref")
-    last_kind = a.live("last_decided_kind")
-    last_goal = a.live("last_decided_goal_ref")
-    repeated = a.live("repeated_action_count")
-    same_action = (cached_kind == last_kind) & (cached_goal == last_goal)
-    np.copyto(
-        repeated,
-        np.where(fresh, np.where(same_action, np.minimum(repeated, 254) + 1, 1), repeated).astype(np.uint8),
-    )
-    last_kind[fresh] = cached_kind[fresh]
-    last_goal[fresh] = cached_goal[fresh]
-    t.repeat_fire = fresh & (repeated >= p.repeated_action_limit)
-    repeated[t.repeat_fire] = 0
+def _assign_tiers(
+    a: AgentArrays, p: CoreParams, tick: np.uint64, previous: NDArray[np.uint8]
+) -> NDArray[np.bool_]:
+    """The ladder, then de-escalation grace, then transition damping (urgent rungs bypass it); tier
+    state updated in place. Returns which agents changed tier."""
+    reason = assign_ladder_reason(a, p.clotho_proximity_mm)
+    signal = reason <= R.TIER_REASON_SCENE_COPRESENCE
+    # Clotho on a signal, Lachesis for a resident of the world, else Atropos: arithmetic, not a gather.
+    candidate = np.full(a.count, ATROPOS, dtype=np.uint8)
+    candidate -= (reason == R.TIER_REASON_RESIDENT_WORLD).view(np.uint8)
+    candidate -= signal.view(np.uint8) << np.uint8(1)
+    last_clotho = a.live("last_clotho_signal_tick")
+    np.copyto(last_clotho, tick, where=signal)
+    # Grace only concerns a Clotho that lost its signal: few agents, so it runs over their rows.
+    losing = np.flatnonzero((previous == CLOTHO) & ~signal)
+    graced = losing[(tick - last_clotho[losing]) <= np.uint64(p.deescalation_grace_ticks)]
+    candidate[graced] = CLOTHO
+    reason[graced] = R.TIER_REASON_DEESCALATION_GRACE
+    ticks_in_tier = a.live("ticks_in_tier")
+    hold = candidate != previous
+    hold &= previous != 0
+    hold &= reason > R.TIER_REASON_ON_SCREEN  # not urgent
+    hold &= ticks_in_tier < min(p.transition_damping_ticks, 65535)
+    np.copyto(candidate, previous, where=hold)
+    np.copyto(reason, np.uint8(R.TIER_REASON_DAMPING_HOLD), where=hold)
+    transition: NDArray[np.bool_] = candidate != previous
+    np.minimum(ticks_in_tier, np.uint16(65534), out=ticks_in_tier)
+    ticks_in_tier += np.uint16(1)
+    np.copyto(ticks_in_tier, np.uint16(0), where=transition)
+    a.live("tier")[:] = candidate
+    a.live("tier_reason")[:] = reason
+    return transition
 
-    signal_goal = a.live("goal_ref")
+
+def _guard_stale_goals(a: AgentArrays, p: CoreParams, *, observed_all: bool) -> NDArray[np.bool_]:
+    """A goal held `stale_goal_tick_limit` observed ticks without progress forces a goal change;
+    observed progress restarts the count. An agent a delta frame left out was not observed: its
+    count holds. The seen signals are stored for every agent (an unobserved agent's have not
+    changed). Clears the observed bit; returns where the guard fires."""
+    goal = a.live("goal_ref")
     progress = a.live("goal_progress_signature")
     seen_goal = a.live("seen_goal_ref")
     seen_progress = a.live("seen_progress_signature")
-    stale = a.live("stale_goal_ticks")
-    has_goal = signal_goal != 0
-    no_progress = (signal_goal == seen_goal) & (progress == seen_progress)
-    np.copyto(
-        stale,
-        np.where(has_goal, np.where(no_progress, np.minimum(stale, 254) + 1, 1), 0).astype(np.uint8),
-    )
-    seen_goal[:] = signal_goal
+    same = goal == seen_goal
+    same &= progress == seen_progress
+    seen_goal[:] = goal
     seen_progress[:] = progress
-    t.stale_fire = has_goal & (stale >= p.stale_goal_tick_limit)
-    stale[t.stale_fire] = 0
+    bits = a.live("agent_bits")
+    stale = a.live("stale_goal_ticks")
+    has_goal = goal != 0
+    counted = np.minimum(stale, np.uint8(254))
+    counted += np.uint8(1)
+    np.copyto(counted, np.uint8(1), where=~same)
+    np.copyto(counted, np.uint8(0), where=~has_goal)
+    fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit
+    fire &= has_goal
+    if observed_all:
+        np.copyto(counted, np.uint8(0), where=fire)
+        stale[:] = counted
+    else:
+        observed = (bits & AGENT_BIT_OBSERVED) != 0
+        fire &= observed
+        np.copyto(counted, np.uint8(0), where=fire)
+        np.copyto(stale, counted, where=observed)
+    bits &= np.uint8(~AGENT_BIT_OBSERVED & 0xFF)
+    return fire
 
-    guard_fire = t.repeat_fire | t.stale_fire
-    overridden = (t.cause != 0) | guard_fire
-    np.copyto(bits, np.where(overridden, np.uint8(AGENT_BIT_OUT_OVERRIDDEN), np.uint8(0)))
-    t.kind[t.repeat_fire] = R.ACTION_KIND_REFLECT
-    t.cause[t.repeat_fire] = R.COGNITION_CAUSE_GUARD_REFLECTION
-    t.kind[t.stale_fire] = R.ACTION_KIND_CHANGE_GOAL
-    t.goal[t.stale_fire] = signal_goal[t.stale_fire]
-    t.source[guard_fire] = R.ACTION_SOURCE_GUARD
-    t.priority[guard_fire] = p.guard_priority_bp
 
-
-def _emit(a: AgentArrays, t: _Tick) -> None:
-    """Compacted outputs in slot order, the changed set, the new output actions, and the counts."""
+def _settle(
+    a: AgentArrays,
+    p: CoreParams,
+    tick: np.uint64,
+    rows: NDArray[np.intp],
+    *,
+    previous: NDArray[np.uint8],
+    previous_reason: NDArray[np.uint8],
+    stale_fire: NDArray[np.bool_],
+) -> None:
+    """Over the marked rows only: cadences, the repeated-action guard, the answer, the lists."""
     f = a.fields
-    n = a.count
+    candidate = f["tier"][rows]
+    before = previous[rows]
+    transition = candidate != before
+    is_clotho = candidate == CLOTHO
+    cause, call_kind = _cadence(
+        a, p, tick, rows, candidate=candidate, transition=transition, is_clotho=is_clotho
+    )
+    bits = f["agent_bits"][rows]
+    repeat_fire = _repeat_guard(a, p, rows, bits)
+    stale = stale_fire[rows]
+    cause[repeat_fire] = R.COGNITION_CAUSE_GUARD_REFLECTION
+    overridden = (cause != 0) | stale
+    f["agent_bits"][rows] = overridden.view(np.uint8) * np.uint8(AGENT_BIT_OUT_OVERRIDDEN)
+    changed = transition | (f["tier_reason"][rows] != previous_reason[rows])
+    # The answer equals the cached action unless it was freshly decided or overridden now or last tick.
+    answer = overridden | ((bits & (AGENT_BIT_FRESH_DECISION | AGENT_BIT_OUT_OVERRIDDEN)) != 0)
+    if answer.any():
+        changed[answer] |= _answer(
+            a,
+            p,
+            rows[answer],
+            call_kind=call_kind[answer],
+            repeat_fire=repeat_fire[answer],
+            stale_fire=stale[answer],
+        )
+    _emit(
+        a,
+        rows,
+        cause=cause,
+        transition=transition,
+        before=before,
+        candidate=candidate,
+        rehydrate=transition & is_clotho,
+        repeat_fire=repeat_fire,
+        stale_fire=stale,
+        changed=changed,
+    )
+
+
+def _cadence(
+    a: AgentArrays,
+    p: CoreParams,
+    tick: np.uint64,
+    rows: NDArray[np.intp],
+    *,
+    candidate: NDArray[np.uint8],
+    transition: NDArray[np.bool_],
+    is_clotho: NDArray[np.bool_],
+) -> tuple[NDArray[np.uint8], NDArray[np.uint8]]:
+    """Clotho plans on escalation and every decision interval (phase by slot); Lachesis reflections and
+    Atropos summaries come due at slot-staggered ticks. Returns each row's call cause and action kind."""
+    slot = rows.astype(np.uint64)
+    cause = np.zeros(len(rows), dtype=np.uint8)
+    call_kind = np.zeros(len(rows), dtype=np.uint8)
+    plan = is_clotho & (transition | ((tick + slot) % np.uint64(p.decision_interval_ticks) == 0))
+    cause[plan] = R.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING
+    call_kind[plan] = R.ACTION_KIND_PLAN
+    lachesis = candidate == LACHESIS
+    interval = np.where(lachesis, np.uint64(p.reflection_interval_ticks), np.uint64(p.summary_interval_ticks))
+    next_call = a.fields["next_call_tick"][rows]
+    entered = transition & ~is_clotho
+    next_call[entered] = tick + np.uint64(1) + slot[entered] % interval[entered]
+    due = ~is_clotho & (tick >= next_call)
+    if due.any() or entered.any():
+        next_call[due] = tick + interval[due]
+        a.fields["next_call_tick"][rows] = next_call
+        reflect, summarize = due & lachesis, due & ~lachesis
+        cause[reflect] = R.COGNITION_CAUSE_LACHESIS_REFLECTION
+        call_kind[reflect] = R.ACTION_KIND_REFLECT
+        cause[summarize] = R.COGNITION_CAUSE_ATROPOS_SUMMARY
+        call_kind[summarize] = R.ACTION_KIND_SUMMARIZE
+    return cause, call_kind
+
+
+def _repeat_guard(
+    a: AgentArrays, p: CoreParams, rows: NDArray[np.intp], bits: NDArray[np.uint8]
+) -> NDArray[np.bool_]:
+    """Repeated decided actions (cognition's, not the behaviour tree's) force a reflection."""
+    decided: NDArray[np.bool_] = (bits & AGENT_BIT_COGNITION_DECIDED) != 0
+    if not decided.any():
+        return decided
+    f = a.fields
+    at = rows[decided]
+    kind = f["cached_kind"][at]
+    goal = f["cached_goal_ref"][at]
+    same = (kind == f["last_decided_kind"][at]) & (goal == f["last_decided_goal_ref"][at])
+    repeated = np.where(same, np.minimum(f["repeated_action_count"][at], 254) + 1, 1).astype(np.uint8)
+    f["last_decided_kind"][at] = kind
+    f["last_decided_goal_ref"][at] = goal
+    fire = repeated >= p.repeated_action_limit
+    repeated[fire] = 0
+    f["repeated_action_count"][at] = repeated
+    repeat_fire = np.zeros(len(rows), dtype=bool)
+    repeat_fire[decided] = fire
+    return repeat_fire
+
+
+def _answer(
+    a: AgentArrays,
+    p: CoreParams,
+    at: NDArray[np.intp],
+    *,
+    call_kind: NDArray[np.uint8],
+    repeat_fire: NDArray[np.bool_],
+    stale_fire: NDArray[np.bool_],
+) -> NDArray[np.bool_]:
+    """The output action of these agents: cached, the call's kind over it, a guard's rewrite over that.
+    Stored; returns where it differs from the last answer."""
+    f = a.fields
+    kind = f["cached_kind"][at]
+    np.copyto(kind, call_kind, where=call_kind != 0)
+    source = f["cached_source"][at]
+    goal = f["cached_goal_ref"][at]
+    priority = f["cached_priority"][at]
+    step = f["cached_plan_step"][at]
+    kind[repeat_fire] = R.ACTION_KIND_REFLECT
+    kind[stale_fire] = R.ACTION_KIND_CHANGE_GOAL
+    goal[stale_fire] = f["goal_ref"][at[stale_fire]]
+    guard = repeat_fire | stale_fire
+    source[guard] = R.ACTION_SOURCE_GUARD
+    priority[guard] = p.guard_priority_bp
+    differs: NDArray[np.bool_] = (
+        (kind != f["out_kind"][at])
+        | (source != f["out_source"][at])
+        | (goal != f["out_goal_ref"][at])
+        | (priority != f["out_priority"][at])
+        | (step != f["out_plan_step"][at])
+    )
+    f["out_kind"][at] = kind
+    f["out_source"][at] = source
+    f["out_goal_ref"][at] = goal
+    f["out_priority"][at] = priority
+    f["out_plan_step"][at] = step
+    return differs
+
+
+def _emit(
+    a: AgentArrays,
+    rows: NDArray[np.intp],
+    *,
+    cause: NDArray[np.uint8],
+    transition: NDArray[np.bool_],
+    before: NDArray[np.uint8],
+    candidate: NDArray[np.uint8],
+    rehydrate: NDArray[np.bool_],
+    repeat_fire: NDArray[np.bool_],
+    stale_fire: NDArray[np.bool_],
+    changed: NDArray[np.bool_],
+) -> None:
+    """The compacted lists, in slot order (`rows` is sorted), and their counts."""
     out = a.outputs
     counts = a.counts
-    index = _compact(t.cause != 0, out["candidate_slot"], counts, COUNT_CANDIDATES)
-    out["candidate_cause"][: len(index)] = t.cause[index]
-    out["candidate_bits"][: len(index)] = np.where(
-        t.entered_clotho[index], CANDIDATE_BIT_NEEDS_REHYDRATION, 0
+    issued = cause != 0
+    n = _compact(rows, issued, out["candidate_slot"], counts, COUNT_CANDIDATES)
+    out["candidate_cause"][:n] = cause[issued]
+    out["candidate_bits"][:n] = np.where(rehydrate[issued], CANDIDATE_BIT_NEEDS_REHYDRATION, 0)
+    n = _compact(rows, transition, out["transition_slot"], counts, COUNT_TRANSITIONS)
+    out["transition_from"][:n] = before[transition]
+    out["transition_to"][:n] = candidate[transition]
+    guarded = repeat_fire | stale_fire
+    n = _compact(rows, guarded, out["guard_slot"], counts, COUNT_GUARDS)
+    out["guard_bits"][:n] = np.where(repeat_fire[guarded], GUARD_BIT_REPEATED_ACTION, 0) | np.where(
+        stale_fire[guarded], GUARD_BIT_STALE_GOAL, 0
     )
-    index = _compact(t.transition, out["transition_slot"], counts, COUNT_TRANSITIONS)
-    out["transition_from"][: len(index)] = t.previous[index]
-    out["transition_to"][: len(index)] = t.candidate[index]
-    index = _compact(t.repeat_fire | t.stale_fire, out["guard_slot"], counts, COUNT_GUARDS)
-    out["guard_bits"][: len(index)] = np.where(t.repeat_fire[index], GUARD_BIT_REPEATED_ACTION, 0) | np.where(
-        t.stale_fire[index], GUARD_BIT_STALE_GOAL, 0
-    )
-    changed = (
-        t.transition
-        | (t.reason != t.previous_reason)
-        | (t.kind != f["out_kind"][:n])
-        | (t.source != f["out_source"][:n])
-        | (t.goal != f["out_goal_ref"][:n])
-        | (t.priority != f["out_priority"][:n])
-        | (t.step != f["out_plan_step"][:n])
-    )
-    _compact(changed, out["changed_slot"], counts, COUNT_CHANGED)
-    a.live("out_kind")[:] = t.kind
-    a.live("out_source")[:] = t.source
-    a.live("out_goal_ref")[:] = t.goal
-    a.live("out_priority")[:] = t.priority
-    a.live("out_plan_step")[:] = t.step
-    a.reason_counts[:] = np.bincount(t.reason, minlength=REASON_COUNT_LEN)[:REASON_COUNT_LEN]
-    a.tier_counts[:] = np.bincount(t.candidate, minlength=TIER_COUNT_LEN)[:TIER_COUNT_LEN]
+    _compact(rows, changed, out["changed_slot"], counts, COUNT_CHANGED)

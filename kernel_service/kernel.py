@@ -12,6 +12,7 @@ from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import (
     AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_FRESH_DECISION,
+    AGENT_BIT_OBSERVED,
     AGENT_FIELDS,
     COUNT_CANDIDATES,
     COUNT_CHANGED,
@@ -51,6 +52,7 @@ class Kernel:
         self.behavior = behavior
         self.world_id = world_id
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
+        self.core_params = CoreParams.from_config(config)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
@@ -137,7 +139,7 @@ class Kernel:
         self._apply_signals(decoded)
         payloads = self._merge_results(merged)
         escalations = self._step_behavior(decoded.tick, cognition_unavailable_tiers)
-        self.core.run(self.arrays, CoreParams.for_tick(self.config, decoded.tick))
+        self.core.run(self.arrays, self.core_params, tick=decoded.tick, observed_all=decoded.slots is None)
         self.last_tick = decoded.tick
         registry = self.registry
         result = build_tick_result(
@@ -186,12 +188,17 @@ class Kernel:
             self.fragments.record_actions(tick, clotho, a.fields)
 
     def _apply_signals(self, decoded: DecodedBatch) -> None:
+        """A full frame observes every agent; a delta (or rows) only the slots it lists, which the core
+        learns from AGENT_BIT_OBSERVED."""
         index = decoded.index
-        for name, values in decoded.columns.items():
-            if index is None:
+        if index is None:
+            for name, values in decoded.columns.items():
                 self.arrays.live(name)[:] = values
-            else:
-                self.arrays.fields[name][index] = values
+            return
+        fields = self.arrays.fields
+        for name, values in decoded.columns.items():
+            fields[name][index] = values
+        fields["agent_bits"][index] |= AGENT_BIT_OBSERVED
 
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]

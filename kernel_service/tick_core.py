@@ -12,11 +12,11 @@ CORE_ENV = "EGBE_KERNEL_CORE"
 
 
 class TickCore(Protocol):
-    """One tick over every live agent, in place."""
+    """One tick over every live agent, in place; `observed_all` when the tick's frame was full."""
 
     name: str
 
-    def run(self, arrays: AgentArrays, params: CoreParams) -> None: ...
+    def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None: ...
 
 
 class NumpyCore:
@@ -24,8 +24,8 @@ class NumpyCore:
 
     name = "numpy"
 
-    def run(self, arrays: AgentArrays, params: CoreParams) -> None:
-        run_core_numpy(arrays, params)
+    def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None:
+        run_core_numpy(arrays, params, tick=tick, observed_all=observed_all)
 
 
 def c_core_available() -> bool:

@@ -18,7 +18,7 @@ ffibuilder.set_source(
     sources=[os.path.relpath(HERE / "moirai_core.c"), os.path.relpath(HERE / "moirai_rows.c")],
     include_dirs=[os.path.relpath(HERE)],
     # EGBE_KERNEL_CFLAGS overrides the optimization flags (e.g. "-O0 -g" for a debug build).
-    extra_compile_args=os.environ.get("EGBE_KERNEL_CFLAGS", "-O2 -std=c11 -Wall -Wextra -Winit-self").split(),
+    extra_compile_args=os.environ.get("EGBE_KERNEL_CFLAGS", "-O3 -std=c11 -Wall -Wextra -Winit-self").split(),
 )
 
 if __name__ == "__main__":

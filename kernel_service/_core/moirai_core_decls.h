@@ -60,6 +60,7 @@ struct moirai_params {
     uint64_t reflection_interval_ticks;
     uint64_t summary_interval_ticks;
     uint16_t guard_priority_bp;
+    uint8_t observed_all; /* the frame was full: every agent observed, whatever its AGENT_BIT_OBSERVED */
 };
 
 /* One tick over agents [0, count). Returns 0, or -1 when a parameter is out of range. */

@@ -105,3 +105,28 @@ def test_columnar_answers_carry_guard_stamps_as_a_column(core: str) -> None:
     assert np.frombuffer(delta.actions.columns.slots, "<u4").tolist() == [1]
     assert np.frombuffer(delta.actions.columns.kind, "u1").tolist() == [action_pb2.ACTION_KIND_OBSERVE]
     assert not delta.actions.columns.guard_bits
+
+
+def test_an_agent_left_out_of_delta_frames_is_not_observed_going_stale(core: str) -> None:
+    import numpy as np
+
+    from tests.kernel_service.frames import columns
+
+    kernel = make_kernel(2, core)
+    flags = np.full(2, 1 << 5, dtype=np.uint16)  # both residents near the player
+    goals = np.array([77, 77], dtype=np.uint32)
+    kernel.tick(columns(1, signal_flags=flags, goal_ref=goals))  # a full frame observes both
+    interventions = []
+    for tick in range(2, 12):  # deltas list slot 0 only: slot 1 is never observed
+        result = kernel.tick(columns(tick, slots=np.array([0]), signal_flags=flags[:1], goal_ref=goals[:1]))
+        interventions.append(result.report.guard_interventions)
+    assert interventions == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]  # slot 0 alone, on its sixth observed tick
+    assert kernel.agent_state(0).stale_goal_ticks == 5
+    assert kernel.agent_state(1).stale_goal_ticks == 1  # held since tick 1
+    # Observed again, by a full frame and then by rows, slot 1 resumes counting where it stopped.
+    full = kernel.tick(columns(12, signal_flags=flags, goal_ref=goals))
+    assert full.report.guard_interventions == 1  # slot 0's sixth observed tick again
+    assert kernel.agent_state(1).stale_goal_ticks == 2
+    kernel.tick(rows(13, [lachesis(1, goal_ref=77)]))  # rows list slot 1 only
+    assert kernel.agent_state(1).stale_goal_ticks == 3
+    assert kernel.agent_state(0).stale_goal_ticks == 0  # restarted at tick 12, unobserved since
