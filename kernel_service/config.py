@@ -86,7 +86,7 @@ class KernelConfig(BaseModel):
         default=9_000, ge=0, le=10_000, description="Priority a guard intervention stamps on its action."
     )
     max_pending_fragments: int = Field(
-        default=64,
+        default=16,
         ge=1,
         le=1_000,
         description="Consolidation fragments kept per agent between hand-overs; the oldest go first.",

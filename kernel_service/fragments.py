@@ -11,12 +11,13 @@ the kernel snapshot.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
@@ -28,34 +29,88 @@ FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
 _ACTION: dict[int, str] = {value: name for name, value in action_pb2.ActionKind.items()}
 _SOURCE: dict[int, str] = {value: name for name, value in action_pb2.ActionSource.items()}
 _TIER: dict[int, str] = {value: name for name, value in common_pb2.CognitionTier.items()}
+_ACTION_NUMBER = {name: value for value, name in _ACTION.items()}
+_SOURCE_NUMBER = {name: value for value, name in _SOURCE.items()}
 
 
-class ActionChange(NamedTuple):
-    """A Clotho agent's changed action, as the core answered it. The commonest moment by far, so it
-    is kept as four integers on the tick path and spelled out only when handed over or snapshotted."""
+class ActionRun:
+    """A Clotho agent's run of action changes between its other moments, as the core answered them:
+    how many changes, of which kinds, up to which tick, and the latest action. A fallback tree can
+    change an on-screen Ori's action every step, so the changes are folded into the run as they
+    happen (a handful of integers) instead of one moment each; the run is spelled out only when
+    handed over or snapshotted, and a snapshot restores it as a run."""
 
-    kind: int
-    source: int
-    goal_ref: int
-    priority: int
+    __slots__ = ("counts", "goal_ref", "kind", "last_tick", "priority", "source")
+
+    def __init__(self, tick: int, kind: int, source: int, goal_ref: int, priority: int) -> None:
+        self.counts: dict[int, int] = {}
+        self.last_tick = tick
+        self.kind, self.source, self.goal_ref, self.priority = kind, source, goal_ref, priority
+        self.extend(tick, kind, source, goal_ref, priority)
+
+    def extend(self, tick: int, kind: int, source: int, goal_ref: int, priority: int) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.last_tick = tick
+        self.kind, self.source, self.goal_ref, self.priority = kind, source, goal_ref, priority
 
     def payload(self) -> dict[str, Any]:
-        name = _ACTION[self.kind]
+        kinds = {_ACTION[kind]: count for kind, count in sorted(self.counts.items())}
         return {
-            "text": f"acted: {name}",
+            "text": "acted: " + ", ".join(f"{name} x{count}" for name, count in kinds.items()),
             "template": True,
             "moment": "action",
-            "action_kind": name,
+            "action_kind": _ACTION[self.kind],
             "source": _SOURCE[self.source],
             "goal_ref": self.goal_ref,
             "priority": self.priority,
             "tier": _TIER[common_pb2.COGNITION_TIER_CLOTHO],
+            "changes": sum(self.counts.values()),
+            "kinds": kinds,
+            "last_tick": self.last_tick,
+        }
+
+    @classmethod
+    def from_payload(cls, tick: int, payload: dict[str, Any]) -> ActionRun:
+        """Inverse of `payload` (a restored snapshot keeps extending the run it held)."""
+        run = cls(
+            tick,
+            _ACTION_NUMBER[payload["action_kind"]],
+            _SOURCE_NUMBER[payload["source"]],
+            int(payload["goal_ref"]),
+            int(payload["priority"]),
+        )
+        run.counts = {_ACTION_NUMBER[name]: int(count) for name, count in payload["kinds"].items()}
+        run.last_tick = int(payload["last_tick"])
+        return run
+
+
+class GuardStamp(NamedTuple):
+    """A loop/drift guard's stamp on an Ori above Atropos, spelled out only when handed over."""
+
+    bits: int
+    tier: int
+
+    def payload(self) -> dict[str, Any]:
+        guards = [
+            name
+            for bit, name in (
+                (GUARD_BIT_REPEATED_ACTION, "repeated-action"),
+                (GUARD_BIT_STALE_GOAL, "stale-goal"),
+            )
+            if self.bits & bit
+        ]
+        return {
+            "text": f"caught itself: {', '.join(guards)}",
+            "template": True,
+            "moment": "guard",
+            "guards": guards,
+            "tier": _TIER[self.tier],
         }
 
 
 # (sequence, event kind, world tick, payload): kept as plain values on the tick path; protobuf
 # fragments are built only when handed over or snapshotted.
-Moment = tuple[int, int, int, dict[str, Any] | ActionChange]
+Moment = tuple[int, int, int, dict[str, Any] | ActionRun | GuardStamp]
 
 
 def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
@@ -65,15 +120,34 @@ def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragmen
         kind=biography_pb2.OriEventKind.ValueType(kind),
         world_tick=tick,
     )
-    spelled = payload.payload() if isinstance(payload, ActionChange) else payload
-    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **spelled})
+    if isinstance(payload, GuardStamp):
+        fragment.payload.MergeFromString(_guard_payload(payload))
+    else:
+        spelled = payload if isinstance(payload, dict) else payload.payload()
+        fragment.payload.update({"schema": FRAGMENT_SCHEMA, **spelled})
     return fragment
+
+
+@functools.cache
+def _guard_payload(stamp: GuardStamp) -> bytes:
+    """A guard stamp's payload, serialized once per (guard bits, tier): a crowd leaving the screen
+    hands over thousands, and Struct.update is Python while parsing bytes is not."""
+    payload = struct_pb2.Struct()
+    payload.update({"schema": FRAGMENT_SCHEMA, **stamp.payload()})
+    return payload.SerializeToString(deterministic=True)
 
 
 def _moment(fragment: biography_pb2.ConsolidationFragment) -> Moment:
     payload = json_format.MessageToDict(fragment.payload)
     payload.pop("schema", None)
     sequence = int(fragment.fragment_id.rsplit(":", 1)[1])
+    if payload.get("moment") == "action":
+        return (
+            sequence,
+            fragment.kind,
+            fragment.world_tick,
+            ActionRun.from_payload(fragment.world_tick, payload),
+        )
     return sequence, fragment.kind, fragment.world_tick, payload
 
 
@@ -103,7 +177,7 @@ class FragmentStore:
         entry = self._pending.get(slot)
         return [_fragment(ori_id, moment) for moment in entry.moments] if entry else []
 
-    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any] | ActionChange) -> None:
+    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any] | ActionRun | GuardStamp) -> None:
         entry = self._pending.get(slot)
         if entry is None:
             entry = self._pending[slot] = _Pending(self.limit)
@@ -138,35 +212,22 @@ class FragmentStore:
     def record_guards(
         self, tick: int, slots: NDArray[np.uint32], bits: NDArray[np.uint8], tiers: NDArray[np.uint8]
     ) -> None:
-        """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself."""
-        for slot, guard in zip(slots.tolist(), bits.tolist(), strict=True):
-            tier = int(tiers[slot])
-            if tier == common_pb2.COGNITION_TIER_ATROPOS:
-                continue
-            guards = [
-                name
-                for bit, name in (
-                    (GUARD_BIT_REPEATED_ACTION, "repeated-action"),
-                    (GUARD_BIT_STALE_GOAL, "stale-goal"),
-                )
-                if guard & bit
-            ]
-            self._add(
-                slot,
-                biography_pb2.ORI_EVENT_KIND_REFLECTED,
-                tick,
-                {
-                    "text": f"caught itself: {', '.join(guards)}",
-                    "template": True,
-                    "moment": "guard",
-                    "guards": guards,
-                    "tier": _TIER[tier],
-                },
-            )
+        """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself.
+
+        A guard can fire for most of a population on one tick, so Atropos rows are dropped in numpy
+        and each stamp is kept as two integers until it is handed over."""
+        stamped_tiers = tiers[slots]
+        above = stamped_tiers != common_pb2.COGNITION_TIER_ATROPOS
+        add, reflected = self._add, biography_pb2.ORI_EVENT_KIND_REFLECTED
+        for slot, guard, tier in zip(
+            slots[above].tolist(), bits[above].tolist(), stamped_tiers[above].tolist(), strict=True
+        ):
+            add(slot, reflected, tick, GuardStamp(guard, tier))
 
     def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
-        """Each change of a Clotho agent's answered action (the kernel passes only those slots)."""
-        add, memory = self._add, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED
+        """Each change of a Clotho agent's answered action (the kernel passes only those slots),
+        folded into the agent's open run of action changes, or opening one."""
+        pending, memory = self._pending, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED
         for slot, kind, source, goal, priority in zip(
             slots.tolist(),
             fields["out_kind"][slots].tolist(),
@@ -175,7 +236,12 @@ class FragmentStore:
             fields["out_priority"][slots].tolist(),
             strict=True,
         ):
-            add(slot, memory, tick, ActionChange(kind, source, goal, priority))
+            entry = pending.get(slot)
+            last = entry.moments[-1][3] if entry is not None and entry.moments else None
+            if isinstance(last, ActionRun):
+                last.extend(tick, kind, source, goal, priority)
+            else:
+                self._add(slot, memory, tick, ActionRun(tick, kind, source, goal, priority))
 
     def take(self, slot: int, ori_id: str, tick: int) -> list[biography_pb2.ConsolidationFragment]:
         """Hand over and clear a slot's fragments; a leading fragment names any dropped to the bound."""

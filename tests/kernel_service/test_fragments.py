@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2
+from kernel_service.agent_state import GUARD_BIT_STALE_GOAL
 from kernel_service.config import KernelConfig
+from kernel_service.fragments import FragmentStore
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import deterministic_digest
@@ -124,3 +127,28 @@ def test_an_ori_that_stays_at_atropos_gathers_nothing() -> None:
     for tick in range(1, 30):
         kernel.tick(rows(tick, [frame(slot) for slot in range(3)]), [said(1, "far")])  # type: ignore[arg-type]
     assert len(kernel.fragments) == 0
+
+
+def test_action_changes_between_other_moments_fold_into_one_run() -> None:
+    store = FragmentStore(limit=8)
+    fields = {
+        "out_kind": np.array([action_pb2.ACTION_KIND_WORK, action_pb2.ACTION_KIND_MOVE], np.uint8),
+        "out_source": np.full(2, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE, np.uint8),
+        "out_goal_ref": np.array([4, 5], np.uint32),
+        "out_priority": np.array([100, 200], np.uint16),
+    }
+    clotho = np.full(2, common_pb2.COGNITION_TIER_CLOTHO, np.uint8)
+    for tick in (10, 11, 12):
+        store.record_actions(tick, np.array([0 if tick != 11 else 1]), fields)
+    store.record_actions(13, np.array([1]), fields)
+    store.record_guards(14, np.array([1], np.uint32), np.array([GUARD_BIT_STALE_GOAL], np.uint8), clotho)
+    store.record_actions(15, np.array([1]), fields)
+    (work,) = store.take(0, "ori-0", 16)
+    assert work.world_tick == 10
+    assert work.payload["changes"] == 2
+    assert work.payload["last_tick"] == 12
+    assert dict(work.payload["kinds"]) == {"ACTION_KIND_WORK": 2}
+    first_run, guard, second_run = store.take(1, "ori-1", 16)
+    assert [first_run.payload["changes"], second_run.payload["changes"]] == [2, 1]
+    assert guard.payload["moment"] == "guard"
+    assert second_run.world_tick == 15
