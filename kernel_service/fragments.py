@@ -3,10 +3,14 @@
 The seed's de-escalation hands the biography the fine-grained state an Ori accumulated at high
 fidelity, to be folded into durable events with a no-state-loss report. The kernel keeps, per agent
 above Atropos, the sparse moments worth remembering: cognition results merged, loop/drift guard
-stamps, and (for Clotho agents) each change of the action it took, each with its tick. A
-consolidation request carries them and clears them. Bounded per agent (oldest dropped first, and
-the hand-over says how many), deterministic (a function of the tick's inputs and state), and part of
-the kernel snapshot.
+stamps, and (for Clotho agents) the changes of the action it took, folded into runs, each with its
+tick. A consolidation request carries them and clears them. Bounded per agent (oldest dropped
+first, and the hand-over says how many), deterministic (a function of the tick's inputs and state),
+and part of the kernel snapshot.
+
+Each moment is built as its protobuf fragment when it happens, so the cost is spread over the ticks
+that produce the moments; a hand-over, which can be a crowd of Ori leaving the screen on one tick,
+only names the fragments and spells out each agent's one open run.
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ class ActionRun:
     happen (a handful of integers) instead of one moment each; the run is spelled out only when
     handed over or snapshotted, and a snapshot restores it as a run."""
 
-    __slots__ = ("counts", "goal_ref", "kind", "last_tick", "priority", "source")
+    __slots__ = ("counts", "first_tick", "goal_ref", "kind", "last_tick", "priority", "source")
 
     def __init__(self, tick: int, kind: int, source: int, goal_ref: int, priority: int) -> None:
         self.counts: dict[int, int] = {}
-        self.last_tick = tick
+        self.first_tick = self.last_tick = tick
         self.kind, self.source, self.goal_ref, self.priority = kind, source, goal_ref, priority
         self.extend(tick, kind, source, goal_ref, priority)
 
@@ -68,6 +72,9 @@ class ActionRun:
             "kinds": kinds,
             "last_tick": self.last_tick,
         }
+
+    def fragment(self) -> biography_pb2.ConsolidationFragment:
+        return _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, self.first_tick, self.payload())
 
     @classmethod
     def from_payload(cls, tick: int, payload: dict[str, Any]) -> ActionRun:
@@ -108,47 +115,52 @@ class GuardStamp(NamedTuple):
         }
 
 
-# (sequence, event kind, world tick, payload): kept as plain values on the tick path; protobuf
-# fragments are built only when handed over or snapshotted.
-Moment = tuple[int, int, int, dict[str, Any] | ActionRun | GuardStamp]
+# (sequence, the moment's fragment without its id, or the agent's open run of action changes).
+Moment = tuple[int, biography_pb2.ConsolidationFragment | ActionRun]
 
 
-def _fragment(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
-    sequence, kind, tick, payload = moment
+def _built(kind: int, tick: int, payload: dict[str, Any]) -> biography_pb2.ConsolidationFragment:
     fragment = biography_pb2.ConsolidationFragment(
-        fragment_id=f"{ori_id}:fragment:{sequence}",
-        kind=biography_pb2.OriEventKind.ValueType(kind),
-        world_tick=tick,
+        kind=biography_pb2.OriEventKind.ValueType(kind), world_tick=tick
     )
-    if isinstance(payload, GuardStamp):
-        fragment.payload.MergeFromString(_guard_payload(payload))
-    else:
-        spelled = payload if isinstance(payload, dict) else payload.payload()
-        fragment.payload.update({"schema": FRAGMENT_SCHEMA, **spelled})
+    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **payload})
     return fragment
 
 
 @functools.cache
 def _guard_payload(stamp: GuardStamp) -> bytes:
-    """A guard stamp's payload, serialized once per (guard bits, tier): a crowd leaving the screen
-    hands over thousands, and Struct.update is Python while parsing bytes is not."""
+    """A guard stamp's payload, serialized once per (guard bits, tier): a guard can fire for a crowd
+    at once, and Struct.update is Python while parsing bytes is not."""
     payload = struct_pb2.Struct()
     payload.update({"schema": FRAGMENT_SCHEMA, **stamp.payload()})
     return payload.SerializeToString(deterministic=True)
 
 
-def _moment(fragment: biography_pb2.ConsolidationFragment) -> Moment:
-    payload = json_format.MessageToDict(fragment.payload)
-    payload.pop("schema", None)
+def _named(ori_id: str, moment: Moment, *, keep: bool = True) -> biography_pb2.ConsolidationFragment:
+    """The moment's fragment under its id: a named copy while the store `keep`s the moment, else
+    the stored message itself (a hand-over, which is on the tick, copies nothing it need not)."""
+    sequence, kept = moment
+    if isinstance(kept, ActionRun):
+        fragment = kept.fragment()
+    elif keep:
+        fragment = biography_pb2.ConsolidationFragment()
+        fragment.CopyFrom(kept)
+    else:
+        fragment = kept
+    fragment.fragment_id = f"{ori_id}:fragment:{sequence}"
+    return fragment
+
+
+def _moment(fragment: biography_pb2.ConsolidationFragment, *, last: bool) -> Moment:
+    """Inverse of `_named`; the last moment, when it is a run of action changes, is open again."""
     sequence = int(fragment.fragment_id.rsplit(":", 1)[1])
-    if payload.get("moment") == "action":
-        return (
-            sequence,
-            fragment.kind,
-            fragment.world_tick,
-            ActionRun.from_payload(fragment.world_tick, payload),
-        )
-    return sequence, fragment.kind, fragment.world_tick, payload
+    if last and fragment.payload.fields["moment"].string_value == "action":
+        payload = json_format.MessageToDict(fragment.payload)
+        return sequence, ActionRun.from_payload(fragment.world_tick, payload)
+    kept = biography_pb2.ConsolidationFragment()
+    kept.CopyFrom(fragment)
+    kept.ClearField("fragment_id")
+    return sequence, kept
 
 
 class _Pending:
@@ -175,15 +187,19 @@ class FragmentStore:
     def pending(self, slot: int, ori_id: str) -> list[biography_pb2.ConsolidationFragment]:
         """A slot's fragments as they would be handed over now (without the elided note)."""
         entry = self._pending.get(slot)
-        return [_fragment(ori_id, moment) for moment in entry.moments] if entry else []
+        return [_named(ori_id, moment) for moment in entry.moments] if entry else []
 
-    def _add(self, slot: int, kind: int, tick: int, payload: dict[str, Any] | ActionRun | GuardStamp) -> None:
+    def _add(self, slot: int, kept: biography_pb2.ConsolidationFragment | ActionRun) -> None:
         entry = self._pending.get(slot)
         if entry is None:
             entry = self._pending[slot] = _Pending(self.limit)
-        if len(entry.moments) == self.limit:
+        moments = entry.moments
+        open_run = moments[-1][1] if moments else None
+        if isinstance(open_run, ActionRun):  # a new moment closes the open run
+            moments[-1] = (moments[-1][0], open_run.fragment())
+        if len(moments) == self.limit:
             entry.elided += 1
-        entry.moments.append((entry.next_sequence, kind, tick, payload))
+        moments.append((entry.next_sequence, kept))
         entry.next_sequence += 1
 
     def record_merged(
@@ -207,7 +223,7 @@ class FragmentStore:
             run_id = intent.payload.fields.get("run_id") if intent.HasField("payload") else None
             if run_id is not None and run_id.string_value:
                 payload["run_id"] = run_id.string_value
-            self._add(intent.slot, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, tick, payload)
+            self._add(intent.slot, _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, tick, payload))
 
     def record_guards(
         self, tick: int, slots: NDArray[np.uint32], bits: NDArray[np.uint8], tiers: NDArray[np.uint8]
@@ -215,19 +231,22 @@ class FragmentStore:
         """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself.
 
         A guard can fire for most of a population on one tick, so Atropos rows are dropped in numpy
-        and each stamp is kept as two integers until it is handed over."""
+        and each payload is parsed from bytes serialized once per kind of stamp."""
         stamped_tiers = tiers[slots]
         above = stamped_tiers != common_pb2.COGNITION_TIER_ATROPOS
-        add, reflected = self._add, biography_pb2.ORI_EVENT_KIND_REFLECTED
         for slot, guard, tier in zip(
             slots[above].tolist(), bits[above].tolist(), stamped_tiers[above].tolist(), strict=True
         ):
-            add(slot, reflected, tick, GuardStamp(guard, tier))
+            fragment = biography_pb2.ConsolidationFragment(
+                kind=biography_pb2.ORI_EVENT_KIND_REFLECTED, world_tick=tick
+            )
+            fragment.payload.MergeFromString(_guard_payload(GuardStamp(guard, tier)))
+            self._add(slot, fragment)
 
     def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
         """Each change of a Clotho agent's answered action (the kernel passes only those slots),
         folded into the agent's open run of action changes, or opening one."""
-        pending, memory = self._pending, biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED
+        pending = self._pending
         for slot, kind, source, goal, priority in zip(
             slots.tolist(),
             fields["out_kind"][slots].tolist(),
@@ -237,18 +256,18 @@ class FragmentStore:
             strict=True,
         ):
             entry = pending.get(slot)
-            last = entry.moments[-1][3] if entry is not None and entry.moments else None
+            last = entry.moments[-1][1] if entry is not None and entry.moments else None
             if isinstance(last, ActionRun):
                 last.extend(tick, kind, source, goal, priority)
             else:
-                self._add(slot, memory, tick, ActionRun(tick, kind, source, goal, priority))
+                self._add(slot, ActionRun(tick, kind, source, goal, priority))
 
     def take(self, slot: int, ori_id: str, tick: int) -> list[biography_pb2.ConsolidationFragment]:
         """Hand over and clear a slot's fragments; a leading fragment names any dropped to the bound."""
         entry = self._pending.pop(slot, None)
         if entry is None:
             return []
-        fragments = [_fragment(ori_id, moment) for moment in entry.moments]
+        fragments = [_named(ori_id, moment, keep=False) for moment in entry.moments]
         if entry.elided:
             elided = biography_pb2.ConsolidationFragment(
                 fragment_id=f"{ori_id}:elided:{entry.next_sequence}",
@@ -276,7 +295,7 @@ class FragmentStore:
         return [
             kernel_pb2.PendingFragments(
                 slot=slot,
-                fragments=[_fragment(ori_ids[slot], moment) for moment in p.moments],
+                fragments=[_named(ori_ids[slot], moment) for moment in p.moments],
                 elided=p.elided,
                 next_sequence=p.next_sequence,
             )
@@ -311,7 +330,10 @@ class FragmentStore:
         self._pending = {}
         for entry in entries:
             pending = _Pending(self.limit)
-            pending.moments.extend(_moment(fragment) for fragment in entry.fragments)
+            last = len(entry.fragments) - 1
+            pending.moments.extend(
+                _moment(fragment, last=index == last) for index, fragment in enumerate(entry.fragments)
+            )
             pending.elided = entry.elided
             pending.next_sequence = entry.next_sequence
             self._pending[entry.slot] = pending

@@ -50,6 +50,8 @@ class ServiceProcesses:
     ports: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Niceness per service (e.g. the throughput services below the kernel's tick path on a shared box).
+    niceness: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ports = dict(zip(SERVICE_NAMES, free_ports(len(SERVICE_NAMES)), strict=True))
@@ -85,8 +87,9 @@ class ServiceProcesses:
     def _spawn(self, name: str) -> None:
         data_dir = self.root / name
         data_dir.mkdir(exist_ok=True)
+        nice = ["nice", "-n", str(self.niceness[name])] if name in self.niceness else []
         self.running[name] = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", name],
+            [*nice, sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", name],
             env=self.env(),
             stdout=subprocess.DEVNULL,
             stderr=(data_dir / "serve.log").open("ab"),

@@ -152,3 +152,24 @@ def test_action_changes_between_other_moments_fold_into_one_run() -> None:
     assert [first_run.payload["changes"], second_run.payload["changes"]] == [2, 1]
     assert guard.payload["moment"] == "guard"
     assert second_run.world_tick == 15
+
+
+def test_an_open_run_restored_from_a_snapshot_keeps_folding_as_it_would_have() -> None:
+    fields = {
+        "out_kind": np.array([action_pb2.ACTION_KIND_WORK, action_pb2.ACTION_KIND_REST], np.uint8),
+        "out_source": np.full(2, action_pb2.ACTION_SOURCE_HTN, np.uint8),
+        "out_goal_ref": np.array([4, 4], np.uint32),
+        "out_priority": np.array([100, 100], np.uint16),
+    }
+    clotho = np.full(1, common_pb2.COGNITION_TIER_CLOTHO, np.uint8)
+    uninterrupted = FragmentStore(limit=4)
+    uninterrupted.record_guards(
+        1, np.array([0], np.uint32), np.array([GUARD_BIT_STALE_GOAL], np.uint8), clotho
+    )
+    uninterrupted.record_actions(2, np.array([0]), fields)
+    restored = FragmentStore(limit=4)
+    restored.restore(uninterrupted.snapshot(["ori-0"]))
+    rest = {name: values[1:] for name, values in fields.items()}
+    for store in (uninterrupted, restored):
+        store.record_actions(3, np.array([0]), rest)
+    assert restored.take(0, "ori-0", 4) == uninterrupted.take(0, "ori-0", 4)
