@@ -106,11 +106,16 @@ class DecisionReport:
 
 
 def _index(slots: NDArray[np.uint32]) -> Index:
-    """A slice when the slots are one ascending run (views, no gathers), else the intp index."""
+    """A slice when the slots are evenly spaced and ascending (views, no gathers), else the intp
+    index. The kernel steps every `lachesis_step_every_ticks`-th slot, so its usual set is a
+    strided run, and a contiguous one is stride 1."""
     n = len(slots)
     first, last = int(slots[0]), int(slots[-1])
-    if last - first + 1 == n and (n == 1 or bool(np.all(slots[1:] > slots[:-1]))):
-        return slice(first, last + 1)
+    if n == 1:
+        return slice(first, first + 1)
+    step, rest = divmod(last - first, n - 1)
+    if rest == 0 and step > 0 and bool(np.all(np.diff(slots) == step)):
+        return slice(first, last + 1, step)
     return slots.astype(np.intp)
 
 
@@ -261,7 +266,7 @@ class PersonalityBehaviorLayer:
         if len(slots) == 0:
             return Escalations(slots, np.zeros(0, dtype=np.uint8))
         idx = _index(slots)
-        novelty = self.novel[idx]
+        novelty = self.novel[idx].copy()  # a slice index gives a view, and it is cleared below
         has_goal = self.goal[idx] != 0
         verdict = arbitrate_rows(
             np.full(len(slots), cognition_available),

@@ -269,6 +269,29 @@ def test_same_inputs_same_outputs_for_scattered_slots() -> None:
         assert np.array_equal(a, b)
 
 
+@settings(max_examples=25)
+@given(st.integers(0, 3), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_evenly_spaced_slots_decide_as_each_slot_alone(first: int, step: int, seed: int) -> None:
+    """The kernel's usual stepped set (every step-th slot) is read through strided views, not
+    gathers; the decisions and state are those of deciding each slot on its own."""
+    n = 24
+    rng = np.random.default_rng(seed)
+    slots = np.arange(first, n, step, dtype=np.uint32)
+    together, alone = _layer(n), _layer(n)
+    signals, out_together, out_alone = _signals(n), _out(n), _out(n)
+    for _ in range(3):
+        for array in (signals.need_safety_bp, signals.need_social_bp, signals.fatigue_bp):
+            array[:] = rng.integers(0, 10_001, n)
+        signals.signal_flags[:] = rng.choice([0, THREAT_FLAG, MINOR_PRESENT_FLAG], n)
+        together.decide(slots, signals, out_together)
+        for slot in slots:
+            alone.decide(np.array([slot], dtype=np.uint32), signals, out_alone)
+    for name in ("kind", "source", "goal_ref", "plan_step", "priority"):
+        assert np.array_equal(getattr(out_together, name), getattr(out_alone, name)), name
+    for name, values in together.snapshot().items():
+        assert np.array_equal(values, alone.snapshot()[name]), name
+
+
 def test_restore_refuses_quirks_that_are_not_text() -> None:
     snapshot = dict(_layer(1).snapshot())
     snapshot["quirks"] = np.zeros(len(snapshot["quirks"]), dtype=np.uint8)
