@@ -16,10 +16,12 @@ Prints one JSON object:
     python bench/system_load.py --json --smoke    # 5 s (CI)
     EGBE_BENCH_DATABASE_URL=postgresql://...      # PostgreSQL for gateway and biography; else SQLite
 
-The machine is shared: note its load when you read the figures. Every service but the kernel runs
-at `--background-nice` (default 10): as in a deployment, where the kernel sits beside the world
-server with its own CPU, the tick path comes before throughput work (cognition, gateway,
-biography, policy) when they share cores; `--background-nice 0` measures them as equals.
+The machine is shared: note its load when you read the figures. Placed as a deployment places
+them, where the kernel sits beside the world server with a CPU of its own: with `--split-cpus`
+(default) the kernel and this world client run on the first CPU and every other service on the
+rest, and every service but the kernel runs at `--background-nice` (default 10), so the tick path
+comes before throughput work (cognition, gateway, biography, policy). `--no-split-cpus
+--background-nice 0` measures them all as equals on every CPU.
 """
 
 from __future__ import annotations
@@ -200,11 +202,23 @@ def main() -> None:
     parser.add_argument(
         "--background-nice", type=int, default=10, help="niceness of every service but the kernel"
     )
+    parser.add_argument(
+        "--split-cpus",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the kernel and the world client on one CPU, the other services on the rest",
+    )
     args = parser.parse_args()
     seconds = args.seconds if args.seconds is not None else (5.0 if args.smoke else 60.0)
     with tempfile.TemporaryDirectory(prefix="egbe-load-") as root:
         services = ServiceProcesses(Path(root), os.environ.get("EGBE_BENCH_DATABASE_URL"))
-        services.niceness = {name: args.background_nice for name in services.ports if name != "kernel"}
+        background = [name for name in services.ports if name != "kernel"]
+        services.niceness = dict.fromkeys(background, args.background_nice)
+        if args.split_cpus and len(os.sched_getaffinity(0)) >= 2:
+            # The kernel and this world client on the first CPU, everything else on the rest.
+            first, *rest = sorted(os.sched_getaffinity(0))
+            services.cpus = {"kernel": {first}} | {name: set(rest) for name in background}
+            os.sched_setaffinity(0, {first})
         try:
             services.start_all()
             result = asyncio.run(drive(services, args.agents, args.hz, seconds))
@@ -213,6 +227,7 @@ def main() -> None:
     result["storage"] = "postgres" if os.environ.get("EGBE_BENCH_DATABASE_URL") else "sqlite"
     result["load_average_1m"] = round(os.getloadavg()[0], 2)
     result["background_nice"] = args.background_nice
+    result["split_cpus"] = bool(services.cpus)
     print(json.dumps(result, indent=None if args.json else 2))
 
 

@@ -50,8 +50,10 @@ class ServiceProcesses:
     ports: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    # Niceness per service (e.g. the throughput services below the kernel's tick path on a shared box).
+    # Niceness and CPU sets per service (e.g. the throughput services apart from the kernel's tick
+    # path on a shared box, as a deployment gives the kernel its own CPU beside the world server).
     niceness: dict[str, int] = field(default_factory=dict)
+    cpus: dict[str, set[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ports = dict(zip(SERVICE_NAMES, free_ports(len(SERVICE_NAMES)), strict=True))
@@ -88,8 +90,9 @@ class ServiceProcesses:
         data_dir = self.root / name
         data_dir.mkdir(exist_ok=True)
         nice = ["nice", "-n", str(self.niceness[name])] if name in self.niceness else []
+        pin = ["taskset", "-c", ",".join(map(str, sorted(self.cpus[name])))] if name in self.cpus else []
         self.running[name] = subprocess.Popen(
-            [*nice, sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", name],
+            [*pin, *nice, sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", name],
             env=self.env(),
             stdout=subprocess.DEVNULL,
             stderr=(data_dir / "serve.log").open("ab"),
