@@ -24,19 +24,12 @@ from gateway.provider_errors import ProviderError, to_gateway_error
 from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunEnd, RunSpec, RunStatus
 from gateway.routing import config_fingerprint, select_route
 from gateway.store.base import ControlRefusal, GatewayStore
+from services.causes import CAUSE_LABELS
 from services.errors import Aborted, FieldViolation, InvalidArgument
 from services.logging import get_logger
 
 log = get_logger(__name__)
 Clock = Callable[[], float]
-
-CAUSE_NAMES = {
-    1: "clotho-live-planning",
-    2: "lachesis-reflection",
-    3: "atropos-summary",
-    4: "dialogue",
-    5: "guard-reflection",
-}
 
 
 @dataclass(frozen=True)
@@ -155,7 +148,7 @@ class CognitionGateway:
             violations.append(FieldViolation("ori.ori_id", "must be set"))
         if not who.world_id:
             violations.append(FieldViolation("ori.world_id", "must be set"))
-        if cause not in CAUSE_NAMES:
+        if cause not in CAUSE_LABELS:
             violations.append(FieldViolation("cause", "must name a cognition cause"))
         if violations:
             raise InvalidArgument(violations)
@@ -267,7 +260,7 @@ class CognitionGateway:
                 world_id=spec.world_id,
                 ori_id=spec.ori_id,
                 tier=spec.tier,
-                cause=CAUSE_NAMES[spec.cause],
+                cause=CAUSE_LABELS[spec.cause],
                 model_ref=model_ref,
                 model_class=route.model_class,
                 input_context=_replay_context(request, attempt),

@@ -21,12 +21,6 @@ BATCHABLE_CAUSES = frozenset(
         action_pb2.COGNITION_CAUSE_GUARD_REFLECTION,
     }
 )
-CAUSE_NAMES = {
-    action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING: "clotho-live-planning",
-    action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION: "lachesis-reflection",
-    action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY: "atropos-summary",
-    action_pb2.COGNITION_CAUSE_GUARD_REFLECTION: "guard-reflection",
-}
 
 
 def token_estimate(config: KernelConfig, cause: int) -> int:

@@ -238,3 +238,24 @@ async def test_text_postgres_cannot_hold_and_unknown_zones_are_invalid(gateway: 
     assert status is not None
     assert [v.field for v in field_violations(status)] == ["prompt.untrusted[0].kind"]
     assert await gateway.audit_records(run_id=run.run_id) == []
+
+
+async def test_every_cause_the_protocol_names_is_admitted_and_audited_by_its_label(
+    gateway: GatewayHarness,
+) -> None:
+    """Escalation causes the kernel issues must not be refused by a table that predates them."""
+    causes = [v for _, v in action_pb2.CognitionCause.items() if v != action_pb2.COGNITION_CAUSE_UNSPECIFIED]
+    for cause in causes:
+        admitted = await gateway.gateway.AdmitRun(
+            gateway_pb2.AdmitRunRequest(
+                ori=common_pb2.OriRef(tenant_id="t", world_id="w", ori_id=f"ori-{cause}"),
+                tier=common_pb2.COGNITION_TIER_LACHESIS,
+                cause=cause,  # type: ignore[arg-type]
+            ),
+            metadata=gateway.metadata(Role.SERVICE),
+        )
+        assert admitted.admitted, action_pb2.CognitionCause.Name(cause)
+        await gateway.generate(admitted.run_id, mode=gateway_pb2.COGNITION_MODE_DECISION)
+        (record,) = await gateway.audit_records(run_id=admitted.run_id)
+        name = action_pb2.CognitionCause.Name(cause)
+        assert record.cause == name.removeprefix("COGNITION_CAUSE_").lower().replace("_", "-")
