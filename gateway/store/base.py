@@ -30,6 +30,7 @@ from gateway.records import (
     Spend,
     TierSpend,
 )
+from gateway.store.group_commit import GroupCommitter
 from services.errors import (
     Aborted,
     FailedPrecondition,
@@ -220,6 +221,10 @@ class GatewayStore(ABC):
         self._for_update = for_update
         self._control_listeners: list[Callable[[Control], None]] = []
 
+    # Set by each backend: its one writer (group commit) and how long a caller waits for it.
+    _writer: GroupCommitter[Any]
+    _timeout: float
+
     # -- backend -------------------------------------------------------------------------------------
     @abstractmethod
     async def open(self) -> None:
@@ -228,19 +233,24 @@ class GatewayStore(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
-    @abstractmethod
     async def transact(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
-        """Run `body` in one transaction; database failures become Unavailable (fail closed).
+        """Run `body` in one transaction on the backend's writer; database failures become Unavailable
+        (fail closed).
 
         `durable`: answer only once committed; otherwise once applied (visible to every later body, and
         committed with the writer's current batch). See "Durability" in docs/gateway.md.
         """
+        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        return result
 
-    @abstractmethod
     async def transact_item(
         self, item: ItemT, combine: Callable[[Tx, list[ItemT]], list[T]], *, durable: bool = True
     ) -> T:
         """Like `transact`, but items arriving together are applied by one `combine(tx, items)`."""
+        result: T = await self._writer.submit(
+            item, timeout_seconds=self._timeout, durable=durable, combine=combine
+        )
+        return result
 
     def on_control_change(self, listener: Callable[[Control], None]) -> None:
         """Called for every control added or lifted, by this process or (PostgreSQL) any other."""

@@ -133,15 +133,3 @@ class PostgresGatewayStore(GatewayStore):
             except (psycopg.Error, EgbeError) as exc:
                 log.warning("gateway control listener lost its connection; reconnecting", error=str(exc))
                 await asyncio.sleep(LISTEN_RETRY_SECONDS)
-
-    async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
-        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
-        return result
-
-    async def transact_item(
-        self, item: ItemT, combine: Callable[[Any, list[ItemT]], list[T]], *, durable: bool = True
-    ) -> T:
-        result: T = await self._writer.submit(
-            item, timeout_seconds=self._timeout, durable=durable, combine=combine
-        )
-        return result

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -96,15 +96,3 @@ class SqliteGatewayStore(GatewayStore):
 
     async def close(self) -> None:
         self._writer.close()
-
-    async def transact(self, body: Callable[[Any], T], *, durable: bool = True) -> T:
-        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
-        return result
-
-    async def transact_item(
-        self, item: ItemT, combine: Callable[[Any, list[ItemT]], list[T]], *, durable: bool = True
-    ) -> T:
-        result: T = await self._writer.submit(
-            item, timeout_seconds=self._timeout, durable=durable, combine=combine
-        )
-        return result
