@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
@@ -16,8 +16,6 @@ from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
 
-T = TypeVar("T")
-ItemT = TypeVar("ItemT")
 log = get_logger(__name__)
 # How long the listener waits before reconnecting after losing its connection.
 LISTEN_RETRY_SECONDS = 0.5

@@ -5,15 +5,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from gateway.store.base import GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
-
-T = TypeVar("T")
-ItemT = TypeVar("ItemT")
 
 
 class _SqliteTx:
