@@ -30,6 +30,7 @@ from egbe.v1 import (
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 from tests.kernel_service.frames import FAR_MM, columns
+from tests.system.cluster import running_cluster, spend
 from tests.system.private_postgres import PrivatePostgres, postgres_bin_dir
 
 OUTAGE_SECONDS = 10.0
@@ -56,13 +57,8 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 def services(
     private_postgres: PrivatePostgres, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcesses]:
-    processes = ServiceProcesses(tmp_path_factory.mktemp("outage"), private_postgres.dsn)
-    try:
-        processes.start_all()
+    with running_cluster(tmp_path_factory.mktemp("outage"), private_postgres.dsn) as processes:
         yield processes
-    finally:
-        codes = processes.stop_all()
-    assert all(code == 0 for code in codes.values()), codes
 
 
 @dataclass
@@ -143,14 +139,6 @@ class World:
                 time.sleep(TICK_PERIOD)
 
 
-def _spend(services: ServiceProcesses) -> gateway_pb2.GetSpendResponse:
-    with grpc.insecure_channel(services.target("gateway")) as channel:
-        spend: gateway_pb2.GetSpendResponse = gateway_pb2_grpc.OperatorServiceStub(channel).GetSpend(
-            gateway_pb2.GetSpendRequest(), metadata=bearer_metadata(services.tokens["operator"]), timeout=10
-        )
-    return spend
-
-
 def _admit(services: ServiceProcesses) -> grpc.StatusCode:
     """One AdmitRun as cognition's caller makes it; an admitted run is ended at once."""
     metadata = bearer_metadata(services.tokens["service"])
@@ -195,7 +183,7 @@ def test_postgres_down_for_ten_seconds_fails_admission_closed_and_spares_the_tic
     ticking.start()
     try:
         # The kernel's dispatcher is running cognition through the gateway.
-        _wait_for(lambda: _spend(services).consumed_tokens > 0, "the kernel's first completed cognition call")
+        _wait_for(lambda: spend(services).consumed_tokens > 0, "the kernel's first completed cognition call")
         assert _admit(services) == grpc.StatusCode.OK
 
         private_postgres.stop()
@@ -211,9 +199,9 @@ def test_postgres_down_for_ten_seconds_fails_admission_closed_and_spares_the_tic
         # Back without restarting any Egbe process: admissions succeed and the kernel's work resumes.
         _wait_for(lambda: _admit(services) == grpc.StatusCode.OK, "AdmitRun succeeded after the restart")
         # A model call recorded in the ledger: admitted, rehydrated from the biography, generated.
-        consumed_at_recovery = _spend(services).consumed_tokens
+        consumed_at_recovery = spend(services).consumed_tokens
         _wait_for(
-            lambda: _spend(services).consumed_tokens > consumed_at_recovery,
+            lambda: spend(services).consumed_tokens > consumed_at_recovery,
             "the kernel's cognition calls resumed",
         )
     finally:

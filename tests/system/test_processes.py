@@ -22,19 +22,15 @@ from egbe.v1 import biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 from tests.conftest import ROOT
+from tests.system.cluster import running_cluster
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def services(postgres_dsn: str, tmp_path: Path) -> Iterator[ServiceProcesses]:
-    processes = ServiceProcesses(tmp_path / "services", postgres_dsn)
-    try:
-        processes.start_all()
+    with running_cluster(tmp_path / "services", postgres_dsn) as processes:
         yield processes
-    finally:
-        codes = processes.stop_all()
-    assert all(code == 0 for code in codes.values()), codes
 
 
 def _demo(services: ServiceProcesses, runs: Path, *extra: str) -> subprocess.Popen[str]:

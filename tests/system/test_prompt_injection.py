@@ -37,6 +37,7 @@ from egbe.v1 import (
 )
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
+from tests.system.cluster import running_cluster, spend
 
 pytestmark = pytest.mark.postgres
 
@@ -65,13 +66,8 @@ MODES = {
 
 @pytest.fixture
 def services(postgres_dsn: str, tmp_path: Path) -> Iterator[ServiceProcesses]:
-    processes = ServiceProcesses(tmp_path / "services", postgres_dsn)
-    try:
-        processes.start_all()
+    with running_cluster(tmp_path / "services", postgres_dsn) as processes:
         yield processes
-    finally:
-        codes = processes.stop_all()
-    assert all(code == 0 for code in codes.values()), codes
 
 
 def _ori() -> common_pb2.OriRef:
@@ -99,14 +95,6 @@ def _seed_injected_memory(services: ServiceProcesses) -> None:
             metadata=bearer_metadata(services.tokens["service"]),
             timeout=10,
         )
-
-
-def _spend(services: ServiceProcesses) -> gateway_pb2.GetSpendResponse:
-    with grpc.insecure_channel(services.target("gateway")) as channel:
-        spend: gateway_pb2.GetSpendResponse = gateway_pb2_grpc.OperatorServiceStub(channel).GetSpend(
-            gateway_pb2.GetSpendRequest(), metadata=bearer_metadata(services.tokens["operator"]), timeout=10
-        )
-    return spend
 
 
 def _tier_budget(services: ServiceProcesses) -> gateway_pb2.RunBudget:
@@ -180,7 +168,7 @@ def _committed_events(services: ServiceProcesses, event_ids: list[str]) -> list[
 def test_injected_zones_cannot_raise_a_budget_or_grant_a_tool(services: ServiceProcesses) -> None:
     _seed_injected_memory(services)
     budget = _tier_budget(services)
-    before = _spend(services)
+    before = spend(services)
     modes = CognitionConfig().modes
 
     for mode_name, (mode, cause) in MODES.items():
@@ -219,7 +207,7 @@ def test_injected_zones_cannot_raise_a_budget_or_grant_a_tool(services: ServiceP
 
     # The budgets the gateway grants and the world cap are what configuration says, untouched.
     assert _tier_budget(services) == budget
-    after = _spend(services)
+    after = spend(services)
     assert after.world_cap_tokens == before.world_cap_tokens
     assert after.reserved_tokens == before.reserved_tokens == 0
     assert after.consumed_tokens > before.consumed_tokens
