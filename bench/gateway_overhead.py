@@ -19,10 +19,7 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -38,8 +35,8 @@ from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.adapters.offline import OfflineAdapter
 from services.auth import bearer_metadata
+from services.local_cluster import ServiceProcesses
 
-ROOT = Path(__file__).resolve().parent.parent
 RPCS_PER_RUN = 3  # AdmitRun, Generate, EndRun
 PROMPT = gateway_pb2.PromptEnvelope(
     system_policy="You are Ada, a baker. Stay in character.",
@@ -92,63 +89,6 @@ def _drop_database(server_dsn: str, dsn: str) -> None:
     name = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-class ServedGateway:
-    """`egbe serve gateway` in its own process with a tokens file of our own."""
-
-    def __init__(self, data_dir: Path, database_url: str | None, extra_env: dict[str, str]) -> None:
-        self.tokens = {role: secrets.token_urlsafe(24) for role in ("service", "operator", "world")}
-        tokens_file = data_dir / "tokens.json"
-        tokens_file.write_text(json.dumps(self.tokens))
-        tokens_file.chmod(0o600)
-        env = {
-            **os.environ,
-            **extra_env,
-            "EGBE_TOKENS_FILE": str(tokens_file),
-            "EGBE_LOG_LEVEL": "warning",
-            # Room for every admission of the measurement: the cap must not be what is measured.
-            "EGBE_GATEWAY__BUDGET__WORLD_CAP_TOKENS_PER_HOUR": str(10**12),
-        }
-        env.pop("ANTHROPIC_API_KEY", None)  # the offline adapter: no network, no spend
-        if database_url:
-            env["EGBE_DATABASE_URL"] = database_url
-        self.data_dir = data_dir
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "services.cli",
-                "--data-dir",
-                str(data_dir),
-                "serve",
-                "gateway",
-                "--ephemeral-ports",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def target(self) -> str:
-        endpoints = self.data_dir / "endpoints.json"
-        for _ in range(1_200):
-            if endpoints.is_file():
-                published = json.loads(endpoints.read_text())
-                if published.get("pid") == self.process.pid:
-                    return str(published["gateway"])
-            if self.process.poll() is not None:
-                raise RuntimeError("the gateway process exited before serving")
-            time.sleep(0.05)
-        raise TimeoutError("the gateway did not publish its endpoint")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 async def measure(
@@ -230,11 +170,15 @@ async def bench_backend(
     database_url: str | None, args: argparse.Namespace, adapter_s: float, extra_env: dict[str, str]
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as folder:
-        served = ServedGateway(Path(folder), database_url, extra_env)
+        # Room for every admission of the measurement: the cap must not be what is measured.
+        cap = {"EGBE_GATEWAY__BUDGET__WORLD_CAP_TOKENS_PER_HOUR": str(10**12)}
+        served = ServiceProcesses(Path(folder), database_url, extra_env=extra_env | cap)
         try:
-            figures = await measure(served.target(), served.tokens, args.runs, args.clients, args.seconds)
+            served.start("gateway")
+            target = served.target("gateway")
+            figures = await measure(target, served.tokens, args.runs, args.clients, args.seconds)
         finally:
-            served.stop()
+            served.stop_all()
     overhead_ms = [max(0.0, (t - adapter_s) * 1000) for t in figures["per_run"]]
     floor_ms = [t * 1000 for t in figures["floor"]]
     # The gateway's own share: each run minus the adapter and three store-free round trips measured

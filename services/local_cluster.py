@@ -54,6 +54,8 @@ class ServiceProcesses:
     # path on a shared box, as a deployment gives the kernel its own CPU beside the world server).
     niceness: dict[str, int] = field(default_factory=dict)
     cpus: dict[str, set[int]] = field(default_factory=dict)
+    # Settings every process gets on top of the shared environment (e.g. a benchmark's world cap).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ports = dict(zip(SERVICE_NAMES, free_ports(len(SERVICE_NAMES)), strict=True))
@@ -76,7 +78,7 @@ class ServiceProcesses:
         env |= {f"EGBE_ENDPOINTS__{name.upper()}__PORT": str(port) for name, port in self.ports.items()}
         if self.database_url is not None:
             env["EGBE_DATABASE_URL"] = self.database_url
-        return env
+        return env | self.extra_env
 
     def target(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
