@@ -88,6 +88,13 @@ OUTPUT_FIELDS: dict[str, type[np.generic]] = {
 CANDIDATE_BIT_NEEDS_REHYDRATION = 1
 GUARD_BIT_REPEATED_ACTION = 1
 GUARD_BIT_STALE_GOAL = 2
+_GUARD_NAMES = ((GUARD_BIT_REPEATED_ACTION, "repeated-action"), (GUARD_BIT_STALE_GOAL, "stale-goal"))
+
+
+def guard_names(bits: int) -> list[str]:
+    """The guards a stamp's bits name, in bit order: what audit payloads and fragments carry."""
+    return [name for bit, name in _GUARD_NAMES if bits & bit]
+
 
 REASON_COUNT_LEN = 16
 TIER_COUNT_LEN = 4

@@ -25,7 +25,7 @@ from google.protobuf import json_format, struct_pb2
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
-from kernel_service.agent_state import GUARD_BIT_REPEATED_ACTION, GUARD_BIT_STALE_GOAL
+from kernel_service.agent_state import guard_names
 from services.errors import FieldViolation
 
 FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
@@ -98,14 +98,7 @@ class GuardStamp(NamedTuple):
     tier: int
 
     def payload(self) -> dict[str, Any]:
-        guards = [
-            name
-            for bit, name in (
-                (GUARD_BIT_REPEATED_ACTION, "repeated-action"),
-                (GUARD_BIT_STALE_GOAL, "stale-goal"),
-            )
-            if self.bits & bit
-        ]
+        guards = guard_names(self.bits)
         return {
             "text": f"caught itself: {', '.join(guards)}",
             "template": True,

@@ -18,9 +18,8 @@ from kernel_service.agent_state import (
     COUNT_CHANGED,
     COUNT_GUARDS,
     COUNT_TRANSITIONS,
-    GUARD_BIT_REPEATED_ACTION,
-    GUARD_BIT_STALE_GOAL,
     AgentArrays,
+    guard_names,
 )
 from kernel_service.behavior_seam import Escalations
 from kernel_service.cognition_calls import (
@@ -77,16 +76,11 @@ def guard_stamps(a: AgentArrays) -> GuardStamps:
 
 def guard_payload(config: KernelConfig, bits: int, tick: int) -> struct_pb2.Struct:
     """The auditable stamp a guard puts on the action it rewrote (the action carries the goal)."""
-    guards = []
-    if bits & GUARD_BIT_REPEATED_ACTION:
-        guards.append("repeated-action")
-    if bits & GUARD_BIT_STALE_GOAL:
-        guards.append("stale-goal")
     payload = struct_pb2.Struct()
     payload.update(
         {
             "schema": GUARD_PAYLOAD_SCHEMA,
-            "guards": guards,
+            "guards": guard_names(bits),
             "tick": str(tick),
             "repeated_action_limit": config.repeated_action_limit,
             "stale_goal_tick_limit": config.stale_goal_tick_limit,
