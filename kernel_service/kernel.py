@@ -158,7 +158,7 @@ class Kernel:
         self._record_fragments(decoded.tick, merged)
         for request in result.lifecycle:
             if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
-                request.fragments.extend(self.fragments.take(request.slot, request.ori.ori_id, decoded.tick))
+                self.fragments.take_into(request, decoded.tick)
         elapsed = (time.perf_counter_ns() - started) // 1000
         result.report.elapsed_micros = elapsed
         result.report.over_latency_budget = elapsed > self.config.latency_budget_micros
