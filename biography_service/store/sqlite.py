@@ -33,6 +33,23 @@ def _connect(path: Path) -> sqlite3.Connection:
     return connection
 
 
+# The writer's own settings, from profiling the batched append path (docs/performance.md):
+# - temp_store=MEMORY: each append's SAVEPOINT keeps its statement journal (a copy of every page the
+#   append first touches) in memory; by default it spilled to a temp file, ~8 KB written per event.
+# - cache_size: a group dirties several pages per event (the random event-id and memory-ref keys);
+#   with the 2 MB default it spilled dirty pages to the WAL mid-transaction and re-read them.
+# - wal_autocheckpoint: a checkpoint after nearly every group copied pages that the next group
+#   dirtied again; every 8,000 frames (~32 MB of WAL) copies each hot page once for many groups.
+WRITER_PRAGMAS = ("temp_store=MEMORY", "cache_size=-65536", "wal_autocheckpoint=8000")
+
+
+def _connect_writer(path: Path) -> sqlite3.Connection:
+    connection = _connect(path)
+    for pragma in WRITER_PRAGMAS:
+        connection.execute(f"PRAGMA {pragma}")
+    return connection
+
+
 class SqliteStore(BiographyStore):
     """One group-committing writer thread (SQLite has one writer); readers on their own threads."""
 
@@ -77,7 +94,7 @@ class SqliteStore(BiographyStore):
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = GroupCommitWriter(lambda: _connect(self._path), self._max_group)
+        self._writer = GroupCommitWriter(lambda: _connect_writer(self._path), self._max_group)
         await self._write(self._migrate)
 
     @staticmethod

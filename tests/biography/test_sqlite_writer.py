@@ -1,4 +1,5 @@
-"""SQLite group commit: late arrivals join the open group's COMMIT; a failed BEGIN fails its callers."""
+"""SQLite group commit: late arrivals join the open group's COMMIT; a failed BEGIN fails its callers;
+the store's writer connection settings."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from biography_service.events import ANY
+from biography_service.store.sqlite import SqliteStore
 from biography_service.store.sqlite_writer import GroupCommitWriter
+from tests.biography.events_for_tests import memories
 
 
 def _connect(path: Path, statements: list[str] | None = None, timeout: float = 30.0) -> sqlite3.Connection:
@@ -62,3 +66,20 @@ async def test_a_group_that_cannot_begin_fails_its_callers(tmp_path: Path) -> No
     finally:
         holder.execute("ROLLBACK")
         await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+
+
+async def test_the_store_writer_commits_durably_and_keeps_its_journals_in_memory(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "biography.sqlite3", max_group=64)
+    await store.open()
+    try:
+        await store.append("ori-a", ANY, memories(3))
+
+        def settings(connection: sqlite3.Connection) -> list[object]:
+            names = ("journal_mode", "synchronous", "temp_store", "cache_size", "wal_autocheckpoint")
+            return [connection.execute(f"PRAGMA {name}").fetchone()[0] for name in names]
+
+        # WAL, synchronous=FULL (2): durable before the ack; savepoint journals in memory (temp_store 2),
+        # a cache that holds a whole group's dirty pages, and checkpoints that span many groups.
+        assert await store._write(settings) == ["wal", 2, 2, -65536, 8000]
+    finally:
+        await store.close()
