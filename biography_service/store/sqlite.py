@@ -51,11 +51,17 @@ def _connect_writer(path: Path) -> sqlite3.Connection:
 
 
 class SqliteStore(BiographyStore):
-    """One group-committing writer thread (SQLite has one writer); readers on their own threads."""
+    """One group-committing writer thread (SQLite has one writer); readers on their own threads.
 
-    def __init__(self, path: Path, *, max_group: int) -> None:
+    `migrations` is the schema the store brings its database to on open (a prefix builds an older one).
+    """
+
+    def __init__(
+        self, path: Path, *, max_group: int, migrations: Sequence[sql.Migration] = sql.MIGRATIONS
+    ) -> None:
         super().__init__()
         self._path = path
+        self._migrations = migrations
         self._max_group = max_group
         self._writer: GroupCommitWriter | None = None
         self._reader_pool = ThreadPoolExecutor(
@@ -97,11 +103,10 @@ class SqliteStore(BiographyStore):
         self._writer = GroupCommitWriter(lambda: _connect_writer(self._path), self._max_group)
         await self._write(self._migrate)
 
-    @staticmethod
-    def _migrate(connection: sqlite3.Connection) -> None:
+    def _migrate(self, connection: sqlite3.Connection) -> None:
         connection.execute(sql.MIGRATIONS_TABLE)
         applied = {row[0] for row in connection.execute("SELECT version FROM schema_migrations")}
-        for migration in sql.MIGRATIONS:
+        for migration in self._migrations:
             if migration.version in applied:
                 continue
             for statement in migration.statements:
