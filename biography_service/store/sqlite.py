@@ -17,7 +17,7 @@ from biography_service.events import AppendResult, ExpectedVersion, NewEvent, Re
 from biography_service.projections import ProjectionSnapshot
 from biography_service.store import sql
 from biography_service.store.base import BiographyStore, build_snapshot
-from biography_service.store.sqlite_writer import GroupCommitWriter
+from biography_service.store.sqlite_writer import GroupCommitWriter, Write
 
 T = TypeVar("T")
 
@@ -81,7 +81,7 @@ class SqliteStore(BiographyStore):
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"sqlite: {exc}") from exc
 
-    async def _write(self, write: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, write: Write[T]) -> T:
         if self._writer is None:
             raise StorageUnavailable("the SQLite store is not open")
         return await self._translated(self._writer.submit(write))
@@ -101,7 +101,7 @@ class SqliteStore(BiographyStore):
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = GroupCommitWriter(lambda: _connect_writer(self._path), self._max_group)
-        await self._write(self._migrate)
+        await self._write(lambda connection, _: self._migrate(connection))
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
         connection.execute(sql.MIGRATIONS_TABLE)
@@ -129,20 +129,32 @@ class SqliteStore(BiographyStore):
     async def append(
         self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
     ) -> AppendResult:
-        result = await self._write(lambda connection: self._append(connection, ori_id, expected, events))
+        result = await self._write(
+            lambda connection, isolated: self._append(connection, isolated, ori_id, expected, events)
+        )
         if not result.already_recorded:
             self.appended.notify()
         return result
 
     @staticmethod
     def _append(
-        connection: sqlite3.Connection, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
+        connection: sqlite3.Connection,
+        isolated: bool,
+        ori_id: str,
+        expected: ExpectedVersion,
+        events: Sequence[NewEvent],
     ) -> AppendResult:
-        """Runs on the writer thread inside the group's transaction (and this write's savepoint)."""
+        """Runs on the writer thread inside the group's transaction.
+
+        Run bare, it looks for none of the event ids first: a repeat then fails the event_id unique
+        constraint (or the expected version) and its isolated rerun finds the recorded events.
+        """
         row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
         head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
-        ids = [event.event_id for event in events]
-        already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
+        already: list[RecordedEvent] = []
+        if isolated:
+            ids = [event.event_id for event in events]
+            already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
         position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
         plan = plan_append(
             ori_id,
