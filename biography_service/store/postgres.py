@@ -67,7 +67,8 @@ _STREAM_HEADS = (
     " CROSS JOIN LATERAL (SELECT stream_version, hash FROM events WHERE events.ori_id = o.ori_id"
     " ORDER BY stream_version DESC LIMIT 1) AS e"
 )
-_EVENTS_BY_IDS = f"SELECT {sql.EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s)"  # noqa: S608
+# Binary (%b): psycopg dumps a text array of a group's ids at ~3.4 µs an id, a binary one at ~0.5.
+_EVENTS_BY_IDS = f"SELECT {sql.EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b::text[])"  # noqa: S608
 
 
 @dataclass
