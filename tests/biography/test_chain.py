@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from biography_service.chain import GENESIS_HASH, link_hash
-from biography_service.events import canonical_json
+from biography_service.chain import GENESIS_HASH, StreamLinker, link_hash
+from biography_service.events import EventKind, NewEvent, canonical_json
 
 # Hashed by the first release (generic `json.dumps` of the field list); awkward text on purpose.
 RECORDED = {
@@ -64,3 +64,36 @@ def test_the_canonical_payload_is_the_documented_json_text(payload: dict[str, ob
 def test_the_canonical_payload_refuses_non_finite_numbers(bad: float) -> None:
     with pytest.raises(ValueError, match="not JSON compliant"):
         canonical_json({"nested": [{"x": bad}]})
+
+
+@given(
+    ori_id=st.text(),
+    head_hash=st.text(),
+    events=st.lists(
+        st.tuples(st.sampled_from(list(EventKind)), st.text(), st.text(), st.integers(0, 2**63 - 1)),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_a_streams_linker_gives_link_hashs_chain(
+    ori_id: str, head_hash: str, events: list[tuple[EventKind, str, str, int]]
+) -> None:
+    # The append path's linker quotes once what repeats; the chain must be byte for byte link_hash's.
+    linker = StreamLinker(ori_id, head_hash, 1_764_460_800_000_000)
+    previous = head_hash
+    for version, (kind, text, provenance, tick) in enumerate(events):
+        new = NewEvent(f"id-{version}", kind, {"text": text}, tick, provenance)
+        expected = link_hash(
+            previous_hash=previous,
+            event_id=new.event_id,
+            ori_id=ori_id,
+            stream_version=version,
+            global_position=version + 7,
+            kind=kind.value,
+            payload_json=new.payload_json,
+            world_tick=tick,
+            recorded_at_us=1_764_460_800_000_000,
+            provenance_ref=provenance,
+        )
+        assert linker.link(new, version, version + 7) == expected
+        previous = expected
