@@ -80,3 +80,87 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
                               const uint16_t *plan_step, const uint8_t *tier_reason, const uint8_t *ori_blob,
                               const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap);
+
+/* The behaviour layer's per-tick step (moirai_behavior.c; kernel_service/behavior/c_step.py binds it). The
+ * numbers it shares with Python are named here, so cffi checks them against the C build and a test checks
+ * them against the protobuf enums and the layer's vocabulary. */
+enum moirai_behavior_constants {
+    MB_TIER_LACHESIS = 2,
+    MB_SOURCE_BEHAVIOR_TREE = 2,
+    MB_SOURCE_HTN = 3,
+    MB_SOURCE_COGNITION = 4,
+    MB_ROUTINE_MAINTAIN_SAFETY = 1,
+    MB_CAUSE_NOVELTY = 6,
+    MB_CAUSE_NO_GOAL = 7,
+    MB_CAUSE_NO_METHOD = 8,
+    MB_BIT_FRESH_DECISION = 1
+};
+
+/* Pointers into the kernel's arrays (agent_state.AGENT_FIELDS), the layer's (behavior/layer.py _ARRAYS), the
+ * compiled methods, and the step's capacity-sized output buffers. */
+struct moirai_behavior {
+    const uint8_t *tier;
+    uint8_t *agent_bits;
+    uint8_t *cached_kind;
+    uint8_t *cached_source;
+    uint32_t *cached_goal_ref;
+    uint16_t *cached_priority;
+    uint16_t *cached_plan_step;
+    const uint16_t *need_safety_bp;
+    const uint16_t *need_sustaining_bp;
+    const uint16_t *need_social_bp;
+    const uint16_t *need_purpose_bp;
+    const uint16_t *fatigue_bp;
+    const uint16_t *signal_flags;
+    const uint32_t *goal_ref;
+
+    const uint8_t *evaluated;
+    const uint8_t *mood_active;
+    const uint8_t *goal_adopted;
+    const uint16_t *seen_safety;
+    const uint16_t *seen_sustaining;
+    const uint16_t *seen_social;
+    const uint16_t *seen_purpose;
+    const uint16_t *seen_fatigue;
+    const uint16_t *seen_flags;
+    const uint32_t *seen_goal;
+    const uint8_t *tree_routine;
+    const uint8_t *tree_kind;
+    const uint16_t *tree_priority;
+    const uint32_t *goal;
+    const int16_t *plan_method;
+    int32_t *plan_cursor;
+    const uint16_t *plan_priority;
+    uint8_t *novel;
+    uint64_t *escalate_after;
+    const uint64_t *hold_until;
+
+    const uint8_t *step_kind;
+    const int32_t *method_offset;
+    const int32_t *method_length;
+
+    uint32_t *changed_rows;
+    uint32_t *escalation_slot;
+    uint8_t *escalation_cause;
+    uint32_t *late_slot;  /* scratch: the settled rows' escalations, before they are merged in slot order */
+    uint8_t *late_cause;
+};
+
+struct moirai_behavior_params {
+    uint64_t tick;
+    uint64_t escalation_cooldown_ticks;
+    uint32_t first; /* the strided set: slots first, first + every, ... below count */
+    uint32_t every;
+    uint32_t count;
+    uint8_t cognition_available; /* Lachesis cognition: arbitration may escalate */
+};
+
+/* Phase 1 over the due slots (the strided set, or `slots[0, n_slots)` ascending when `slots` is not NULL):
+ * an unchanged row steps its cached plan, is marked fresh if its action changed, and is arbitrated; a row
+ * whose inputs changed is listed in changed_rows for the numpy evaluation. counts = [changed, escalations]. */
+void moirai_behavior_step(const struct moirai_behavior_params *params, const uint32_t *slots, uint32_t n_slots,
+                          struct moirai_behavior *b, uint32_t *counts);
+
+/* Phase 2, after changed_rows[0, counts[0]) were evaluated: step, mark and arbitrate them, and merge their
+ * escalations with phase 1's in slot order (counts[1] grows). */
+void moirai_behavior_settle(const struct moirai_behavior_params *params, struct moirai_behavior *b, uint32_t *counts);

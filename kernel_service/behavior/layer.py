@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-from egbe.v1 import action_pb2, kernel_pb2
+from egbe.v1 import action_pb2, common_pb2, kernel_pb2
+from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION
 from kernel_service.behavior.arbitration import Arbitration, arbitrate_rows
 from kernel_service.behavior.compiled_plans import NO_METHOD, CompiledMethods
 from kernel_service.behavior.config import BehaviorConfig
@@ -41,9 +43,20 @@ from kernel_service.behavior.vocabulary import (
     GoalFamily,
     Routine,
 )
-from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals, Escalations
+from kernel_service.behavior_seam import (
+    DECISION_FIELDS,
+    BehaviorDecisions,
+    BehaviorSignals,
+    Escalations,
+    KernelArrays,
+    decisions_of,
+    signals_of,
+)
 from services.errors import FieldViolation, InvalidArgument
 from services.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    from kernel_service.behavior.c_step import CBehaviorStep
 
 BP = 10_000
 QUIRK_SEPARATOR = "\x1f"
@@ -87,6 +100,12 @@ _ARRAYS: dict[str, tuple[type[np.generic], tuple[int, ...]]] = {
     # earliest tick it may escalate to cognition again.
     "novel": (np.bool_, ()),
     "escalate_after": (np.uint64, ()),
+    # Cognition decides, behaviour acts: the goal of the Ori's last merged cognition result (its
+    # structured goal unless perception gives one), whether it arrived since the last evaluation, and
+    # the tick until which that result's action holds (a Lachesis Ori is not stepped before it).
+    "cognition_goal": (np.uint32, ()),
+    "goal_adopted": (np.bool_, ()),
+    "hold_until": (np.uint64, ()),
 }
 
 
@@ -134,6 +153,8 @@ class PersonalityBehaviorLayer:
         self._minor_bit = self.library.tag_bit("minor-present")
         self._arrays: dict[str, NDArray[np.generic]] = {}
         self._quirks: list[tuple[str, ...]] = []
+        self.generation = 0  # bumps whenever the arrays are replaced, so the C step re-binds them
+        self._c_step: CBehaviorStep | None = None
         self._allocate(max(capacity, 1))
 
     # --- state ---------------------------------------------------------------------------------
@@ -147,6 +168,7 @@ class PersonalityBehaviorLayer:
         self._quirks.extend([()] * (capacity - len(self._quirks)))
         for name, array in fresh.items():
             setattr(self, name, array)
+        self.generation += 1
 
     @property
     def capacity(self) -> int:
@@ -183,6 +205,9 @@ class PersonalityBehaviorLayer:
     plan_priority: NDArray[np.uint16]
     novel: NDArray[np.bool_]
     escalate_after: NDArray[np.uint64]
+    cognition_goal: NDArray[np.uint32]
+    goal_adopted: NDArray[np.bool_]
+    hold_until: NDArray[np.uint64]
 
     # --- BehaviorLayer -------------------------------------------------------------------------
 
@@ -213,7 +238,67 @@ class PersonalityBehaviorLayer:
             self.minor[slot] = profile.minor
             self._quirks[slot] = profile.quirks
 
+    def use_core(self, name: str) -> None:
+        """The kernel's tick core names how `step` runs: "c" in the C core (`c_step`), else numpy."""
+        if name == "c":
+            from kernel_service.behavior.c_step import CBehaviorStep  # only where the C core was built
+
+            self._c_step = CBehaviorStep(self)
+        else:
+            self._c_step = None
+
+    def adopt(self, slot: int, goal_ref: int, hold_until: int) -> None:
+        """A cognition result was merged as the slot's cached action: a Lachesis Ori holds it until tick
+        `hold_until`, then steps again with the result's goal as its structured goal (unless perception
+        names one), which its HTN decomposes. A goal of 0 leaves the goal to perception and needs."""
+        self.cognition_goal[slot] = goal_ref
+        self.goal_adopted[slot] = True
+        self.hold_until[slot] = hold_until
+
+    def step(
+        self,
+        tick: int,
+        every: int,
+        kernel: KernelArrays,
+        cognition_available: bool,
+        slots: NDArray[np.uint32] | None = None,
+    ) -> Escalations:
+        """The kernel's behaviour step over its arrays, in place (C or numpy, as `use_core` chose).
+
+        Looked at: the slots whose turn it is, `(tick + slot) % every == 0` (or `slots`, ascending).
+        Due among them: an agent holding no cognition-made action, or a Lachesis agent whose hold on one
+        has run out. Each due agent's cached action becomes its next cheap action (`decide`), flagged
+        AGENT_BIT_FRESH_DECISION only when it differs from what was held (a routine held steady is the
+        believability floor, not a new decision; the C core skips re-reading unflagged actions). Then
+        `arbitrate` over them, Lachesis agents eligible: the escalations are returned (ascending; the C
+        step returns views of its buffers, valid until the next step)."""
+        if self._c_step is not None:
+            return self._c_step.run(tick, every, kernel, cognition_available, slots)
+        f = kernel.fields
+        # The strided set is read through views (every `every`-th slot from `first`), no gathers.
+        first = -tick % every
+        look: Index = slice(first, kernel.count, every) if slots is None else slots.astype(np.intp)
+        lachesis = f["tier"][look] == common_pb2.COGNITION_TIER_LACHESIS
+        due = (f["cached_source"][look] != action_pb2.ACTION_SOURCE_COGNITION) | (
+            lachesis & (self.hold_until[look] <= tick)
+        )
+        chosen = (np.flatnonzero(due) * every + first).astype(np.uint32) if slots is None else slots[due]
+        if len(chosen) == 0:
+            return Escalations(chosen, np.zeros(0, dtype=np.uint8))
+        decisions = decisions_of(f)
+        held = [getattr(decisions, name)[chosen] for name in DECISION_FIELDS]
+        self.decide(chosen, signals_of(f), decisions)
+        fresh = np.zeros(len(chosen), dtype=bool)
+        for name, before in zip(DECISION_FIELDS, held, strict=True):
+            fresh |= getattr(decisions, name)[chosen] != before
+        f["agent_bits"][chosen[fresh]] |= AGENT_BIT_FRESH_DECISION
+        return self.arbitrate(
+            chosen, f["tier"][chosen] == common_pb2.COGNITION_TIER_LACHESIS, tick, cognition_available
+        )
+
     def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
+        """Deterministically fill `out[slots]` with each agent's next cheap action (no clock, no RNG):
+        rows whose inputs changed are evaluated first, then every row steps its cached plan."""
         if len(slots) == 0:
             return
         idx = _index(slots)
@@ -224,7 +309,7 @@ class PersonalityBehaviorLayer:
         fatigue = signals.fatigue_bp[idx]
         flags = signals.signal_flags[idx]
         goal_in = signals.goal_ref[idx]
-        changed = ~self.evaluated[idx] | self.mood_active[idx]
+        changed = ~self.evaluated[idx] | self.mood_active[idx] | self.goal_adopted[idx]
         changed |= safety != self.seen_safety[idx]
         changed |= sustaining != self.seen_sustaining[idx]
         changed |= social != self.seen_social[idx]
@@ -233,9 +318,7 @@ class PersonalityBehaviorLayer:
         changed |= flags != self.seen_flags[idx]
         changed |= goal_in != self.seen_goal[idx]
         if changed.any():
-            rows = np.asarray(slots, dtype=np.intp)[changed]
-            needs = np.stack([safety, sustaining, social, purpose], axis=1)[changed]
-            self._evaluate(rows, needs, fatigue[changed], flags[changed], goal_in[changed])
+            self.evaluate_rows(np.asarray(slots, dtype=np.intp)[changed], signals)
 
         method = self.plan_method[idx]
         use_plan = (method != NO_METHOD) & (self.tree_routine[idx] != Routine.MAINTAIN_SAFETY)
@@ -328,6 +411,7 @@ class PersonalityBehaviorLayer:
         }
         for name, array in self._arrays.items():
             setattr(self, name, array)
+        self.generation += 1
         self._quirks = [tuple(q.split(QUIRK_SEPARATOR)) if q else () for q in arrays["quirks"].tolist()]
 
     # --- beyond the seam -----------------------------------------------------------------------
@@ -373,16 +457,19 @@ class PersonalityBehaviorLayer:
         applies: NDArray[np.bool_] = (self.plan_method[index] != NO_METHOD) & (self.goal[index] != 0)
         return applies
 
-    # --- internals -----------------------------------------------------------------------------
-
-    def _evaluate(
-        self,
-        rows: NDArray[np.intp],
-        needs: NDArray[np.uint16],
-        fatigue: NDArray[np.uint16],
-        flags: NDArray[np.uint16],
-        goal_in: NDArray[np.uint32],
-    ) -> None:
+    def evaluate_rows(self, rows: NDArray[np.intp], signals: BehaviorSignals) -> None:
+        """Re-evaluate the given rows (their inputs changed) on this tick's signals: novelty, emotion,
+        personality tree, needs -> goal, re-plan. Vectorized; the step then steps their plans."""
+        needs = np.stack(
+            [
+                signals.need_safety_bp[rows],
+                signals.need_sustaining_bp[rows],
+                signals.need_social_bp[rows],
+                signals.need_purpose_bp[rows],
+            ],
+            axis=1,
+        )
+        fatigue, flags, goal_in = signals.fatigue_bp[rows], signals.signal_flags[rows], signals.goal_ref[rows]
         cfg = self.config
         self.novel[rows] |= self.evaluated[rows] & ((flags & ~self.seen_flags[rows] & NOVELTY_FLAGS) != 0)
         emotion = evaluate_emotions(
@@ -412,7 +499,8 @@ class PersonalityBehaviorLayer:
         surfaced = surface_goals(
             most_pressing_needs(needs, cfg.need_goal_threshold_bp), vocation, self.need_goals
         )
-        goal = np.where(goal_in != 0, goal_in, surfaced)
+        adopted = self.cognition_goal[rows]
+        goal = np.where(goal_in != 0, goal_in, np.where(adopted != 0, adopted, surfaced))
         tags = goal_tag_masks(goal)
         tags |= np.where(fatigue >= cfg.need_rest_tag_bp, self._rest_bit, 0).astype(np.uint32)
         tags |= np.where((flags & THREAT_FLAG) != 0, self._threat_bit, 0).astype(np.uint32)
@@ -441,6 +529,7 @@ class PersonalityBehaviorLayer:
         self.seen_flags[rows] = flags
         self.seen_goal[rows] = goal_in
         self.evaluated[rows] = True
+        self.goal_adopted[rows] = False
         self._settle_mood(rows)
 
     def _settle_mood(self, rows: NDArray[np.intp]) -> None:
