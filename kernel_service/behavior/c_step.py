@@ -1,10 +1,9 @@
-"""The behaviour step in the C core (`_core/moirai_behavior.c`): one cffi call per tick in the usual case.
+"""The behaviour step in the C core (`_core/moirai_behavior.c`): one cffi call per tick.
 
-Binds the kernel's and the layer's arrays into a cffi struct once (again only when either is
-reallocated), with capacity-sized output buffers, so a tick allocates nothing. Rows whose inputs
-changed come back listed; the layer's vectorized numpy evaluation runs for them alone, and a second
-call steps and arbitrates them. Semantics are the numpy step's (`PersonalityBehaviorLayer.step` on
-the numpy core) exactly; the differential tests hold the two together.
+Binds the layer's numbers, tables and compiled methods once, and the kernel's and the layer's arrays
+(again only when either is reallocated) with capacity-sized escalation buffers, so a tick allocates
+nothing. Semantics are the numpy step's (`PersonalityBehaviorLayer.step` on the numpy core) exactly:
+the differential tests hold the two together.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kernel_service._core import ffi, lib
-from kernel_service.behavior_seam import Escalations, KernelArrays, signals_of
+from kernel_service.behavior.personality_tree import ROUTINE_VALUES
+from kernel_service.behavior.tree_kernel import ROUTINE_KIND
+from kernel_service.behavior_seam import Escalations, KernelArrays
 
 if TYPE_CHECKING:
     from kernel_service.behavior.layer import PersonalityBehaviorLayer
@@ -47,14 +48,17 @@ KERNEL_FIELDS = frozenset(
         "goal_ref",
     }
 )
-METHOD_FIELDS = {"step_kind": "step_kind", "method_offset": "offset", "method_length": "length"}
-BUFFERS: dict[str, type[np.generic]] = {
-    "changed_rows": np.uint32,
-    "escalation_slot": np.uint32,
-    "escalation_cause": np.uint8,
-    "late_slot": np.uint32,
-    "late_cause": np.uint8,
+# struct moirai_behavior_config's method arrays <- CompiledMethods' fields.
+METHOD_FIELDS = {
+    "step_kind": "step_kind",
+    "method_offset": "offset",
+    "method_length": "length",
+    "method_family": "family",
+    "method_requires": "requires",
+    "method_excludes": "excludes",
+    "method_priority_bp": "priority_bp",
 }
+BUFFERS: dict[str, type[np.generic]] = {"escalation_slot": np.uint32, "escalation_cause": np.uint8}
 
 
 class CBehaviorStep:
@@ -64,14 +68,34 @@ class CBehaviorStep:
         self._layer = layer
         self._b: Any = ffi.new("struct moirai_behavior *")
         self._params: Any = ffi.new("struct moirai_behavior_params *")
-        self._params.escalation_cooldown_ticks = layer.config.escalation_cooldown_ticks
-        self._counts = np.zeros(2, dtype=np.uint32)
-        self._counts_ptr: Any = ffi.from_buffer("uint32_t[]", self._counts, require_writable=True)
+        self._config: Any = ffi.new("struct moirai_behavior_config *")
+        self._config_keepalive = self._bind_config()
         self._buffers: dict[str, NDArray[Any]] = {}
         self._keepalive: list[Any] = []
         self._bound: tuple[int, int, int] | None = (
             None  # (id of the kernel arrays, theirs, the layer's generation)
         )
+
+    def _bind_config(self) -> list[Any]:
+        layer, c = self._layer, self._config
+        for name, value in layer.config.model_dump().items():
+            if hasattr(c, name):
+                setattr(c, name, value)
+        c.rest_tag = layer.library.tag_bit("need-rest")
+        c.threat_tag = layer.library.tag_bit("threat-present")
+        c.minor_tag = layer.library.tag_bit("minor-present")
+        c.need_goal = [int(goal) for goal in layer.need_goals.by_need]
+        c.purpose_with_station_goal = layer.need_goals.purpose_with_station
+        c.routine_kind = [int(kind) for kind in ROUTINE_KIND]
+        for routine, (first, second) in ROUTINE_VALUES.items():
+            c.routine_values[routine] = [int(first), int(second)]
+        c.method_count = len(layer.methods.family)
+        keepalive = []
+        for name, source in METHOD_FIELDS.items():
+            values = np.ascontiguousarray(getattr(layer.methods, source))
+            keepalive += [values, ffi.from_buffer(f"{C_TYPES[values.dtype.name]}[]", values)]
+            setattr(c, name, keepalive[-1])
+        return keepalive
 
     def _bind(self, kernel: KernelArrays) -> None:
         keepalive: list[Any] = []
@@ -82,19 +106,18 @@ class CBehaviorStep:
             return buffer
 
         capacity = len(kernel.fields["tier"])
-        if len(self._buffers.get("changed_rows", ())) < capacity:
+        if len(self._buffers.get("escalation_slot", ())) < capacity:
             self._buffers = {name: np.zeros(capacity, dtype=dtype) for name, dtype in BUFFERS.items()}
-        layer, methods = self._layer, self._layer.methods
+        layer = self._layer
         for name, _ in ffi.typeof("struct moirai_behavior").fields:
-            if name in KERNEL_FIELDS:
-                values = kernel.fields[name]
-            elif name in METHOD_FIELDS:
-                values = getattr(methods, METHOD_FIELDS[name])
+            if name == "capacity":
+                self._b.capacity = layer.capacity
+            elif name in KERNEL_FIELDS:
+                setattr(self._b, name, pointer(kernel.fields[name]))
             elif name in BUFFERS:
-                values = self._buffers[name]
+                setattr(self._b, name, pointer(self._buffers[name]))
             else:
-                values = getattr(layer, name)
-            setattr(self._b, name, pointer(values))
+                setattr(self._b, name, pointer(getattr(layer, name)))
         self._keepalive = keepalive
         self._bound = (id(kernel), kernel.generation, layer.generation)
 
@@ -115,18 +138,12 @@ class CBehaviorStep:
         p.count = kernel.count
         p.cognition_available = cognition_available
         if slots is None:
-            lib.moirai_behavior_step(p, ffi.NULL, 0, self._b, self._counts_ptr)
+            escalated = lib.moirai_behavior_step(p, self._config, ffi.NULL, 0, self._b)
         else:
             listed = np.ascontiguousarray(slots, dtype=np.uint32)
-            lib.moirai_behavior_step(
-                p, ffi.from_buffer("uint32_t[]", listed), len(listed), self._b, self._counts_ptr
+            escalated = lib.moirai_behavior_step(
+                p, self._config, ffi.from_buffer("uint32_t[]", listed), len(listed), self._b
             )
-        changed = int(self._counts[0])
-        if changed:
-            rows = self._buffers["changed_rows"][:changed].astype(np.intp)
-            self._layer.evaluate_rows(rows, signals_of(kernel.fields))
-            lib.moirai_behavior_settle(p, self._b, self._counts_ptr)
-        escalated = int(self._counts[1])
         return Escalations(
             self._buffers["escalation_slot"][:escalated], self._buffers["escalation_cause"][:escalated]
         )

@@ -318,7 +318,7 @@ class PersonalityBehaviorLayer:
         changed |= flags != self.seen_flags[idx]
         changed |= goal_in != self.seen_goal[idx]
         if changed.any():
-            self.evaluate_rows(np.asarray(slots, dtype=np.intp)[changed], signals)
+            self._evaluate_rows(np.asarray(slots, dtype=np.intp)[changed], signals)
 
         method = self.plan_method[idx]
         use_plan = (method != NO_METHOD) & (self.tree_routine[idx] != Routine.MAINTAIN_SAFETY)
@@ -457,7 +457,7 @@ class PersonalityBehaviorLayer:
         applies: NDArray[np.bool_] = (self.plan_method[index] != NO_METHOD) & (self.goal[index] != 0)
         return applies
 
-    def evaluate_rows(self, rows: NDArray[np.intp], signals: BehaviorSignals) -> None:
+    def _evaluate_rows(self, rows: NDArray[np.intp], signals: BehaviorSignals) -> None:
         """Re-evaluate the given rows (their inputs changed) on this tick's signals: novelty, emotion,
         personality tree, needs -> goal, re-plan. Vectorized; the step then steps their plans."""
         needs = np.stack(

@@ -167,3 +167,35 @@ def test_c_and_numpy_steps_over_listed_slots_leave_identical_state(
         snap_c, snap_np = layer_c.snapshot(), layer_np.snapshot()
         for name, values in snap_c.items():
             assert np.array_equal(values, snap_np[name]), name
+
+
+def test_the_c_steps_named_numbers_are_the_protocols_and_the_vocabularys() -> None:
+    from kernel_service._core import lib
+    from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION
+    from kernel_service.behavior import goal_refs
+    from kernel_service.behavior.vocabulary import Emotion, Need, Routine, Trait
+
+    expected = {
+        "MB_TIER_LACHESIS": common_pb2.COGNITION_TIER_LACHESIS,
+        "MB_SOURCE_BEHAVIOR_TREE": action_pb2.ACTION_SOURCE_BEHAVIOR_TREE,
+        "MB_SOURCE_HTN": action_pb2.ACTION_SOURCE_HTN,
+        "MB_SOURCE_COGNITION": action_pb2.ACTION_SOURCE_COGNITION,
+        "MB_CAUSE_NOVELTY": action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY,
+        "MB_CAUSE_NO_GOAL": action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL,
+        "MB_CAUSE_NO_METHOD": action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD,
+        "MB_BIT_FRESH_DECISION": AGENT_BIT_FRESH_DECISION,
+        "MB_THREAT_FLAG": THREAT_FLAG,
+        "MB_MINOR_PRESENT_FLAG": MINOR_PRESENT_FLAG,
+        "MB_DOMAIN_CHILD_SAFETY": kernel_pb2.VALUE_DOMAIN_CHILD_SAFETY,
+        "MB_DOMAIN_SAFETY": kernel_pb2.VALUE_DOMAIN_SAFETY,
+        "MB_FAMILY_VOCATION": GoalFamily.VOCATION,
+        "MB_NEED_PURPOSE": Need.PURPOSE,
+        "MB_GOAL_FAMILY_SHIFT": goal_refs.FAMILY_SHIFT,
+        "MB_GOAL_TAG_SHIFT": goal_refs.TAG_SHIFT,
+        "MB_GOAL_TAG_MASK": goal_refs.TAG_MASK,
+        "MB_ROUTINES": len(Routine),
+    }
+    expected |= {f"MB_ROUTINE_{r.name}": r for r in Routine if r != Routine.NONE}
+    expected |= {f"MB_EMOTION_{e.name}": e for e in Emotion if e != Emotion.NONE}
+    expected |= {f"MB_TRAIT_{t.name}": t for t in Trait if hasattr(lib, f"MB_TRAIT_{t.name}")}
+    assert {name: getattr(lib, name) for name in expected} == {name: int(v) for name, v in expected.items()}
