@@ -285,12 +285,7 @@ class PersonalityBehaviorLayer:
         chosen = (np.flatnonzero(due) * every + first).astype(np.uint32) if slots is None else slots[due]
         if len(chosen) == 0:
             return Escalations(chosen, np.zeros(0, dtype=np.uint8))
-        decisions = decisions_of(f)
-        held = [getattr(decisions, name)[chosen] for name in DECISION_FIELDS]
-        self.decide(chosen, signals_of(f), decisions)
-        fresh = np.zeros(len(chosen), dtype=bool)
-        for name, before in zip(DECISION_FIELDS, held, strict=True):
-            fresh |= getattr(decisions, name)[chosen] != before
+        fresh = self._decide(chosen, signals_of(f), decisions_of(f))
         f["agent_bits"][chosen[fresh]] |= AGENT_BIT_FRESH_DECISION
         return self.arbitrate(
             chosen, f["tier"][chosen] == common_pb2.COGNITION_TIER_LACHESIS, tick, cognition_available
@@ -299,8 +294,13 @@ class PersonalityBehaviorLayer:
     def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
         """Deterministically fill `out[slots]` with each agent's next cheap action (no clock, no RNG):
         rows whose inputs changed are evaluated first, then every row steps its cached plan."""
-        if len(slots) == 0:
-            return
+        if len(slots):
+            self._decide(slots, signals, out)
+
+    def _decide(
+        self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions
+    ) -> NDArray[np.bool_]:
+        """`decide`; returns which rows' action differs from what `out` held (a fresh decision)."""
         idx = _index(slots)
         safety = signals.need_safety_bp[idx]
         sustaining = signals.need_sustaining_bp[idx]
@@ -318,25 +318,34 @@ class PersonalityBehaviorLayer:
         changed |= flags != self.seen_flags[idx]
         changed |= goal_in != self.seen_goal[idx]
         if changed.any():
-            self._evaluate_rows(np.asarray(slots, dtype=np.intp)[changed], signals)
+            rows = np.asarray(slots, dtype=np.intp)[changed]
+            needs = np.stack([safety, sustaining, social, purpose], axis=1)[changed]
+            self._evaluate(rows, needs, fatigue[changed], flags[changed], goal_in[changed])
 
         method = self.plan_method[idx]
         use_plan = (method != NO_METHOD) & (self.tree_routine[idx] != Routine.MAINTAIN_SAFETY)
         known = np.maximum(method, 0)
         cursor = self.plan_cursor[idx]
         step_kind = self.methods.step_kind[self.methods.offset[known] + cursor]
-        out.kind[idx] = np.where(use_plan, step_kind, self.tree_kind[idx])
-        out.source[idx] = np.where(
-            use_plan, action_pb2.ACTION_SOURCE_HTN, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE
+        action = (
+            np.where(use_plan, step_kind, self.tree_kind[idx]),
+            np.where(use_plan, action_pb2.ACTION_SOURCE_HTN, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE),
+            self.goal[idx],
+            np.where(use_plan, cursor, 0),
+            np.where(use_plan, self.plan_priority[idx], self.tree_priority[idx]),
         )
-        out.goal_ref[idx] = self.goal[idx]
-        out.plan_step[idx] = np.where(use_plan, cursor, 0)
-        out.priority[idx] = np.where(use_plan, self.plan_priority[idx], self.tree_priority[idx])
+        fresh = np.zeros(len(slots), dtype=bool)
+        for name, computed in zip(DECISION_FIELDS, action, strict=True):
+            column = getattr(out, name)
+            values = computed.astype(column.dtype, copy=False)  # as stored (the C step compares so too)
+            fresh |= column[idx] != values
+            column[idx] = values
         # A finished plan starts over: the goal stands until the world or the needs change it.
         advanced = cursor + 1
         self.plan_cursor[idx] = np.where(
             use_plan, np.where(advanced >= self.methods.length[known], 0, advanced), cursor
         )
+        return fresh
 
     def arbitrate(
         self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
@@ -457,19 +466,16 @@ class PersonalityBehaviorLayer:
         applies: NDArray[np.bool_] = (self.plan_method[index] != NO_METHOD) & (self.goal[index] != 0)
         return applies
 
-    def _evaluate_rows(self, rows: NDArray[np.intp], signals: BehaviorSignals) -> None:
-        """Re-evaluate the given rows (their inputs changed) on this tick's signals: novelty, emotion,
-        personality tree, needs -> goal, re-plan. Vectorized; the step then steps their plans."""
-        needs = np.stack(
-            [
-                signals.need_safety_bp[rows],
-                signals.need_sustaining_bp[rows],
-                signals.need_social_bp[rows],
-                signals.need_purpose_bp[rows],
-            ],
-            axis=1,
-        )
-        fatigue, flags, goal_in = signals.fatigue_bp[rows], signals.signal_flags[rows], signals.goal_ref[rows]
+    def _evaluate(
+        self,
+        rows: NDArray[np.intp],
+        needs: NDArray[np.uint16],
+        fatigue: NDArray[np.uint16],
+        flags: NDArray[np.uint16],
+        goal_in: NDArray[np.uint32],
+    ) -> None:
+        """Re-evaluate the rows whose inputs changed (`needs` is (n, 4) in Need order): novelty,
+        emotion, personality tree, needs -> goal, re-plan; `_core/moirai_behavior.c` is its C twin."""
         cfg = self.config
         self.novel[rows] |= self.evaluated[rows] & ((flags & ~self.seen_flags[rows] & NOVELTY_FLAGS) != 0)
         emotion = evaluate_emotions(
