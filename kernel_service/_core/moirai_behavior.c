@@ -73,6 +73,23 @@ static inline uint8_t feel(const struct moirai_behavior_config *c, const struct 
     return emotion;
 }
 
+/* A routine's drive (Vocation, Social or Curiosity): two trait axes, its strongest held value (whose
+ * domain it reports) and, where one exists, its need; Vocation is a hard objective, weighted by emotion. */
+static inline int32_t drive(const struct moirai_behavior *b, const struct moirai_behavior_config *c, uint32_t s,
+                            uint32_t routine, const int32_t needs[4], int32_t hard_objective, uint8_t *domain) {
+    const int32_t weight = strongest(c, b, s, routine, domain);
+    switch (routine) {
+    case MB_ROUTINE_VOCATION:
+        return ((trait_of(b, MB_TRAIT_CONSCIENTIOUSNESS, s) + trait_of(b, MB_TRAIT_AMBITION, s) + weight + needs[3]) /
+                4) * hard_objective / BP;
+    case MB_ROUTINE_SOCIAL:
+        return (trait_of(b, MB_TRAIT_WARMTH, s) + trait_of(b, MB_TRAIT_PLAYFULNESS, s) + weight + needs[2]) / 4;
+    default: /* Curiosity */
+        return (trait_of(b, MB_TRAIT_CURIOSITY, s) + (BP - trait_of(b, MB_TRAIT_CAUTION, s)) + weight +
+                trait_of(b, MB_TRAIT_PLAYFULNESS, s)) / 4;
+    }
+}
+
 /* tree_kernel.evaluate_trees for one row: the first routine whose condition holds, in routine order. */
 static inline void decide_tree(const struct moirai_behavior_config *c, struct moirai_behavior *b, uint32_t s,
                                const int32_t needs[4], int32_t fatigue, uint16_t flags, int32_t hard_objective) {
@@ -80,9 +97,8 @@ static inline void decide_tree(const struct moirai_behavior_config *c, struct mo
     const int32_t w_child = value_of(b, MB_DOMAIN_CHILD_SAFETY, s), w_safety = value_of(b, MB_DOMAIN_SAFETY, s);
     const int child_ok = minor && w_child >= c->safety_value_threshold_bp;
     const int safety_ok = (minor || threat) && w_safety >= c->safety_value_threshold_bp;
-    const int32_t gate = c->routine_drive_gate_bp;
     uint8_t routine, honoured;
-    int32_t priority, weight;
+    int32_t priority;
     if (child_ok || safety_ok) {
         const int child_first = child_ok && (!safety_ok || w_child >= w_safety);
         routine = MB_ROUTINE_MAINTAIN_SAFETY;
@@ -92,24 +108,20 @@ static inline void decide_tree(const struct moirai_behavior_config *c, struct mo
         routine = MB_ROUTINE_SELF_CARE;
         priority = fatigue;
         strongest(c, b, s, MB_ROUTINE_SELF_CARE, &honoured);
-    } else if (weight = strongest(c, b, s, MB_ROUTINE_VOCATION, &honoured),
-               priority = ((trait_of(b, MB_TRAIT_CONSCIENTIOUSNESS, s) + trait_of(b, MB_TRAIT_AMBITION, s) + weight +
-                            needs[3]) / 4) * hard_objective / BP,
-               b->vocation_ref[s] != 0 && priority >= gate) {
-        routine = MB_ROUTINE_VOCATION;
-    } else if (weight = strongest(c, b, s, MB_ROUTINE_SOCIAL, &honoured),
-               priority = (trait_of(b, MB_TRAIT_WARMTH, s) + trait_of(b, MB_TRAIT_PLAYFULNESS, s) + weight + needs[2]) / 4,
-               priority >= gate) {
-        routine = MB_ROUTINE_SOCIAL;
-    } else if (weight = strongest(c, b, s, MB_ROUTINE_CURIOSITY, &honoured),
-               priority = (trait_of(b, MB_TRAIT_CURIOSITY, s) + (BP - trait_of(b, MB_TRAIT_CAUTION, s)) + weight +
-                           trait_of(b, MB_TRAIT_PLAYFULNESS, s)) / 4,
-               priority >= gate) {
-        routine = MB_ROUTINE_CURIOSITY;
     } else {
-        routine = MB_ROUTINE_OBSERVE;
+        routine = MB_ROUTINE_OBSERVE; /* always succeeds, unless a driven routine clears the gate first */
         priority = trait_of(b, MB_TRAIT_CAUTION, s);
         strongest(c, b, s, MB_ROUTINE_OBSERVE, &honoured);
+        for (uint32_t r = MB_ROUTINE_VOCATION; r <= MB_ROUTINE_CURIOSITY; r++) {
+            uint8_t domain;
+            const int32_t d = drive(b, c, s, r, needs, hard_objective, &domain);
+            if (d >= c->routine_drive_gate_bp && (r != MB_ROUTINE_VOCATION || b->vocation_ref[s] != 0)) {
+                routine = (uint8_t)r;
+                priority = d;
+                honoured = domain;
+                break;
+            }
+        }
     }
     b->tree_routine[s] = routine;
     b->tree_kind[s] = c->routine_kind[routine];

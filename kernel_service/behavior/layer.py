@@ -2,8 +2,11 @@
 
 Per agent it caches the last perception inputs and what they produced (tree decision, emotion,
 effective goal, compiled plan and cursor). `decide` re-evaluates trees, emotion and goal selection
-only for rows whose inputs changed (or whose mood is still settling); every other row just steps
-its cached plan, which is what lets the kernel step 10,000 Lachesis agents inside a tick.
+only for rows whose inputs changed (or whose mood is still settling, or that cognition handed a
+goal); every other row just steps its cached plan, which is what lets the kernel step 10,000
+Lachesis agents inside a tick. `step` is the kernel's one call a tick (due check with the cognition
+hold, `decide`, fresh-decision mark, `arbitrate`); on the C core it runs as one cffi call
+(`c_step.py`, `_core/moirai_behavior.c`), byte-identical to this numpy form.
 Deterministic: no clock, no RNG; `snapshot`/`restore` carry every per-agent array.
 """
 
@@ -465,6 +468,8 @@ class PersonalityBehaviorLayer:
         index = np.asarray(slots, dtype=np.intp)
         applies: NDArray[np.bool_] = (self.plan_method[index] != NO_METHOD) & (self.goal[index] != 0)
         return applies
+
+    # --- internals -----------------------------------------------------------------------------
 
     def _evaluate(
         self,
