@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import struct_pb2
 
 from cognition_service.failures import AttributionMismatch
-from cognition_service.output_schemas import DecisionReply, DialogueReply, ReflectionReply, SummaryReply
+from cognition_service.output_schemas import (
+    GOAL_LIBRARY,
+    ChosenGoal,
+    DecisionReply,
+    DialogueReply,
+    ReflectionReply,
+    SummaryReply,
+)
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, gateway_pb2, policy_pb2
+from kernel_service.behavior.goal_refs import INSTANCE_MASK, encode_goal_ref
 
 ACTION_KINDS = {
     "dialogue": action_pb2.ACTION_KIND_SAY,
@@ -109,10 +118,19 @@ def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
     return struct
 
 
+def goal_ref_for(goal: ChosenGoal, target: str) -> int:
+    """A decision's chosen goal as the kernel's structured goal ref (kernel_service/behavior/goal_refs):
+    its family and tags, and an instance named by the target (never 0, which marks a goal the Ori
+    surfaced from its own needs). The kernel adopts it, so the HTN pursues it after the call."""
+    tags = sum(GOAL_LIBRARY.tag_bit(tag) for tag in set(goal.tags))
+    return encode_goal_ref(goal.family.family, tags, zlib.crc32(target.encode()) % INSTANCE_MASK + 1)
+
+
 def action_for(
     identity: RunIdentity, dispatched: Dispatched, priority: int, extra: dict[str, Any]
 ) -> action_pb2.ActionIntent:
-    """mode → action: dialogue SAY, decision USE_PROP, reflection and summary FORM_MEMORY."""
+    """mode → action: dialogue SAY, decision USE_PROP (with its chosen goal's ref), reflection and
+    summary FORM_MEMORY."""
     payload = {
         "mode": identity.mode,
         "run_id": identity.run_id,
@@ -122,9 +140,14 @@ def action_for(
         "reply": dispatched.reply.model_dump(mode="json", exclude_none=True),
         **extra,
     }
+    reply = dispatched.reply
+    goal_ref = (
+        goal_ref_for(reply.goal, reply.target) if isinstance(reply, DecisionReply) and reply.goal else 0
+    )
     return action_pb2.ActionIntent(
         ori_id=identity.ori.ori_id,
         kind=ACTION_KINDS[identity.mode],
+        goal_ref=goal_ref,
         priority=priority,
         tier=identity.tier,
         source=action_pb2.ACTION_SOURCE_COGNITION,

@@ -12,6 +12,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernel_service.behavior.htn import DEFAULT_METHODS_PATH, PERCEIVED_TAGS, FamilyName, load_method_library
+
 Text = Annotated[str, Field(min_length=1, max_length=600)]
 Ref = Annotated[str, Field(min_length=1, max_length=128)]
 
@@ -45,14 +47,32 @@ class DialogueReply(BaseModel):
     claimed_capabilities: list[Ref] = Field(default_factory=list, max_length=8)
 
 
+# The kernel HTN library's context tags a chosen goal may carry (not the ones perception sets).
+GOAL_LIBRARY = load_method_library(DEFAULT_METHODS_PATH)
+GoalTag = StrEnum(  # type: ignore[misc]
+    "GoalTag", {tag: tag for tag in GOAL_LIBRARY.tags if tag not in PERCEIVED_TAGS}
+)
+
+
+class ChosenGoal(BaseModel):
+    """A structured goal in the kernel's HTN terms: after the decision, the Ori's cheap behaviour
+    decomposes it into a plan instead of calling cognition again for want of a goal."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: FamilyName
+    tags: list[GoalTag] = Field(default_factory=list, max_length=8)
+
+
 class DecisionReply(BaseModel):
-    """A chosen action (mode decision → USE_PROP)."""
+    """A chosen action (mode decision → USE_PROP) and, optionally, the goal it serves."""
 
     model_config = ConfigDict(extra="forbid")
 
     action: Annotated[str, Field(min_length=1, max_length=64)]
     target: Ref
     rationale: Text
+    goal: ChosenGoal | None = None
     cited_memory_refs: list[Ref] = Field(default_factory=list, max_length=8)
     claimed_capabilities: list[Ref] = Field(default_factory=list, max_length=8)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from cognition_service.output_schemas import (
     OUTPUT_SCHEMAS,
+    ChosenGoal,
     DecisionReply,
     DialogueReply,
     OutputSchemaName,
@@ -22,6 +23,7 @@ from cognition_service.output_schemas import (
 )
 from gateway.adapters.base import ModelReply, ModelRequest
 from gateway.cost import Usage, estimate_tokens
+from kernel_service.behavior.htn import FamilyName
 from services.errors import InvalidArgument, ResourceExhausted
 
 OFFLINE_LABEL = "[offline]"
@@ -35,6 +37,15 @@ MODE_SCHEMAS = {
 EMOTIONS = ("calm", "curious", "warm", "wary", "hopeful", "tired")
 _REF = re.compile(r"^\s*\[([A-Za-z0-9:_./#-]{1,128})\]\s*(.*)$", re.DOTALL)
 _SAID_BY = re.compile(r"^\s*([^:\n]{1,40}?)\s*:\s*\S")
+# Words of an objective that name the goal family a decision serves (first match wins); anything
+# else is the Ori's vocation (mending a net or repairing a mill is work). An apology, amends or a
+# reconciliation names the relationship-repair tag too.
+_FAMILY_WORDS = (
+    (FamilyName.SOCIAL, re.compile(r"\b(talk|friend|apolog|amends|reconcil|visit|comfort|thank)", re.I)),
+    (FamilyName.SELF_CARE, re.compile(r"\b(rest|sleep|eat|heal|recover)", re.I)),
+    (FamilyName.TRAVEL, re.compile(r"\b(travel|journey|walk to|go to|return to|reach)", re.I)),
+)
+_REPAIR_WORDS = re.compile(r"\b(apolog|amends|reconcil)", re.I)
 _KEYED = re.compile(
     r"^\s*(top[ _]objective|objective|speaker|addressed[ _]speaker|addressed[ _]to|memory)\s*:\s*(.+)$", re.I
 )
@@ -127,6 +138,13 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _goal_for(objective: str) -> ChosenGoal:
+    """The structured goal the objective names, so the kernel's HTN can pursue the decision."""
+    family = next((family for family, words in _FAMILY_WORDS if words.search(objective)), FamilyName.VOCATION)
+    tags = ["relationship-repair"] if family is FamilyName.SOCIAL and _REPAIR_WORDS.search(objective) else []
+    return ChosenGoal.model_validate({"family": family, "tags": tags})
+
+
 def _reply_for(schema: OutputSchemaName, context: PromptContext, seed: int) -> str:
     refs = [context.memory_ref] if context.memory_ref else []
     remembered = f" I remember {context.memory_text}." if context.memory_text else ""
@@ -143,6 +161,7 @@ def _reply_for(schema: OutputSchemaName, context: PromptContext, seed: int) -> s
             action="pursue_objective",
             target=_clip(context.objective, 128),
             rationale=f"{OFFLINE_LABEL} The top objective is to {context.objective}.{remembered}",
+            goal=_goal_for(context.objective),
             cited_memory_refs=refs,
         )
     elif schema is OutputSchemaName.REFLECTION:

@@ -19,6 +19,9 @@ DEFAULT_METHODS_PATH = Path(__file__).with_name("methods.toml")
 
 # Tags the layer derives from perception or surfaces with autonomous goals; every library declares them.
 LAYER_TAGS = ("station-known", "need-rest", "seek-safety", "threat-present", "minor-present")
+# The ones it sets from perception on every evaluation (fatigue, threat, a minor present): a goal
+# chosen by cognition never carries them, so it cannot pin a situation that has passed.
+PERCEIVED_TAGS = ("need-rest", "threat-present", "minor-present")
 
 Slug = Annotated[str, Field(pattern=r"^[a-z][a-z0-9.-]{0,63}$")]
 

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from cognition_service import commit
 from cognition_service.failures import AttributionMismatch
-from cognition_service.output_schemas import DecisionReply, DialogueReply, ReflectionReply, SummaryReply
+from cognition_service.output_schemas import (
+    GOAL_LIBRARY,
+    DecisionReply,
+    DialogueReply,
+    ReflectionReply,
+    SummaryReply,
+)
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, gateway_pb2, policy_pb2
+from kernel_service.behavior.goal_refs import AUTONOMOUS_INSTANCE, INSTANCE_MASK, goal_family, goal_tags
+from kernel_service.behavior.vocabulary import GoalFamily
 
 ORI = common_pb2.OriRef(tenant_id="t", world_id="w", ori_id="ori-1")
 REPLIES = {
@@ -82,3 +91,33 @@ def test_mode_maps_to_action_and_event(mode: str, action_kind: int, event_kind: 
     assert event.event_id == commit.event_for(identity, dispatched, GATE).event_id
     if mode == "reflection":
         assert event.payload["salience_bp"] == 6_000
+
+
+def test_a_decisions_chosen_goal_becomes_the_goal_ref_the_kernels_htn_decomposes() -> None:
+    reply = DecisionReply.model_validate(
+        {
+            "action": "apologise",
+            "target": "bram",
+            "rationale": "I owe Bram an apology.",
+            "goal": {"family": "social", "tags": ["relationship-repair"]},
+        }
+    )
+    intent = commit.action_for(_identity("decision"), _dispatched("decision", reply=reply), 5_000, {})
+    assert goal_family(intent.goal_ref) == GoalFamily.SOCIAL
+    assert goal_tags(intent.goal_ref) == GOAL_LIBRARY.tag_bit("relationship-repair")
+    assert intent.goal_ref & INSTANCE_MASK != AUTONOMOUS_INSTANCE  # not a need-surfaced goal
+    chosen = GOAL_LIBRARY.decompose(goal_family(intent.goal_ref), goal_tags(intent.goal_ref))
+    assert chosen is not None
+    assert chosen[1].requires_mask & GOAL_LIBRARY.tag_bit("relationship-repair")  # the repair method
+    # The same decision always names the same goal; a decision without one names none.
+    again = commit.action_for(_identity("decision"), _dispatched("decision", reply=reply), 5_000, {})
+    assert again.goal_ref == intent.goal_ref
+    assert commit.action_for(_identity("decision"), _dispatched("decision"), 5_000, {}).goal_ref == 0
+
+
+@pytest.mark.parametrize("tag", ["minor-present", "threat-present", "need-rest", "no-such-tag"])
+def test_a_chosen_goal_carries_only_tags_perception_does_not_set(tag: str) -> None:
+    with pytest.raises(ValidationError, match="tags"):
+        DecisionReply.model_validate(
+            {"action": "a", "target": "t", "rationale": "r", "goal": {"family": "vocation", "tags": [tag]}}
+        )

@@ -88,3 +88,22 @@ async def test_an_unknown_schema_names_the_field() -> None:
     with pytest.raises(InvalidArgument) as refused:
         await ADAPTER.generate(ModelRequest("p", "t", output_schema="nope"))
     assert refused.value.violations[0].field == "output_schema"
+
+
+@pytest.mark.parametrize(
+    ("objective", "family", "tags"),
+    [
+        ("repair the mill", "vocation", []),
+        ("apologise to Bram for the flour", "social", ["relationship-repair"]),
+        ("talk with Ines", "social", []),
+        ("rest by the fire", "self-care", []),
+        ("walk to the mill before dusk", "travel", []),
+    ],
+)
+async def test_a_decision_names_the_goal_its_objective_serves(
+    objective: str, family: str, tags: list[str]
+) -> None:
+    """So the kernel's HTN can pursue the decision once it is merged (cognition decides, behaviour acts)."""
+    reply = await ADAPTER.generate(ModelRequest("p", f"Top objective: {objective}", mode="decision"))
+    goal = json.loads(reply.text)["goal"]
+    assert (goal["family"], goal.get("tags", [])) == (family, tags)
