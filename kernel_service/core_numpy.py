@@ -24,6 +24,8 @@ from kernel_service.agent_state import (
     COUNT_TRANSITIONS,
     GUARD_BIT_REPEATED_ACTION,
     GUARD_BIT_STALE_GOAL,
+    REASON_COUNT_LEN,
+    TIER_COUNT_LEN,
     AgentArrays,
 )
 from kernel_service.config import KernelConfig
@@ -147,16 +149,17 @@ def run_core_numpy(a: AgentArrays, p: CoreParams, *, tick: int, observed_all: bo
         previous_reason=previous_reason,
         stale_fire=stale_fire,
     )
-    _count_values(a.live("tier_reason"), a.reason_counts, R.TIER_REASON_DEESCALATION_GRACE)
-    _count_values(a.live("tier"), a.tier_counts, ATROPOS)
+    _count_tiers_and_reasons(a)
 
 
-def _count_values(values: NDArray[np.uint8], counts: NDArray[np.uint32], highest: int) -> None:
-    """counts[v] = how many values equal v, for v in 1..highest (nothing is 0 after a tick, nothing is
-    above highest). A byte compare per value: bincount would first widen every byte to 64 bits."""
-    counts[:] = 0
-    for value in range(1, highest + 1):
-        counts[value] = np.count_nonzero(values == value)
+def _count_tiers_and_reasons(a: AgentArrays) -> None:
+    """How many agents hold each tier and each reason, in one bincount over a byte key (tier in the
+    high nibble, reason in the low one): a compare and a count per value cost numpy more than it."""
+    key = a.live("tier") << np.uint8(4)
+    key |= a.live("tier_reason")
+    counts = np.bincount(key, minlength=TIER_COUNT_LEN * REASON_COUNT_LEN).reshape(TIER_COUNT_LEN, -1)
+    a.tier_counts[:] = counts.sum(axis=1)
+    a.reason_counts[:] = counts.sum(axis=0)
 
 
 def _assign_tiers(
@@ -208,13 +211,12 @@ def _guard_stale_goals(a: AgentArrays, p: CoreParams, *, observed_all: bool) -> 
     seen_progress[:] = progress
     bits = a.live("agent_bits")
     stale = a.live("stale_goal_ticks")
-    has_goal = goal != 0
+    # counted = has_goal * (1 + same * min(stale, 254)), as the C core writes it: no masks to invert.
     counted = np.minimum(stale, np.uint8(254))
+    counted *= same.view(np.uint8)
     counted += np.uint8(1)
-    np.copyto(counted, np.uint8(1), where=~same)
-    np.copyto(counted, np.uint8(0), where=~has_goal)
-    fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit
-    fire &= has_goal
+    counted *= (goal != 0).view(np.uint8)
+    fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit  # the limit is >= 1: no goal never fires
     if observed_all:
         np.copyto(counted, np.uint8(0), where=fire)
         stale[:] = counted

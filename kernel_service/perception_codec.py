@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -39,11 +38,6 @@ class DecodedBatch:
     tick: int
     slots: NDArray[np.uint32] | None
     columns: dict[str, NDArray[Any]]  # only the columns the batch carried; views of the wire bytes
-
-    @cached_property
-    def index(self) -> NDArray[np.intp] | None:
-        """The slots as numpy indices, converted once for every column they scatter."""
-        return None if self.slots is None else self.slots.astype(np.intp)
 
 
 def decode_batch(

@@ -80,3 +80,10 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
                               const uint16_t *plan_step, const uint8_t *tier_reason, const uint8_t *ori_blob,
                               const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap);
+
+/* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count, elements `width`
+ * bytes wide (1, 2, 4 or 8; else -1). The slots are registered and distinct (validated before). */
+int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width);
+
+/* bits[slots[i]] |= bit for i < count. */
+void moirai_mark(uint8_t *bits, const uint32_t *slots, uint32_t count, uint8_t bit);
