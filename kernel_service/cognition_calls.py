@@ -24,7 +24,7 @@ BATCHABLE_CAUSES = frozenset(
         action_pb2.COGNITION_CAUSE_GUARD_REFLECTION,
     }
 )
-_BATCHABLE = np.array(sorted(BATCHABLE_CAUSES), dtype=np.uint8)
+_BATCHABLE = np.isin(np.arange(256), sorted(BATCHABLE_CAUSES))  # by CognitionCause
 
 
 def token_estimate(config: KernelConfig, cause: int) -> int:
@@ -75,22 +75,22 @@ def estimate_calls(
     estimate drops by it. Worked out over the arrays, before any candidate message exists: a tick
     can issue thousands of calls, and reading and rewriting messages costs far more than integers."""
     count = len(causes)
-    cause_values = np.unique(causes).tolist()
-    tier_values = np.unique(tiers).tolist()
-    token_of = np.zeros(max(cause_values, default=0) + 1, dtype=np.int64)
-    token_of[cause_values] = [token_estimate(config, cause) for cause in cause_values]
-    rate_of = np.zeros(max(tier_values, default=0) + 1, dtype=np.int64)
-    rate_of[tier_values] = [config.class_rate(tier) for tier in tier_values]
-    tokens = token_of[causes]
-    rates = rate_of[tiers]
-    batch_groups = [""] * count
-    eligible = np.flatnonzero(np.isin(causes, _BATCHABLE))
+    tier_values = set(tiers.tolist())
+    token_of = np.zeros(256, dtype=np.int64)  # by CognitionCause
+    for cause in set(causes.tolist()):
+        token_of[cause] = token_estimate(config, cause)
+    rate_of = np.zeros(256, dtype=np.int64)  # by CognitionTier
     # Calls group by model route; tiers sharing a model share a group.
-    routes = list(dict.fromkeys(config.tier_models[TIER_NAMES[tier]] for tier in tier_values))
-    route_of = np.zeros(len(rate_of), dtype=np.intp)
-    route_of[tier_values] = [routes.index(config.tier_models[TIER_NAMES[tier]]) for tier in tier_values]
+    routes = list(dict.fromkeys(config.tier_models[TIER_NAMES[tier]] for tier in sorted(tier_values)))
+    route_of = np.zeros(256, dtype=np.intp)
+    for tier in tier_values:
+        rate_of[tier] = config.class_rate(tier)
+        route_of[tier] = routes.index(config.tier_models[TIER_NAMES[tier]])
+    tokens = token_of[causes]
+    batch_groups = [""] * count
+    eligible = np.flatnonzero(_BATCHABLE[causes])
     eligible_routes = route_of[tiers[eligible]]
-    present = np.unique(eligible_routes).tolist()
+    present = sorted(set(eligible_routes.tolist()))
     coalesced = saved = gross = 0
     if len(eligible) >= config.batch_min_requests and len(present) < len(eligible):
         gross = int(tokens[eligible].sum())
@@ -105,7 +105,7 @@ def estimate_calls(
             tokens[members[1:]] -= config.batch_overhead_tokens
             saved += config.batch_overhead_tokens * (len(members) - 1)
     # cost_micro_usd over the arrays: the class rate per 1k tokens, rounded up.
-    costs = (tokens * rates + 999) // 1000
+    costs = (tokens * rate_of[tiers] + 999) // 1000
     return CallEstimates(
         tokens=tokens.tolist(),
         costs=costs.tolist(),

@@ -98,6 +98,8 @@ if list(range(1, 9)) != [
     FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
 ]:
     raise ImportError("core_numpy's ladder assumes the TierReason and PerceptionFlagBit numbering")
+if (CLOTHO, LACHESIS, ATROPOS) != (1, 2, 3):
+    raise ImportError("core_numpy's tier arithmetic assumes CognitionTier Clotho 1, Lachesis 2, Atropos 3")
 
 
 def assign_ladder_reason(a: AgentArrays, proximity_mm: int) -> NDArray[np.uint8]:
@@ -169,10 +171,10 @@ def _assign_tiers(
     state updated in place. Returns which agents changed tier."""
     reason = assign_ladder_reason(a, p.clotho_proximity_mm)
     signal = reason <= R.TIER_REASON_SCENE_COPRESENCE
-    # Clotho on a signal, Lachesis for a resident of the world, else Atropos: arithmetic, not a gather.
-    candidate = np.full(a.count, ATROPOS, dtype=np.uint8)
-    candidate -= (reason == R.TIER_REASON_RESIDENT_WORLD).view(np.uint8)
-    candidate -= signal.view(np.uint8) << np.uint8(1)
+    # Clotho on a signal (rungs 1..6), Lachesis for a resident of the world (7), else Atropos (8):
+    # the rung clamped to 6..8, less 5. Arithmetic, not a gather.
+    candidate = np.maximum(reason, np.uint8(R.TIER_REASON_SCENE_COPRESENCE))
+    candidate -= np.uint8(R.TIER_REASON_SCENE_COPRESENCE - CLOTHO)
     last_clotho = a.live("last_clotho_signal_tick")
     np.copyto(last_clotho, tick, where=signal)
     # Grace only concerns a Clotho that lost its signal: few agents, so it runs over their rows.
