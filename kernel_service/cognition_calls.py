@@ -50,14 +50,19 @@ def cost_micro_usd(config: KernelConfig, tier: int, tokens: int) -> int:
 @dataclass(frozen=True)
 class CallEstimates:
     """One tick's calls after cross-tier batching, index for index with the calls it was given:
-    each call's token and cost estimate and batch group ("" when not coalesced), and the totals."""
+    each call's token and cost estimate and batch group (an index into `group_ids`, -1 when not
+    coalesced), and the totals."""
 
-    tokens: list[int]
-    costs: list[int]
-    batch_groups: list[str]
-    groups: int
+    tokens: NDArray[np.int64]
+    costs: NDArray[np.int64]
+    group_of: NDArray[np.int32]
+    group_ids: list[str]
     overhead_tokens_saved: int
     savings_bp: int
+
+    @property
+    def groups(self) -> int:
+        return len(self.group_ids)
 
 
 def estimate_calls(
@@ -87,30 +92,29 @@ def estimate_calls(
         rate_of[tier] = config.class_rate(tier)
         route_of[tier] = routes.index(config.tier_models[TIER_NAMES[tier]])
     tokens = token_of[causes]
-    batch_groups = [""] * count
+    group_of = np.full(count, -1, dtype=np.int32)
+    group_ids: list[str] = []
     eligible = np.flatnonzero(_BATCHABLE[causes])
     eligible_routes = route_of[tiers[eligible]]
     present = sorted(set(eligible_routes.tolist()))
-    coalesced = saved = gross = 0
+    saved = gross = 0
     if len(eligible) >= config.batch_min_requests and len(present) < len(eligible):
         gross = int(tokens[eligible].sum())
         for route in present:
             members = eligible[eligible_routes == route]
             if len(members) < 2:
                 continue
-            coalesced += 1
-            group_id = f"{world_id}:{tick}:batch:{routes[route]}"
-            for index in members.tolist():
-                batch_groups[index] = group_id
+            group_of[members] = len(group_ids)
+            group_ids.append(f"{world_id}:{tick}:batch:{routes[route]}")
             tokens[members[1:]] -= config.batch_overhead_tokens
             saved += config.batch_overhead_tokens * (len(members) - 1)
     # cost_micro_usd over the arrays: the class rate per 1k tokens, rounded up.
     costs = (tokens * rate_of[tiers] + 999) // 1000
     return CallEstimates(
-        tokens=tokens.tolist(),
-        costs=costs.tolist(),
-        batch_groups=batch_groups,
-        groups=coalesced,
+        tokens=tokens,
+        costs=costs,
+        group_of=group_of,
+        group_ids=group_ids,
         overhead_tokens_saved=saved,
         savings_bp=saved * 10_000 // gross if gross else 0,
     )

@@ -13,7 +13,6 @@ from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2
 from kernel_service.agent_state import (
-    CANDIDATE_BIT_NEEDS_REHYDRATION,
     COUNT_CANDIDATES,
     COUNT_CHANGED,
     COUNT_GUARDS,
@@ -25,7 +24,7 @@ from kernel_service.behavior_seam import Escalations
 from kernel_service.cognition_calls import TIER_NAMES, CallEstimates, estimate_calls
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import DecodedBatch, Encoding
-from kernel_service.row_codec import RowCodec
+from kernel_service.row_codec import Calls, RowCodec
 from services.column_layout import ACTION_COLUMNS, LAYOUT_VERSION, SLOT_DTYPE
 
 ACTION_WIRE_DTYPES = {**ACTION_COLUMNS, "slots": SLOT_DTYPE}
@@ -191,13 +190,14 @@ def build_candidates(
     tick: int,
     *,
     escalations: Escalations,
-    into: RepeatedCompositeFieldContainer[action_pb2.CognitionCallCandidate],
+    row_codec: RowCodec,
+    result: action_pb2.TickResult,
 ) -> CallEstimates:
     """One candidate per call the core issued (slot order), then per escalation arbitration sent
     (Lachesis): its deterministic call id, len/4 estimate, class-rate cost, route and batch group.
 
-    Estimates and batching are worked out over the arrays first, so each message is built once,
-    complete, without per-agent numpy scalars; the returned estimates feed the report."""
+    Estimates and batching are worked out over the arrays first, then the codec writes each message
+    once, complete (the C codec as wire bytes); the returned estimates feed the report."""
     count = int(a.counts[COUNT_CANDIDATES])
     out = a.outputs
     slots = out["candidate_slot"][:count]
@@ -212,38 +212,22 @@ def build_candidates(
         )
         bits = np.concatenate([bits, np.zeros(len(escalations.slots), np.uint8)])
     estimates = estimate_calls(config, world_id=registry.world_id, tick=tick, causes=causes, tiers=tiers)
-    if len(slots) == 0:
-        return estimates
-    tier_list = tiers.tolist()
-    routes = {tier: config.tier_models[TIER_NAMES[tier]] for tier in set(tier_list)}
-    world, ori_ids, tenant_ids = registry.world_id, registry.ori_ids, registry.tenant_ids
-    add = into.add
-    for slot, cause, tier, flags, tokens, cost, group in zip(
-        slots.tolist(),
-        causes.tolist(),
-        tier_list,
-        bits.tolist(),
-        estimates.tokens,
-        estimates.costs,
-        estimates.batch_groups,
-        strict=True,
-    ):
-        candidate = add(
-            call_id=f"{world}:{tick}:{slot}:{cause}",
-            slot=slot,
-            tier=tier,
-            cause=cause,
-            token_estimate=tokens,
-            cost_estimate_micro_usd=cost,
-            model_route=routes[tier],
-            tick=tick,
-            batch_group=group,
-            needs_rehydration=bool(flags & CANDIDATE_BIT_NEEDS_REHYDRATION),
+    if len(slots):
+        row_codec.write_candidates(
+            result,
+            Calls(
+                world_id=registry.world_id,
+                tick=tick,
+                slots=slots,
+                causes=causes,
+                tiers=tiers,
+                bits=bits,
+                estimates=estimates,
+                routes={tier: config.tier_models[name] for tier, name in TIER_NAMES.items()},
+                ori_ids=registry.ori_ids,
+                tenant_ids=registry.tenant_ids,
+            ),
         )
-        ori = candidate.ori
-        ori.tenant_id = tenant_ids[slot]
-        ori.world_id = world
-        ori.ori_id = ori_ids[slot]
     return estimates
 
 
@@ -316,8 +300,8 @@ def build_report(
             if count
         ],
         calls_issued=len(estimates.tokens),
-        estimated_tokens=sum(estimates.tokens),
-        estimated_cost_micro_usd=sum(estimates.costs),
+        estimated_tokens=int(estimates.tokens.sum()),
+        estimated_cost_micro_usd=int(estimates.costs.sum()),
         batched_call_groups=estimates.groups,
         batching_overhead_tokens_saved=estimates.overhead_tokens_saved,
         batching_savings_bp=estimates.savings_bp,
@@ -348,7 +332,7 @@ def build_tick_result(
     in place, in the message the servicer sends: a million-agent answer is megabytes, and copying a
     message copies all of it."""
     estimates = build_candidates(
-        config, a, registry, decoded.tick, escalations=escalations, into=result.candidates
+        config, a, registry, decoded.tick, escalations=escalations, row_codec=row_codec, result=result
     )
     result.report.CopyFrom(
         build_report(
