@@ -27,6 +27,17 @@ BATCHABLE_CAUSES = frozenset(
 _BATCHABLE = np.isin(np.arange(256), sorted(BATCHABLE_CAUSES))  # by CognitionCause
 
 
+_ESTIMATED_CAUSES = (
+    action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING,
+    action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION,
+    action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY,
+    action_pb2.COGNITION_CAUSE_GUARD_REFLECTION,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD,
+)
+
+
 def token_estimate(config: KernelConfig, cause: int) -> int:
     """len/4 of the cause's nominal context, plus the fixed per-call overhead."""
     chars = config.context_chars
@@ -65,8 +76,35 @@ class CallEstimates:
         return len(self.group_ids)
 
 
+@dataclass(frozen=True)
+class CallTables:
+    """A config's estimate inputs as lookup tables (built once per kernel, like CoreParams): tokens
+    by CognitionCause, class rate and model route by CognitionTier."""
+
+    config: KernelConfig
+    token_of: NDArray[np.int64]
+    rate_of: NDArray[np.int64]
+    route_of: NDArray[np.intp]  # index into routes; tiers sharing a model share a route
+    routes: list[str]
+    route_by_tier: dict[int, str]
+
+    @classmethod
+    def from_config(cls, config: KernelConfig) -> CallTables:
+        token_of = np.zeros(256, dtype=np.int64)
+        for cause in _ESTIMATED_CAUSES:
+            token_of[cause] = token_estimate(config, cause)
+        route_by_tier = {int(tier): config.tier_models[name] for tier, name in TIER_NAMES.items()}
+        routes = list(dict.fromkeys(route_by_tier.values()))
+        rate_of = np.zeros(256, dtype=np.int64)
+        route_of = np.zeros(256, dtype=np.intp)
+        for tier, route in route_by_tier.items():
+            rate_of[tier] = config.class_rate(tier)
+            route_of[tier] = routes.index(route)
+        return cls(config, token_of, rate_of, route_of, routes, route_by_tier)
+
+
 def estimate_calls(
-    config: KernelConfig,
+    tables: CallTables,
     *,
     world_id: str,
     tick: int,
@@ -79,18 +117,9 @@ def estimate_calls(
     The first call of a group (in the given order) carries the overhead; every other member's
     estimate drops by it. Worked out over the arrays, before any candidate message exists: a tick
     can issue thousands of calls, and reading and rewriting messages costs far more than integers."""
+    config, routes = tables.config, tables.routes
     count = len(causes)
-    tier_values = set(tiers.tolist())
-    token_of = np.zeros(256, dtype=np.int64)  # by CognitionCause
-    for cause in set(causes.tolist()):
-        token_of[cause] = token_estimate(config, cause)
-    rate_of = np.zeros(256, dtype=np.int64)  # by CognitionTier
-    # Calls group by model route; tiers sharing a model share a group.
-    routes = list(dict.fromkeys(config.tier_models[TIER_NAMES[tier]] for tier in sorted(tier_values)))
-    route_of = np.zeros(256, dtype=np.intp)
-    for tier in tier_values:
-        rate_of[tier] = config.class_rate(tier)
-        route_of[tier] = routes.index(config.tier_models[TIER_NAMES[tier]])
+    token_of, rate_of, route_of = tables.token_of, tables.rate_of, tables.route_of
     tokens = token_of[causes]
     group_of = np.full(count, -1, dtype=np.int32)
     group_ids: list[str] = []

@@ -19,6 +19,7 @@ from kernel_service.agent_state import (
 )
 from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals, Escalations
+from kernel_service.cognition_calls import CallTables
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
 from kernel_service.fragments import FragmentStore
@@ -52,6 +53,7 @@ class Kernel:
         self.world_id = world_id
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.core_params = CoreParams.from_config(config)
+        self.call_tables = CallTables.from_config(config)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
@@ -144,6 +146,7 @@ class Kernel:
         result = build_tick_result(
             action_pb2.TickResult() if into is None else into,
             self.config,
+            call_tables=self.call_tables,
             a=self.arrays,
             registry=self.registry,
             escalations=self._standing_escalations(escalations),

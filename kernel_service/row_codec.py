@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 import numpy as np
@@ -156,6 +157,7 @@ class CRowCodec:
         self._lib = lib
         self._ori = _RegistryTable()
         self._tenants = _RegistryTable()
+        self._routes: tuple[Mapping[int, str], StringTable] | None = None  # by the kernel's one mapping
 
     def read_rows(
         self, batch: perception_pb2.PerceptionBatch
@@ -218,7 +220,9 @@ class CRowCodec:
         ffi = self._ffi
         ori = self._ori.of(calls.ori_ids)
         tenants = self._tenants.of(calls.tenant_ids)
-        routes = StringTable([calls.routes.get(tier, "") for tier in range(4)])
+        if self._routes is None or self._routes[0] is not calls.routes:
+            self._routes = (calls.routes, StringTable([calls.routes.get(tier, "") for tier in range(4)]))
+        routes = self._routes[1]
         groups = StringTable(calls.estimates.group_ids)
         world = calls.world_id.encode() or b"\0"
         world_len = len(calls.world_id.encode())
@@ -262,10 +266,10 @@ class StringTable:
 
     def __init__(self, strings: Sequence[str]) -> None:
         encoded = [string.encode() for string in strings]
+        lengths = [len(e) for e in encoded]
         self.blob = b"".join(encoded) or b"\0"  # never empty: cffi wants a buffer to point at
-        self.offsets = np.zeros(len(encoded) + 1, dtype=np.uint32)
-        np.cumsum([len(e) for e in encoded], out=self.offsets[1:])
-        self.longest = max((len(e) for e in encoded), default=0)
+        self.offsets = np.fromiter(accumulate(lengths, initial=0), dtype=np.uint32, count=len(lengths) + 1)
+        self.longest = max(lengths, default=0)
 
 
 class _RegistryTable:

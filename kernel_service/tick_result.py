@@ -21,7 +21,7 @@ from kernel_service.agent_state import (
     guard_names,
 )
 from kernel_service.behavior_seam import Escalations
-from kernel_service.cognition_calls import TIER_NAMES, CallEstimates, estimate_calls
+from kernel_service.cognition_calls import CallEstimates, CallTables, estimate_calls
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import DecodedBatch, Encoding
 from kernel_service.row_codec import Calls, RowCodec
@@ -184,7 +184,7 @@ def _fill_rows(
 
 
 def build_candidates(
-    config: KernelConfig,
+    tables: CallTables,
     a: AgentArrays,
     registry: Registry,
     tick: int,
@@ -211,7 +211,7 @@ def build_candidates(
             [tiers, np.full(len(escalations.slots), common_pb2.COGNITION_TIER_LACHESIS, np.uint8)]
         )
         bits = np.concatenate([bits, np.zeros(len(escalations.slots), np.uint8)])
-    estimates = estimate_calls(config, world_id=registry.world_id, tick=tick, causes=causes, tiers=tiers)
+    estimates = estimate_calls(tables, world_id=registry.world_id, tick=tick, causes=causes, tiers=tiers)
     if len(slots):
         row_codec.write_candidates(
             result,
@@ -223,7 +223,7 @@ def build_candidates(
                 tiers=tiers,
                 bits=bits,
                 estimates=estimates,
-                routes={tier: config.tier_models[name] for tier, name in TIER_NAMES.items()},
+                routes=tables.route_by_tier,
                 ori_ids=registry.ori_ids,
                 tenant_ids=registry.tenant_ids,
             ),
@@ -317,6 +317,7 @@ def build_tick_result(
     result: action_pb2.TickResult,
     config: KernelConfig,
     *,
+    call_tables: CallTables,
     a: AgentArrays,
     registry: Registry,
     decoded: DecodedBatch,
@@ -332,7 +333,7 @@ def build_tick_result(
     in place, in the message the servicer sends: a million-agent answer is megabytes, and copying a
     message copies all of it."""
     estimates = build_candidates(
-        config, a, registry, decoded.tick, escalations=escalations, row_codec=row_codec, result=result
+        call_tables, a, registry, decoded.tick, escalations=escalations, row_codec=row_codec, result=result
     )
     result.report.CopyFrom(
         build_report(

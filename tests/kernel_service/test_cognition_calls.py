@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from egbe.v1 import action_pb2, common_pb2
-from kernel_service.cognition_calls import CallEstimates, cost_micro_usd, estimate_calls, token_estimate
+from kernel_service.cognition_calls import (
+    CallEstimates,
+    CallTables,
+    cost_micro_usd,
+    estimate_calls,
+    token_estimate,
+)
 from kernel_service.config import KernelConfig
 from tests.kernel_service.frames import columns, make_kernel
 
@@ -38,7 +44,11 @@ def test_cross_tier_batching_amortizes_lachesis_reflection_and_atropos_summary_o
     tiers = [lachesis, lachesis, lachesis, atropos, atropos, common_pb2.COGNITION_TIER_CLOTHO]
     gross = sum(token_estimate(config, cause) for cause in causes[:5])
     estimates = estimate_calls(
-        config, world_id="w", tick=9, causes=np.array(causes, np.uint8), tiers=np.array(tiers, np.uint8)
+        CallTables.from_config(config),
+        world_id="w",
+        tick=9,
+        causes=np.array(causes, np.uint8),
+        tiers=np.array(tiers, np.uint8),
     )
     assert estimates.groups == 2
     assert estimates.overhead_tokens_saved == (2 + 1) * 800
@@ -60,7 +70,11 @@ def test_batching_needs_two_eligible_and_fewer_groups_than_requests() -> None:
 
     def estimate(causes: list[int], tiers: list[int]) -> CallEstimates:
         return estimate_calls(
-            config, world_id="w", tick=9, causes=np.array(causes, np.uint8), tiers=np.array(tiers, np.uint8)
+            CallTables.from_config(config),
+            world_id="w",
+            tick=9,
+            causes=np.array(causes, np.uint8),
+            tiers=np.array(tiers, np.uint8),
         )
 
     assert estimate([reflect], [lachesis]).groups == 0
@@ -74,7 +88,7 @@ def test_batching_needs_two_eligible_and_fewer_groups_than_requests() -> None:
 def test_tiers_sharing_a_model_share_a_batch_group() -> None:
     config = KernelConfig(tier_models={"clotho": "opus", "lachesis": "same", "atropos": "same"})
     estimates = estimate_calls(
-        config,
+        CallTables.from_config(config),
         world_id="w",
         tick=3,
         causes=np.array(
