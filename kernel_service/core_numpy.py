@@ -177,22 +177,27 @@ def _assign_tiers(
     candidate -= np.uint8(R.TIER_REASON_SCENE_COPRESENCE - CLOTHO)
     last_clotho = a.live("last_clotho_signal_tick")
     np.copyto(last_clotho, tick, where=signal)
-    # Grace only concerns a Clotho that lost its signal: few agents, so it runs over their rows.
-    losing = np.flatnonzero((previous == CLOTHO) & ~signal)
+    # Grace and damping only concern agents whose candidate differs from their tier, usually a few,
+    # so they run over those rows. A Clotho losing its signal is one of them (its candidate is not Clotho).
+    differs = np.flatnonzero(candidate != previous)
+    losing = differs[previous[differs] == CLOTHO]
     graced = losing[(tick - last_clotho[losing]) <= np.uint64(p.deescalation_grace_ticks)]
     candidate[graced] = CLOTHO
     reason[graced] = R.TIER_REASON_DEESCALATION_GRACE
+    differs = differs[candidate[differs] != previous[differs]]  # graced agents stay Clotho
     ticks_in_tier = a.live("ticks_in_tier")
-    hold = candidate != previous
-    hold &= previous != 0
-    hold &= reason > R.TIER_REASON_ON_SCREEN  # not urgent
-    hold &= ticks_in_tier < min(p.transition_damping_ticks, 65535)
-    np.copyto(candidate, previous, where=hold)
-    np.copyto(reason, np.uint8(R.TIER_REASON_DAMPING_HOLD), where=hold)
-    transition: NDArray[np.bool_] = candidate != previous
+    hold = previous[differs] != 0
+    hold &= reason[differs] > R.TIER_REASON_ON_SCREEN  # not urgent
+    hold &= ticks_in_tier[differs] < min(p.transition_damping_ticks, 65535)
+    held = differs[hold]
+    candidate[held] = previous[held]
+    reason[held] = R.TIER_REASON_DAMPING_HOLD
+    moved = differs[~hold]
+    transition = np.zeros(a.count, dtype=bool)
+    transition[moved] = True
     np.minimum(ticks_in_tier, np.uint16(65534), out=ticks_in_tier)
     ticks_in_tier += np.uint16(1)
-    np.copyto(ticks_in_tier, np.uint16(0), where=transition)
+    ticks_in_tier[moved] = 0
     a.live("tier")[:] = candidate
     a.live("tier_reason")[:] = reason
     return transition
