@@ -114,3 +114,22 @@ def test_c_candidate_writer_equals_python(agents: int, data: st.DataObject) -> N
     CRowCodec().write_candidates(by_c, calls)
     assert len(by_c.candidates) == count
     assert by_c.SerializeToString(deterministic=True) == by_python.SerializeToString(deterministic=True)
+
+
+def test_c_writers_follow_a_registry_that_grows_between_ticks() -> None:
+    """Registration appends to the Ori list in place; the C codec's table is extended, not rebuilt,
+    and must still name every Ori (the old ones and the new) as the Python codec does."""
+    columns = {
+        name: np.zeros(6, dtype=np.uint8 if name != "out_goal_ref" else np.uint32) for name in INTENT_FIELDS
+    }
+    columns["out_priority"] = np.zeros(6, dtype=np.uint16)
+    columns["out_plan_step"] = np.zeros(6, dtype=np.uint16)
+    ori_ids = ["ori-a", "ori-ß"]
+    codec = CRowCodec()
+    for added in ([], ["ori-ccc", ""], ["ori-дд", "ori-e"]):
+        ori_ids.extend(added)
+        slots = np.arange(len(ori_ids), dtype=np.uint32)[::-1].copy()
+        by_c, by_python = action_pb2.ActionBatch(), action_pb2.ActionBatch()
+        codec.write_intents(by_c, slots, columns, ori_ids)
+        PythonRowCodec().write_intents(by_python, slots, columns, ori_ids)
+        assert by_c.SerializeToString(deterministic=True) == by_python.SerializeToString(deterministic=True)
