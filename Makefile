@@ -24,7 +24,7 @@ check: lint typecheck protos-check buf-lint deploy-check cpp-client
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py kernel_service/_core/moirai_core.c kernel_service/_core/moirai_core_decls.h kernel_service/_core/moirai_rows.c
+$(VENV)/.installed: pyproject.toml setup.py kernel_service/_core/moirai_core.c kernel_service/_core/moirai_core_decls.h kernel_service/_core/moirai_rows.c kernel_service/_core/moirai_behavior.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

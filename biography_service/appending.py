@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from biography_service.chain import GENESIS_HASH, link_hash
+from biography_service.chain import GENESIS_HASH, StreamLinker
 from biography_service.errors import BiographyError, EventIdConflict, WrongExpectedVersion
 from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from biography_service.projections import ProjectionOp, projection_ops
@@ -50,7 +50,7 @@ def plan_append(
     if not expected.admits(head.version):
         raise WrongExpectedVersion(ori_id, expected.describe(), head.version)
     version = -1 if head.version is None else head.version
-    previous = head.hash
+    linker = StreamLinker(ori_id, head.hash, recorded_at_us)
     events: list[RecordedEvent] = []
     payloads: list[str] = []
     ops: list[ProjectionOp] = []
@@ -58,18 +58,8 @@ def plan_append(
         payload_json = new.payload_json
         stream_version = version + offset
         global_position = next_global_position + offset - 1
-        digest = link_hash(
-            previous_hash=previous,
-            event_id=new.event_id,
-            ori_id=ori_id,
-            stream_version=stream_version,
-            global_position=global_position,
-            kind=new.kind.value,
-            payload_json=payload_json,
-            world_tick=new.world_tick,
-            recorded_at_us=recorded_at_us,
-            provenance_ref=new.provenance_ref,
-        )
+        previous = linker.previous_hash
+        digest = linker.link(new, stream_version, global_position)
         event = RecordedEvent(
             event_id=new.event_id,
             ori_id=ori_id,
@@ -86,7 +76,6 @@ def plan_append(
         events.append(event)
         payloads.append(payload_json)
         ops.extend(projection_ops(event))
-        previous = event.hash
     result = AppendResult(
         last_version=events[-1].stream_version,
         first_global_position=events[0].global_position,

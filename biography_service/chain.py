@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from hashlib import sha256
 from json.encoder import encode_basestring
 
-from biography_service.events import RecordedEvent, canonical_json
+from biography_service.events import EventKind, NewEvent, RecordedEvent, canonical_json
 
 GENESIS_HASH = "0" * 64
 
@@ -33,12 +33,77 @@ def link_hash(
     it was written.
     """
     quote = encode_basestring
-    body = (
-        f"[{quote(previous_hash)},{quote(event_id)},{quote(ori_id)},{stream_version:d},"
-        f"{global_position:d},{quote(kind)},{quote(payload_json)},{world_tick:d},{recorded_at_us:d},"
-        f"{quote(provenance_ref)}]"
+    return _digest(
+        previous=quote(previous_hash),
+        event_id=quote(event_id),
+        ori_id=quote(ori_id),
+        stream_version=stream_version,
+        global_position=global_position,
+        kind=quote(kind),
+        payload=quote(payload_json),
+        world_tick=world_tick,
+        recorded_at_us=recorded_at_us,
+        provenance=quote(provenance_ref),
     )
-    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def _digest(
+    *,
+    previous: str,
+    event_id: str,
+    ori_id: str,
+    stream_version: int,
+    global_position: int,
+    kind: str,
+    payload: str,
+    world_tick: int,
+    recorded_at_us: int,
+    provenance: str,
+) -> str:
+    """The one place the encoding is laid out; the text fields arrive already quoted as JSON strings."""
+    body = (
+        f"[{previous},{event_id},{ori_id},{stream_version:d},{global_position:d},{kind},{payload},"
+        f"{world_tick:d},{recorded_at_us:d},{provenance}]"
+    )
+    return sha256(body.encode("utf-8")).hexdigest()
+
+
+# Each kind's name as a JSON string, quoted once.
+_QUOTED_KINDS = {kind.value: encode_basestring(kind.value) for kind in EventKind}
+
+
+class StreamLinker:
+    """Chains the consecutive events of one append to one stream: `link_hash`'s hashes, computed with
+    what repeats quoted once (the Ori id, the kinds, the recorded time) and each new hash, a hex digest
+    that JSON never escapes, quoted by hand. The same bytes as `link_hash`, for about a third less
+    per event (interleaved microbenchmark; this runs under the write lock).
+    """
+
+    def __init__(self, ori_id: str, previous_hash: str, recorded_at_us: int) -> None:
+        self._ori_id = encode_basestring(ori_id)
+        self._previous = encode_basestring(previous_hash)
+        self._recorded_at_us = recorded_at_us
+        self.previous_hash = previous_hash
+
+    def link(self, event: NewEvent, stream_version: int, global_position: int) -> str:
+        """The hash of `event` placed there; it becomes the `previous_hash` the next event chains from."""
+        quote = encode_basestring
+        kind = event.kind.value
+        digest = _digest(
+            previous=self._previous,
+            event_id=quote(event.event_id),
+            ori_id=self._ori_id,
+            stream_version=stream_version,
+            global_position=global_position,
+            kind=_QUOTED_KINDS.get(kind) or quote(kind),
+            payload=quote(event.payload_json),
+            world_tick=event.world_tick,
+            recorded_at_us=self._recorded_at_us,
+            provenance=quote(event.provenance_ref) if event.provenance_ref else '""',
+        )
+        self._previous = f'"{digest}"'
+        self.previous_hash = digest
+        return digest
 
 
 def chain_hash(event: RecordedEvent) -> str:

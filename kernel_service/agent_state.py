@@ -7,7 +7,7 @@ arrays (the C core through pointers, without copies).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -94,6 +94,12 @@ _GUARD_NAMES = ((GUARD_BIT_REPEATED_ACTION, "repeated-action"), (GUARD_BIT_STALE
 def guard_names(bits: int) -> list[str]:
     """The guards a stamp's bits name, in bit order: what audit payloads and fragments carry."""
     return [name for bit, name in _GUARD_NAMES if bits & bit]
+
+
+def guard_bits(names: Iterable[str]) -> int:
+    """Inverse of `guard_names` (a restored snapshot's guard moments); unknown names set nothing."""
+    named = set(names)
+    return sum(bit for bit, name in _GUARD_NAMES if name in named)
 
 
 REASON_COUNT_LEN = 16

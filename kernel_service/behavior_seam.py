@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +44,50 @@ class BehaviorDecisions:
     priority: NDArray[np.uint16]
 
 
+# The kernel's cached-action arrays a step writes, in BehaviorDecisions' field order.
+DECISION_FIELDS = ("kind", "source", "goal_ref", "plan_step", "priority")
+
+
+class KernelArrays(Protocol):
+    """The kernel's per-agent arrays (kernel_service.agent_state.AgentArrays) as the step sees them."""
+
+    @property
+    def count(self) -> int:
+        """Live agents: rows [0, count)."""
+
+    @property
+    def generation(self) -> int:
+        """Bumps whenever the arrays are reallocated (a bound C step re-binds its pointers)."""
+
+    @property
+    def fields(self) -> dict[str, NDArray[Any]]:
+        """Capacity-sized arrays by AGENT_FIELDS name."""
+
+
+def signals_of(fields: Mapping[str, NDArray[Any]]) -> BehaviorSignals:
+    """The kernel's perception arrays the layer reads."""
+    return BehaviorSignals(
+        need_safety_bp=fields["need_safety_bp"],
+        need_sustaining_bp=fields["need_sustaining_bp"],
+        need_social_bp=fields["need_social_bp"],
+        need_purpose_bp=fields["need_purpose_bp"],
+        fatigue_bp=fields["fatigue_bp"],
+        signal_flags=fields["signal_flags"],
+        goal_ref=fields["goal_ref"],
+    )
+
+
+def decisions_of(fields: Mapping[str, NDArray[Any]]) -> BehaviorDecisions:
+    """The kernel's cached-action arrays the layer writes."""
+    return BehaviorDecisions(
+        kind=fields["cached_kind"],
+        source=fields["cached_source"],
+        goal_ref=fields["cached_goal_ref"],
+        plan_step=fields["cached_plan_step"],
+        priority=fields["cached_priority"],
+    )
+
+
 @dataclass(frozen=True)
 class Escalations:
     """Agents arbitration sends to cognition this tick (ascending slots) and why (CognitionCause)."""
@@ -58,14 +102,18 @@ class BehaviorLayer(Protocol):
     def register(self, first_slot: int, registrations: Sequence[kernel_pb2.AgentRegistration]) -> None:
         """Take personality, values, quirks, vocation and minor flag for slots first_slot.. onwards."""
 
-    def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
-        """Deterministically fill `out[slots]` with each agent's next cheap action (no clock, no RNG)."""
+    def use_core(self, name: str) -> None:
+        """The kernel's tick core ("c" or "numpy"): the step runs in the same implementation."""
 
-    def arbitrate(
-        self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
-    ) -> Escalations:
-        """After `decide` over `slots` (ascending): which `eligible` ones escalate to cognition now,
-        rate-limited."""
+    def adopt(self, slot: int, goal_ref: int, hold_until: int) -> None:
+        """A cognition result became the slot's cached action at this tick: a Lachesis agent holds it
+        until tick `hold_until`, then its cheap behaviour pursues the result's goal."""
+
+    def step(self, tick: int, every: int, kernel: KernelArrays, cognition_available: bool) -> Escalations:
+        """The 10 Hz step, deterministically (no clock, no RNG), in place over the kernel's arrays: the
+        agents whose turn it is (`(tick + slot) % every == 0`) and who are due get their next cheap
+        action as their cached action (fresh-flagged when it changed); returns the Lachesis agents
+        arbitration escalates to cognition now (ascending slots), rate-limited."""
 
     def fingerprint_inputs(self) -> Mapping[str, str]:
         """What beyond KernelConfig decides the layer's actions (its method library), for the fingerprint."""

@@ -68,6 +68,16 @@ class KernelConfig(BaseModel):
     lachesis_step_every_ticks: int = Field(
         default=2, ge=1, le=65535, description="Lachesis steps cached BT/HTN plans every N ticks (10 Hz)."
     )
+    cognition_hold_ticks: int = Field(
+        default=GAME_MINUTE_TICKS,
+        ge=0,
+        le=GAME_DAY_TICKS,
+        description=(
+            "A Lachesis Ori holds a merged cognition result's action this many ticks (1,200 = one "
+            "game-minute at 20 Hz) before its behaviour layer steps again, then pursues the result's "
+            "goal through its HTN; 0 = the next 10 Hz step. Other tiers hold it until it is replaced."
+        ),
+    )
     reflection_game_minutes: int = Field(
         default=10, ge=1, description="A Lachesis reflection is due every N game-minutes."
     )
@@ -162,5 +172,8 @@ class KernelSettings(BaseModel):
     )
     dispatch_queue_limit: int = Field(
         default=10_000, ge=1, description="Candidates waiting for the gateway beyond this are shed."
+    )
+    metrics_port: int = Field(
+        default=0, ge=0, le=65_535, description="Serve Prometheus metrics on this port; 0 = not served."
     )
     config: KernelConfig = Field(default_factory=KernelConfig)

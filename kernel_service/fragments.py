@@ -8,14 +8,14 @@ tick. A consolidation request carries them and clears them. Bounded per agent (o
 first, and the hand-over says how many), deterministic (a function of the tick's inputs and state),
 and part of the kernel snapshot.
 
-Each moment is built as its protobuf fragment when it happens, so the cost is spread over the ticks
-that produce the moments; a hand-over, which can be a crowd of Ori leaving the screen on one tick,
-only names the fragments and spells out each agent's one open run.
+Each moment is serialized as its protobuf fragment when it happens, so the cost is spread over the
+ticks that produce the moments; a hand-over, which can be a crowd of Ori leaving the screen on one
+tick, spells out each agent's one open run and appends every fragment, named, to its request in one
+parse of their wire bytes (no message is built, copied or merged per fragment on that tick).
 """
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -25,7 +25,7 @@ from google.protobuf import json_format, struct_pb2
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
-from kernel_service.agent_state import guard_names
+from kernel_service.agent_state import guard_bits, guard_names
 from services.errors import FieldViolation
 
 FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
@@ -35,6 +35,7 @@ _SOURCE: dict[int, str] = {value: name for name, value in action_pb2.ActionSourc
 _TIER: dict[int, str] = {value: name for name, value in common_pb2.CognitionTier.items()}
 _ACTION_NUMBER = {name: value for value, name in _ACTION.items()}
 _SOURCE_NUMBER = {name: value for value, name in _SOURCE.items()}
+_TIER_NUMBER = {name: value for value, name in _TIER.items()}
 
 
 class ActionRun:
@@ -73,7 +74,7 @@ class ActionRun:
             "last_tick": self.last_tick,
         }
 
-    def fragment(self) -> biography_pb2.ConsolidationFragment:
+    def fragment(self) -> bytes:
         return _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, self.first_tick, self.payload())
 
     @classmethod
@@ -92,68 +93,145 @@ class ActionRun:
 
 
 class GuardStamp(NamedTuple):
-    """A loop/drift guard's stamp on an Ori above Atropos, spelled out only when handed over."""
+    """Which loop/drift guards rewrote an Ori's action, at which tier."""
 
     bits: int
     tier: int
 
+
+class GuardRun:
+    """One guard stamp and its repeats while the Ori's only other moments are its action changes: a
+    goal the world never advances trips the stale-goal guard every few ticks, and that is one moment
+    with a count and a span, not a moment per stamp crowding out the rest of the stint."""
+
+    __slots__ = ("count", "first_tick", "last_tick", "stamp")
+
+    def __init__(self, tick: int, stamp: GuardStamp) -> None:
+        self.stamp = stamp
+        self.first_tick = self.last_tick = tick
+        self.count = 1
+
+    def extend(self, tick: int) -> None:
+        self.count += 1
+        self.last_tick = tick
+
     def payload(self) -> dict[str, Any]:
-        guards = guard_names(self.bits)
+        guards = guard_names(self.stamp.bits)
+        repeats = f" x{self.count}" if self.count > 1 else ""
         return {
-            "text": f"caught itself: {', '.join(guards)}",
+            "text": f"caught itself: {', '.join(guards)}{repeats}",
             "template": True,
             "moment": "guard",
             "guards": guards,
-            "tier": _TIER[self.tier],
+            "tier": _TIER[self.stamp.tier],
+            "count": self.count,
+            "last_tick": self.last_tick,
         }
 
+    def fragment(self) -> bytes:
+        return _built(biography_pb2.ORI_EVENT_KIND_REFLECTED, self.first_tick, self.payload())
 
-# (sequence, the moment's fragment without its id, or the agent's open run of action changes).
-Moment = tuple[int, biography_pb2.ConsolidationFragment | ActionRun]
+    @classmethod
+    def from_payload(cls, tick: int, payload: dict[str, Any]) -> GuardRun:
+        """Inverse of `payload`; a stamp from before runs were counted is a run of one."""
+        run = cls(tick, GuardStamp(guard_bits(payload["guards"]), _TIER_NUMBER[payload["tier"]]))
+        run.count = int(payload.get("count", 1))
+        run.last_tick = int(payload.get("last_tick", tick))
+        return run
 
 
-def _built(kind: int, tick: int, payload: dict[str, Any]) -> biography_pb2.ConsolidationFragment:
+Run = ActionRun | GuardRun
+# (sequence, the moment's fragment without its id as deterministic wire bytes, or an open run).
+# Open runs sit at the end of an agent's moments: an action run, a guard run, or a guard run
+# followed by an action run (a new guard stamp closes the action run before it).
+Moment = tuple[int, bytes | Run]
+
+
+def _set_value(value: struct_pb2.Value, item: Any) -> None:
+    """One JSON-like item into a Struct value, field by field: `Struct.update` walks the same tree
+    in Python through generic helpers and costs several times more per key."""
+    if isinstance(item, str):
+        value.string_value = item
+    elif isinstance(item, bool):
+        value.bool_value = item
+    elif isinstance(item, int | float):
+        value.number_value = item
+    elif isinstance(item, dict):
+        _fill(value.struct_value, item)
+    else:
+        values = value.list_value.values
+        for element in item:
+            _set_value(values.add(), element)
+
+
+def _fill(struct: struct_pb2.Struct, payload: dict[str, Any]) -> None:
+    fields = struct.fields
+    for key, item in payload.items():
+        _set_value(fields[key], item)
+
+
+def _built(kind: int, tick: int, payload: dict[str, Any]) -> bytes:
     fragment = biography_pb2.ConsolidationFragment(
         kind=biography_pb2.OriEventKind.ValueType(kind), world_tick=tick
     )
-    fragment.payload.update({"schema": FRAGMENT_SCHEMA, **payload})
-    return fragment
+    _fill(fragment.payload, {"schema": FRAGMENT_SCHEMA, **payload})
+    return fragment.SerializeToString(deterministic=True)
 
 
-@functools.cache
-def _guard_payload(stamp: GuardStamp) -> bytes:
-    """A guard stamp's payload, serialized once per (guard bits, tier): a guard can fire for a crowd
-    at once, and Struct.update is Python while parsing bytes is not."""
-    payload = struct_pb2.Struct()
-    payload.update({"schema": FRAGMENT_SCHEMA, **stamp.payload()})
-    return payload.SerializeToString(deterministic=True)
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
-def _named(ori_id: str, moment: Moment, *, keep: bool = True) -> biography_pb2.ConsolidationFragment:
-    """The moment's fragment under its id: a named copy while the store `keep`s the moment, else
-    the stored message itself (a hand-over, which is on the tick, copies nothing it need not)."""
+def _length_delimited(tag: bytes, body: bytes) -> bytes:
+    """One length-delimited field in protobuf's wire format."""
+    return tag + _varint(len(body)) + body
+
+
+# Wire tags (field number, wire type 2: length-delimited) of the two fields a hand-over writes as bytes.
+_FRAGMENT_ID_TAG = _varint(biography_pb2.ConsolidationFragment.FRAGMENT_ID_FIELD_NUMBER << 3 | 2)
+_REQUEST_FRAGMENTS_TAG = _varint(action_pb2.LifecycleRequest.FRAGMENTS_FIELD_NUMBER << 3 | 2)
+
+
+def _named_bytes(ori_id: str, moment: Moment) -> bytes:
+    """The moment's fragment under its id, as wire bytes: a field appended to a message's bytes
+    sets it when they are parsed."""
     sequence, kept = moment
-    if isinstance(kept, ActionRun):
-        fragment = kept.fragment()
-    elif keep:
-        fragment = biography_pb2.ConsolidationFragment()
-        fragment.CopyFrom(kept)
-    else:
-        fragment = kept
-    fragment.fragment_id = f"{ori_id}:fragment:{sequence}"
-    return fragment
+    body = kept if isinstance(kept, bytes) else kept.fragment()
+    return body + _length_delimited(_FRAGMENT_ID_TAG, f"{ori_id}:fragment:{sequence}".encode())
 
 
-def _moment(fragment: biography_pb2.ConsolidationFragment, *, last: bool) -> Moment:
-    """Inverse of `_named`; the last moment, when it is a run of action changes, is open again."""
+def _named(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
+    return biography_pb2.ConsolidationFragment.FromString(_named_bytes(ori_id, moment))
+
+
+def _moment(fragment: biography_pb2.ConsolidationFragment, *, reopen: bool) -> Moment:
+    """Inverse of `_named`; a run the snapshot held open is `reopen`ed, to keep folding as it would have."""
     sequence = int(fragment.fragment_id.rsplit(":", 1)[1])
-    if last and fragment.payload.fields["moment"].string_value == "action":
+    if reopen:
         payload = json_format.MessageToDict(fragment.payload)
-        return sequence, ActionRun.from_payload(fragment.world_tick, payload)
+        run = ActionRun if payload["moment"] == "action" else GuardRun
+        return sequence, run.from_payload(fragment.world_tick, payload)
     kept = biography_pb2.ConsolidationFragment()
     kept.CopyFrom(fragment)
     kept.ClearField("fragment_id")
-    return sequence, kept
+    return sequence, kept.SerializeToString(deterministic=True)
+
+
+def _open_runs(fragments: Sequence[biography_pb2.ConsolidationFragment]) -> set[int]:
+    """Which of a snapshot's fragments were open runs: the trailing action or guard run, and a guard
+    run just before a trailing action run."""
+    kinds = [fragment.payload.fields["moment"].string_value for fragment in fragments[-2:]]
+    last = len(fragments) - 1
+    if not kinds or kinds[-1] not in ("action", "guard"):
+        return set()
+    if kinds == ["guard", "action"]:
+        return {last - 1, last}
+    return {last}
 
 
 class _Pending:
@@ -182,18 +260,36 @@ class FragmentStore:
         entry = self._pending.get(slot)
         return [_named(ori_id, moment) for moment in entry.moments] if entry else []
 
-    def _add(self, slot: int, kept: biography_pb2.ConsolidationFragment | ActionRun) -> None:
+    def _entry(self, slot: int) -> _Pending:
         entry = self._pending.get(slot)
         if entry is None:
             entry = self._pending[slot] = _Pending(self.limit)
+        return entry
+
+    def _add(
+        self, slot: int, kept: bytes | Run, *, closes: tuple[type[Run], ...] = (ActionRun, GuardRun)
+    ) -> None:
+        """Append a moment, first closing (spelling out) the open runs of the `closes` types."""
+        entry = self._entry(slot)
         moments = entry.moments
-        open_run = moments[-1][1] if moments else None
-        if isinstance(open_run, ActionRun):  # a new moment closes the open run
-            moments[-1] = (moments[-1][0], open_run.fragment())
+        for index in range(max(-2, -len(moments)), 0):
+            sequence, moment = moments[index]
+            if isinstance(moment, closes):
+                moments[index] = (sequence, moment.fragment())
         if len(moments) == self.limit:
             entry.elided += 1
         moments.append((entry.next_sequence, kept))
         entry.next_sequence += 1
+
+    def _open(self, slot: int, run: type[Run]) -> Run | None:
+        """The slot's open run of that type, if any (open runs are the last two moments at most)."""
+        entry = self._pending.get(slot)
+        moments = entry.moments if entry is not None else ()
+        for index in range(max(-2, -len(moments)), 0):
+            moment = moments[index][1]
+            if isinstance(moment, run):
+                return moment
+        return None
 
     def record_merged(
         self, tick: int, results: Sequence[action_pb2.ActionIntent], tiers: NDArray[np.uint8]
@@ -223,23 +319,23 @@ class FragmentStore:
     ) -> None:
         """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself.
 
-        A guard can fire for most of a population on one tick, so Atropos rows are dropped in numpy
-        and each payload is parsed from bytes serialized once per kind of stamp."""
+        A guard can fire for most of a population on one tick, so Atropos rows are dropped in numpy;
+        a repeat of the Ori's open stamp only counts."""
         stamped_tiers = tiers[slots]
         above = stamped_tiers != common_pb2.COGNITION_TIER_ATROPOS
         for slot, guard, tier in zip(
             slots[above].tolist(), bits[above].tolist(), stamped_tiers[above].tolist(), strict=True
         ):
-            fragment = biography_pb2.ConsolidationFragment(
-                kind=biography_pb2.ORI_EVENT_KIND_REFLECTED, world_tick=tick
-            )
-            fragment.payload.MergeFromString(_guard_payload(GuardStamp(guard, tier)))
-            self._add(slot, fragment)
+            stamp = GuardStamp(guard, tier)
+            run = self._open(slot, GuardRun)
+            if isinstance(run, GuardRun) and run.stamp == stamp:
+                run.extend(tick)
+            else:
+                self._add(slot, GuardRun(tick, stamp))
 
     def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
         """Each change of a Clotho agent's answered action (the kernel passes only those slots),
         folded into the agent's open run of action changes, or opening one."""
-        pending = self._pending
         for slot, kind, source, goal, priority in zip(
             slots.tolist(),
             fields["out_kind"][slots].tolist(),
@@ -248,26 +344,31 @@ class FragmentStore:
             fields["out_priority"][slots].tolist(),
             strict=True,
         ):
-            entry = pending.get(slot)
-            last = entry.moments[-1][1] if entry is not None and entry.moments else None
-            if isinstance(last, ActionRun):
-                last.extend(tick, kind, source, goal, priority)
+            run = self._open(slot, ActionRun)
+            if isinstance(run, ActionRun):
+                run.extend(tick, kind, source, goal, priority)
             else:
-                self._add(slot, ActionRun(tick, kind, source, goal, priority))
+                self._add(slot, ActionRun(tick, kind, source, goal, priority), closes=())
 
-    def take(self, slot: int, ori_id: str, tick: int) -> list[biography_pb2.ConsolidationFragment]:
-        """Hand over and clear a slot's fragments; a leading fragment names any dropped to the bound."""
-        entry = self._pending.pop(slot, None)
+    def take_into(self, request: action_pb2.LifecycleRequest, tick: int) -> None:
+        """Hand over and clear the request's slot's fragments, appended to it in one parse; a leading
+        fragment names any dropped to the bound."""
+        entry = self._pending.pop(request.slot, None)
         if entry is None:
-            return []
-        fragments = [_named(ori_id, moment, keep=False) for moment in entry.moments]
+            return
+        ori_id = request.ori.ori_id
+        named = [_named_bytes(ori_id, moment) for moment in entry.moments]
         if entry.elided:
+            first_tick = (
+                biography_pb2.ConsolidationFragment.FromString(named[0]).world_tick if named else tick
+            )
             elided = biography_pb2.ConsolidationFragment(
                 fragment_id=f"{ori_id}:elided:{entry.next_sequence}",
                 kind=biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
-                world_tick=fragments[0].world_tick if fragments else tick,
+                world_tick=first_tick,
             )
-            elided.payload.update(
+            _fill(
+                elided.payload,
                 {
                     "schema": FRAGMENT_SCHEMA,
                     "text": f"{entry.elided} earlier moments at this tier were not kept",
@@ -275,14 +376,14 @@ class FragmentStore:
                     "moment": "elided",
                     "elided": entry.elided,
                     "bound": self.limit,
-                }
+                },
             )
-            fragments.insert(0, elided)
+            named.insert(0, elided.SerializeToString(deterministic=True))
+        request.MergeFromString(b"".join(_length_delimited(_REQUEST_FRAGMENTS_TAG, body) for body in named))
         # The sequence survives the hand-over so ids stay unique for the Ori's next stint.
         if entry.next_sequence:
-            self._pending[slot] = _Pending(self.limit)
-            self._pending[slot].next_sequence = entry.next_sequence
-        return fragments
+            self._pending[request.slot] = _Pending(self.limit)
+            self._pending[request.slot].next_sequence = entry.next_sequence
 
     def snapshot(self, ori_ids: Sequence[str]) -> list[kernel_pb2.PendingFragments]:
         return [
@@ -323,9 +424,9 @@ class FragmentStore:
         self._pending = {}
         for entry in entries:
             pending = _Pending(self.limit)
-            last = len(entry.fragments) - 1
+            reopen = _open_runs(entry.fragments)
             pending.moments.extend(
-                _moment(fragment, last=index == last) for index, fragment in enumerate(entry.fragments)
+                _moment(fragment, reopen=index in reopen) for index, fragment in enumerate(entry.fragments)
             )
             pending.elided = entry.elided
             pending.next_sequence = entry.next_sequence

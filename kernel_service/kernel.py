@@ -18,7 +18,7 @@ from kernel_service.agent_state import (
     AgentArrays,
 )
 from kernel_service.behavior.profile import registration_violations
-from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals, Escalations
+from kernel_service.behavior_seam import BehaviorLayer, Escalations
 from kernel_service.cognition_calls import CallTables
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
@@ -50,6 +50,8 @@ class Kernel:
         self.config = config
         self.core = core
         self.behavior = behavior
+        if behavior is not None:
+            behavior.use_core(core.name)  # the behaviour step runs in the kernel's core (C or numpy)
         self.world_id = world_id
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.core_params = CoreParams.from_config(config)
@@ -138,7 +140,7 @@ class Kernel:
             )
         started = time.perf_counter_ns()  # measured for the report only; no decision reads it
         self._apply_signals(decoded)
-        payloads = self._merge_results(merged)
+        payloads = self._merge_results(merged, decoded.tick)
         escalations = self._step_behavior(decoded.tick, cognition_unavailable_tiers)
         self.core.run(self.arrays, self.core_params, tick=decoded.tick, observed_all=decoded.slots is None)
         self.last_tick = decoded.tick
@@ -161,7 +163,7 @@ class Kernel:
         self._record_fragments(decoded.tick, merged, guards)
         for request in result.lifecycle:
             if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
-                request.fragments.extend(self.fragments.take(request.slot, request.ori.ori_id, decoded.tick))
+                self.fragments.take_into(request, decoded.tick)
         elapsed = (time.perf_counter_ns() - started) // 1000
         result.report.elapsed_micros = elapsed
         result.report.over_latency_budget = elapsed > self.config.latency_budget_micros
@@ -210,10 +212,14 @@ class Kernel:
                 raise InvalidArgument.field(f"merged_results[{index}].priority", "must be within 0..10000")
         return results
 
-    def _merge_results(self, results: Sequence[action_pb2.ActionIntent]) -> dict[int, struct_pb2.Struct]:
-        """A completed cognition call becomes the Ori's cached action from this tick on."""
+    def _merge_results(
+        self, results: Sequence[action_pb2.ActionIntent], tick: int
+    ) -> dict[int, struct_pb2.Struct]:
+        """A completed cognition call becomes the Ori's cached action from this tick on; the behaviour
+        layer holds it `cognition_hold_ticks` for a Lachesis Ori, then pursues the result's goal."""
         f = self.arrays.fields
         payloads: dict[int, struct_pb2.Struct] = {}
+        hold_until = tick + self.config.cognition_hold_ticks
         for intent in results:
             slot = intent.slot
             f["cached_kind"][slot] = intent.kind
@@ -222,62 +228,28 @@ class Kernel:
             f["cached_priority"][slot] = intent.priority
             f["cached_plan_step"][slot] = intent.plan_step
             f["agent_bits"][slot] |= AGENT_BIT_FRESH_DECISION | AGENT_BIT_COGNITION_DECIDED
+            if self.behavior is not None:
+                self.behavior.adopt(slot, intent.goal_ref, hold_until)
             if intent.HasField("payload"):
                 payloads[slot] = intent.payload
         return payloads
 
     def _step_behavior(self, tick: int, cognition_unavailable_tiers: int) -> Escalations | None:
-        """The one call site of the behaviour layer, at 10 Hz (slot-phased): Lachesis agents step their
-        cached plans, and any agent of any tier holding no cognition-made action falls back to it, so a
-        cognition outage (or a killed tier, or a spent budget) leaves every Ori acting in character.
+        """The one call site of the behaviour layer, at 10 Hz (slot-phased: an agent's turn comes when
+        `(tick + slot) % lachesis_step_every_ticks == 0`): Lachesis agents step their cached plans once
+        a cognition-made action's hold (`cognition_hold_ticks`) has run out, and any agent of any tier
+        holding no cognition-made action falls back to the layer, so a cognition outage (or a killed
+        tier, or a spent budget) leaves every Ori acting in character.
 
         Then arbitration over the stepped Lachesis agents: the ones it escalates (novelty, no
         structured goal, no applicable method; never while Lachesis cognition is unavailable) are
         returned for a cognition call. They keep the behaviour action meanwhile."""
         if self.behavior is None or self.arrays.count == 0:
             return None
-        a = self.arrays
-        # An agent's turn comes when (tick + slot) % every == 0: every `every`-th slot from `first`,
-        # so only those are looked at (strided views, no per-agent phase arithmetic).
-        every = self.config.lachesis_step_every_ticks
-        first = -tick % every
-        no_cognition = a.live("cached_source")[first::every] != action_pb2.ACTION_SOURCE_COGNITION
-        due = (a.live("tier")[first::every] == LACHESIS) | no_cognition
-        slots = (np.flatnonzero(due) * every + first).astype(np.uint32)
-        if len(slots) == 0:
-            return None
-        f = a.fields
-        signals = BehaviorSignals(
-            need_safety_bp=a.live("need_safety_bp"),
-            need_sustaining_bp=a.live("need_sustaining_bp"),
-            need_social_bp=a.live("need_social_bp"),
-            need_purpose_bp=a.live("need_purpose_bp"),
-            fatigue_bp=a.live("fatigue_bp"),
-            signal_flags=a.live("signal_flags"),
-            goal_ref=a.live("goal_ref"),
-        )
-        decisions = BehaviorDecisions(
-            kind=f["cached_kind"],
-            source=f["cached_source"],
-            goal_ref=f["cached_goal_ref"],
-            plan_step=f["cached_plan_step"],
-            priority=f["cached_priority"],
-        )
-        fields = ("cached_kind", "cached_source", "cached_goal_ref", "cached_priority", "cached_plan_step")
-        held = [f[name][slots] for name in fields]
-        self.behavior.decide(slots, signals, decisions)
-        # Only a changed action is a fresh decision: a routine held steady by the tree (same inputs,
-        # same action) is the believability floor, not a loop. Every field counts, since the C core
-        # skips re-reading an agent's cached action unless it is flagged fresh.
-        changed = np.zeros(len(slots), dtype=bool)
-        for name, before in zip(fields, held, strict=True):
-            changed |= f[name][slots] != before
-        f["agent_bits"][slots[changed]] |= AGENT_BIT_FRESH_DECISION
-        # Only Lachesis agents escalate: Clotho already plans with cognition, Atropos is off stage.
-        return self.behavior.arbitrate(
-            slots,
-            f["tier"][slots] == LACHESIS,
+        return self.behavior.step(
             tick,
+            self.config.lachesis_step_every_ticks,
+            self.arrays,
             cognition_available=not cognition_unavailable_tiers >> LACHESIS & 1,
         )
 

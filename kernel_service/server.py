@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from prometheus_client import start_http_server
+
 from egbe.v1 import kernel_pb2_grpc
 from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
+from kernel_service.metrics import KernelMetrics
 from kernel_service.servicer import METHOD_ROLES, KernelServicer
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
@@ -34,6 +37,9 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         dial=channel_opener(settings),
     )
     await dispatcher.start()
+    metrics = KernelMetrics(core.name, dispatcher.stats)
+    if kernel_settings.metrics_port:
+        start_http_server(kernel_settings.metrics_port, registry=metrics.registry)
     tick_log = (
         TickLogWriter(kernel_settings.tick_log_path, kernel, kernel_settings.snapshot_every_ticks)
         if kernel_settings.tick_log_path is not None
@@ -50,7 +56,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         servicers=[
             (
                 kernel_pb2_grpc.add_KernelServiceServicer_to_server,
-                KernelServicer(kernel, dispatcher, tick_log),
+                KernelServicer(kernel, dispatcher, tick_log, metrics),
             )
         ],
         method_roles=METHOD_ROLES,

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
+from kernel_service.metrics import KernelMetrics
 from kernel_service.steward import enforce_steward_not_owner
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role
@@ -39,10 +40,17 @@ def _settle_population() -> None:
 class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     """Thin: every rule lives in Kernel; the dispatcher works outside the tick."""
 
-    def __init__(self, kernel: Kernel, dispatcher: Dispatcher, tick_log: TickLogWriter | None = None) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        dispatcher: Dispatcher,
+        tick_log: TickLogWriter | None = None,
+        metrics: KernelMetrics | None = None,
+    ) -> None:
         self._kernel = kernel
         self._dispatcher = dispatcher
         self._tick_log = tick_log
+        self._metrics = metrics
 
     def _check_world(self, world_id: str) -> None:
         if world_id and self._kernel.world_id and world_id != self._kernel.world_id:
@@ -67,6 +75,8 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         if self._tick_log is not None:
             self._tick_log.record_tick(batch, merged, result, self._kernel, unavailable)
         self._dispatcher.offer(result)
+        if self._metrics is not None:
+            self._metrics.observe(result.report)
 
     async def ReplayTicks(
         self,

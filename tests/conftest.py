@@ -22,7 +22,7 @@ pytest_plugins = ["tests.tls_fixtures"]
 
 # Hypothesis's per-example deadline is a wall-clock assertion: on a shared 2-core machine it fails
 # correct code. Examples are bounded by their count instead.
-settings.register_profile("egbe")
+settings.register_profile("egbe", deadline=None)
 settings.load_profile("egbe")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.types.numeric import Int8BinaryDumper
 from psycopg_pool import AsyncConnectionPool
 
 from biography_service.appending import AppendRequest, GroupPlan, StreamHead, plan_group
@@ -67,7 +68,14 @@ _STREAM_HEADS = (
     " CROSS JOIN LATERAL (SELECT stream_version, hash FROM events WHERE events.ori_id = o.ori_id"
     " ORDER BY stream_version DESC LIMIT 1) AS e"
 )
-_EVENTS_BY_IDS = f"SELECT {sql.EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s)"  # noqa: S608
+# Binary (%b): psycopg dumps a text array of a group's ids at ~3.4 µs an id, a binary one at ~0.5.
+_EVENTS_BY_IDS = f"SELECT {sql.EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b::text[])"  # noqa: S608
+
+
+async def _configure(connection: psycopg.AsyncConnection[Any]) -> None:
+    """Python ints go out as int8 (every integer column is BIGINT): the default dumper picks the
+    narrowest type per value, which more than doubles the cost of dumping a group's arrays."""
+    connection.adapters.register_dumper(int, Int8BinaryDumper)
 
 
 @dataclass
@@ -80,16 +88,26 @@ class PostgresStore(BiographyStore):
     """Appends serialize on the log_head row lock, so global positions become visible in order.
 
     One writer task per process commits queued appends in groups, so concurrent callers share the
-    lock and the WAL flush instead of queueing behind each other's commits.
+    lock and the WAL flush instead of queueing behind each other's commits. `migrations` is the schema
+    the store brings its database to on open (a prefix builds an older one).
     """
 
-    def __init__(self, dsn: str, *, pool_max: int, poll_seconds: float, max_group: int) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_max: int,
+        poll_seconds: float,
+        max_group: int,
+        migrations: Sequence[sql.Migration] = sql.MIGRATIONS,
+    ) -> None:
         super().__init__()
+        self._migrations = migrations
         self._max_group = max_group
         self._queue: asyncio.Queue[_PendingAppend] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._dsn = dsn
-        self._pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_max, open=False)
+        self._pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_max, open=False, configure=_configure)
         self._poll_seconds = poll_seconds
         self._listener: asyncio.Task[None] | None = None
 
@@ -111,7 +129,7 @@ class PostgresStore(BiographyStore):
                 await connection.execute(sql.MIGRATIONS_TABLE)
                 cursor = await connection.execute("SELECT version FROM schema_migrations")
                 applied = {row[0] for row in await cursor.fetchall()}
-                for migration in sql.MIGRATIONS:
+                for migration in self._migrations:
                     if migration.version in applied:
                         continue
                     for statement in migration.statements:
@@ -266,21 +284,33 @@ class PostgresStore(BiographyStore):
             return None if row is None else int(row[0])
 
     async def snapshot(self, ori_id: str, *, limit: int, memory_window: int) -> ProjectionSnapshot:
-        async with self._translated(), self._pool.connection() as connection, connection.transaction():
-            # One snapshot for every section, so they all reflect the same appends.
+        queries = (
+            (sql.SNAPSHOT_TOTALS, (ori_id,) * 6),
+            (sql.SNAPSHOT_MEMORIES, (ori_id, memory_window, limit)),
+            (sql.SNAPSHOT_RELATIONSHIPS, (ori_id, limit)),
+            (sql.SNAPSHOT_ARCS, (ori_id, limit)),
+            (sql.SNAPSHOT_PERSONALITY, (ori_id, limit)),
+            (sql.SNAPSHOT_VALUES, (ori_id, limit)),
+        )
+        async with (
+            self._translated(),
+            self._pool.connection() as connection,
+            connection.pipeline(),
+            connection.transaction(),
+        ):
+            # One snapshot for every section, so they all reflect the same appends; pipelined, so the
+            # six queries cost one round trip to the server instead of eight (with BEGIN and COMMIT).
             await connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-
-            async def rows(query: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
-                cursor = await connection.execute(_pg(query), params)
-                return await cursor.fetchall()
-
-            totals = (await rows(sql.SNAPSHOT_TOTALS, (ori_id,) * 6))[0]
-            return build_snapshot(
-                ori_id,
-                totals=totals,
-                memories=await rows(sql.SNAPSHOT_MEMORIES, (ori_id, memory_window, limit)),
-                relationships=await rows(sql.SNAPSHOT_RELATIONSHIPS, (ori_id, limit)),
-                arcs=await rows(sql.SNAPSHOT_ARCS, (ori_id, limit)),
-                personality=await rows(sql.SNAPSHOT_PERSONALITY, (ori_id, limit)),
-                values=await rows(sql.SNAPSHOT_VALUES, (ori_id, limit)),
-            )
+            cursors = [await connection.execute(_pg(query), params) for query, params in queries]
+            totals, memories, relationships, arcs, personality, values = [
+                await cursor.fetchall() for cursor in cursors
+            ]
+        return build_snapshot(
+            ori_id,
+            totals=totals[0],
+            memories=memories,
+            relationships=relationships,
+            arcs=arcs,
+            personality=personality,
+            values=values,
+        )

@@ -73,6 +73,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             " stream_version BIGINT NOT NULL, PRIMARY KEY (ori_id, value_ref))",
         ),
     ),
+    Migration(
+        2,
+        "personality events indexed by recency",
+        # Rehydration takes the most recent personality events; without this index it sorted all of
+        # an Ori's (a 10,000-event Ori: 2,000 rows, ~1.3 ms of SQLite per Rehydrate).
+        ("CREATE INDEX personality_recent ON personality_events (ori_id, stream_version, seq)",),
+    ),
 )
 
 # Statements below interpolate only these constant column lists and placeholder counts, never input.

@@ -17,7 +17,7 @@ from biography_service.events import AppendResult, ExpectedVersion, NewEvent, Re
 from biography_service.projections import ProjectionSnapshot
 from biography_service.store import sql
 from biography_service.store.base import BiographyStore, build_snapshot
-from biography_service.store.sqlite_writer import GroupCommitWriter
+from biography_service.store.sqlite_writer import GroupCommitWriter, Write
 
 T = TypeVar("T")
 
@@ -33,12 +33,35 @@ def _connect(path: Path) -> sqlite3.Connection:
     return connection
 
 
-class SqliteStore(BiographyStore):
-    """One group-committing writer thread (SQLite has one writer); readers on their own threads."""
+# The writer's own settings, from profiling the batched append path (docs/performance.md):
+# - temp_store=MEMORY: each append's SAVEPOINT keeps its statement journal (a copy of every page the
+#   append first touches) in memory; by default it spilled to a temp file, ~8 KB written per event.
+# - cache_size: a group dirties several pages per event (the random event-id and memory-ref keys);
+#   with the 2 MB default it spilled dirty pages to the WAL mid-transaction and re-read them.
+# - wal_autocheckpoint: a checkpoint after nearly every group copied pages that the next group
+#   dirtied again; every 8,000 frames (~32 MB of WAL) copies each hot page once for many groups.
+WRITER_PRAGMAS = ("temp_store=MEMORY", "cache_size=-65536", "wal_autocheckpoint=8000")
 
-    def __init__(self, path: Path, *, max_group: int) -> None:
+
+def _connect_writer(path: Path) -> sqlite3.Connection:
+    connection = _connect(path)
+    for pragma in WRITER_PRAGMAS:
+        connection.execute(f"PRAGMA {pragma}")
+    return connection
+
+
+class SqliteStore(BiographyStore):
+    """One group-committing writer thread (SQLite has one writer); readers on their own threads.
+
+    `migrations` is the schema the store brings its database to on open (a prefix builds an older one).
+    """
+
+    def __init__(
+        self, path: Path, *, max_group: int, migrations: Sequence[sql.Migration] = sql.MIGRATIONS
+    ) -> None:
         super().__init__()
         self._path = path
+        self._migrations = migrations
         self._max_group = max_group
         self._writer: GroupCommitWriter | None = None
         self._reader_pool = ThreadPoolExecutor(
@@ -58,7 +81,7 @@ class SqliteStore(BiographyStore):
         except sqlite3.Error as exc:
             raise StorageUnavailable(f"sqlite: {exc}") from exc
 
-    async def _write(self, write: Callable[[sqlite3.Connection], T]) -> T:
+    async def _write(self, write: Write[T]) -> T:
         if self._writer is None:
             raise StorageUnavailable("the SQLite store is not open")
         return await self._translated(self._writer.submit(write))
@@ -77,14 +100,13 @@ class SqliteStore(BiographyStore):
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = GroupCommitWriter(lambda: _connect(self._path), self._max_group)
-        await self._write(self._migrate)
+        self._writer = GroupCommitWriter(lambda: _connect_writer(self._path), self._max_group)
+        await self._write(lambda connection, _: self._migrate(connection))
 
-    @staticmethod
-    def _migrate(connection: sqlite3.Connection) -> None:
+    def _migrate(self, connection: sqlite3.Connection) -> None:
         connection.execute(sql.MIGRATIONS_TABLE)
         applied = {row[0] for row in connection.execute("SELECT version FROM schema_migrations")}
-        for migration in sql.MIGRATIONS:
+        for migration in self._migrations:
             if migration.version in applied:
                 continue
             for statement in migration.statements:
@@ -107,20 +129,32 @@ class SqliteStore(BiographyStore):
     async def append(
         self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
     ) -> AppendResult:
-        result = await self._write(lambda connection: self._append(connection, ori_id, expected, events))
+        result = await self._write(
+            lambda connection, isolated: self._append(connection, isolated, ori_id, expected, events)
+        )
         if not result.already_recorded:
             self.appended.notify()
         return result
 
     @staticmethod
     def _append(
-        connection: sqlite3.Connection, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
+        connection: sqlite3.Connection,
+        isolated: bool,
+        ori_id: str,
+        expected: ExpectedVersion,
+        events: Sequence[NewEvent],
     ) -> AppendResult:
-        """Runs on the writer thread inside the group's transaction (and this write's savepoint)."""
+        """Runs on the writer thread inside the group's transaction.
+
+        Run bare, it looks for none of the event ids first: a repeat then fails the event_id unique
+        constraint (or the expected version) and its isolated rerun finds the recorded events.
+        """
         row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
         head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
-        ids = [event.event_id for event in events]
-        already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
+        already: list[RecordedEvent] = []
+        if isolated:
+            ids = [event.event_id for event in events]
+            already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
         position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
         plan = plan_append(
             ori_id,

@@ -101,3 +101,150 @@ int64_t moirai_encode_candidates(uint32_t count, const uint32_t *slots, const ui
                                  const uint32_t *tenant_offsets, const uint8_t *route_blob,
                                  const uint32_t *route_offsets, const uint8_t *group_blob,
                                  const uint32_t *group_offsets, uint8_t *out, size_t cap);
+
+/* The behaviour layer's per-tick step (moirai_behavior.c; kernel_service/behavior/c_step.py binds it). The
+ * numbers it shares with Python are named here, so cffi checks them against the C build and a test checks
+ * them against the protobuf enums and the layer's vocabulary. */
+enum moirai_behavior_constants {
+    MB_TIER_LACHESIS = 2,
+    MB_SOURCE_BEHAVIOR_TREE = 2,
+    MB_SOURCE_HTN = 3,
+    MB_SOURCE_COGNITION = 4,
+    MB_CAUSE_NOVELTY = 6,
+    MB_CAUSE_NO_GOAL = 7,
+    MB_CAUSE_NO_METHOD = 8,
+    MB_BIT_FRESH_DECISION = 1,
+    MB_THREAT_FLAG = 64,
+    MB_MINOR_PRESENT_FLAG = 128,
+    MB_ROUTINE_MAINTAIN_SAFETY = 1,
+    MB_ROUTINE_SELF_CARE = 2,
+    MB_ROUTINE_VOCATION = 3,
+    MB_ROUTINE_SOCIAL = 4,
+    MB_ROUTINE_CURIOSITY = 5,
+    MB_ROUTINE_OBSERVE = 6,
+    MB_EMOTION_CALM = 1,
+    MB_EMOTION_CONTENT = 2,
+    MB_EMOTION_DETERMINED = 3,
+    MB_EMOTION_TIRED = 4,
+    MB_EMOTION_LONELY = 5,
+    MB_EMOTION_ANXIOUS = 6,
+    MB_EMOTION_GRIEVING = 7,
+    MB_TRAIT_WARMTH = 0,
+    MB_TRAIT_CURIOSITY = 1,
+    MB_TRAIT_CAUTION = 2,
+    MB_TRAIT_AMBITION = 3,
+    MB_TRAIT_CONSCIENTIOUSNESS = 4,
+    MB_TRAIT_PLAYFULNESS = 7,
+    MB_DOMAIN_CHILD_SAFETY = 1,
+    MB_DOMAIN_SAFETY = 2,
+    MB_FAMILY_VOCATION = 1,
+    MB_NEED_PURPOSE = 4,
+    MB_GOAL_FAMILY_SHIFT = 28,
+    MB_GOAL_TAG_SHIFT = 12,
+    MB_GOAL_TAG_MASK = 65535,
+    MB_ROUTINES = 7
+};
+
+/* The layer's numbers (BehaviorConfig), the tags and goals it sets itself, its routine tables and the
+ * compiled HTN methods (behavior/compiled_plans.py): bound once per layer. */
+struct moirai_behavior_config {
+    int32_t safety_value_threshold_bp;
+    int32_t fatigue_self_care_bp;
+    int32_t need_rest_tag_bp;
+    int32_t routine_drive_gate_bp;
+    int32_t need_goal_threshold_bp;
+    int32_t grieving_hard_objective_bp;
+    int32_t anxious_hard_objective_bp;
+    int32_t grief_bp;
+    int32_t aroused_bp;
+    int32_t tired_fatigue_bp;
+    int32_t lonely_need_bp;
+    int32_t content_valence_bp;
+    int32_t mood_decay_shift;
+    uint64_t escalation_cooldown_ticks;
+    uint32_t rest_tag;
+    uint32_t threat_tag;
+    uint32_t minor_tag;
+    uint32_t need_goal[5];            /* by Need; 0 = none */
+    uint32_t purpose_with_station_goal;
+    uint8_t routine_kind[7];          /* ActionKind by Routine */
+    uint8_t routine_values[7][2];     /* the two value domains a routine honours, strongest first */
+    uint32_t method_count;
+    const uint8_t *step_kind;
+    const int32_t *method_offset;
+    const int32_t *method_length;
+    const uint32_t *method_family;
+    const uint32_t *method_requires;
+    const uint32_t *method_excludes;
+    const int32_t *method_priority_bp;
+};
+
+/* Pointers into the kernel's arrays (agent_state.AGENT_FIELDS), the layer's (behavior/layer.py _ARRAYS;
+ * traits and values are (axes, capacity) row-major), and the escalation output buffers (capacity-sized). */
+struct moirai_behavior {
+    const uint8_t *tier;
+    uint8_t *agent_bits;
+    uint8_t *cached_kind;
+    uint8_t *cached_source;
+    uint32_t *cached_goal_ref;
+    uint16_t *cached_priority;
+    uint16_t *cached_plan_step;
+    const uint16_t *need_safety_bp;
+    const uint16_t *need_sustaining_bp;
+    const uint16_t *need_social_bp;
+    const uint16_t *need_purpose_bp;
+    const uint16_t *fatigue_bp;
+    const uint16_t *signal_flags;
+    const uint32_t *goal_ref;
+
+    uint32_t capacity; /* the layer's: the row stride of traits and values */
+    const uint16_t *traits;
+    const uint16_t *values;
+    const uint32_t *vocation_ref;
+    uint8_t *evaluated;
+    uint16_t *seen_safety;
+    uint16_t *seen_sustaining;
+    uint16_t *seen_social;
+    uint16_t *seen_purpose;
+    uint16_t *seen_fatigue;
+    uint16_t *seen_flags;
+    uint32_t *seen_goal;
+    uint8_t *tree_routine;
+    uint8_t *tree_kind;
+    uint16_t *tree_priority;
+    uint8_t *tree_value;
+    uint8_t *emotion;
+    int32_t *hard_objective_bp;
+    int32_t *mood_valence;
+    int32_t *mood_arousal;
+    int32_t *grief;
+    uint8_t *mood_active;
+    uint32_t *goal;
+    uint32_t *plan_tags;
+    int16_t *plan_method;
+    int32_t *plan_cursor;
+    uint16_t *plan_priority;
+    uint8_t *novel;
+    uint64_t *escalate_after;
+    const uint32_t *cognition_goal;
+    uint8_t *goal_adopted;
+    const uint64_t *hold_until;
+
+    uint32_t *escalation_slot;
+    uint8_t *escalation_cause;
+};
+
+struct moirai_behavior_params {
+    uint64_t tick;
+    uint32_t first; /* the strided set: slots first, first + every, ... below count */
+    uint32_t every;
+    uint32_t count;
+    uint8_t cognition_available; /* Lachesis cognition: arbitration may escalate */
+};
+
+/* One tick's step over the due slots (the strided set, or `slots[0, n_slots)` ascending when `slots` is not
+ * NULL): a row whose inputs changed is re-evaluated (novelty, emotion, tree, needs -> goal, re-plan), then
+ * every due row steps its cached plan, is marked fresh if its action changed, and is arbitrated. Returns the
+ * number of escalations written. */
+uint32_t moirai_behavior_step(const struct moirai_behavior_params *params, const struct moirai_behavior_config *config,
+                              const uint32_t *slots, uint32_t n_slots, struct moirai_behavior *b);

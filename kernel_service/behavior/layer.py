@@ -2,8 +2,11 @@
 
 Per agent it caches the last perception inputs and what they produced (tree decision, emotion,
 effective goal, compiled plan and cursor). `decide` re-evaluates trees, emotion and goal selection
-only for rows whose inputs changed (or whose mood is still settling); every other row just steps
-its cached plan, which is what lets the kernel step 10,000 Lachesis agents inside a tick.
+only for rows whose inputs changed (or whose mood is still settling, or that cognition handed a
+goal); every other row just steps its cached plan, which is what lets the kernel step 10,000
+Lachesis agents inside a tick. `step` is the kernel's one call a tick (due check with the cognition
+hold, `decide`, fresh-decision mark, `arbitrate`); on the C core it runs as one cffi call
+(`c_step.py`, `_core/moirai_behavior.c`), byte-identical to this numpy form.
 Deterministic: no clock, no RNG; `snapshot`/`restore` carry every per-agent array.
 """
 
@@ -12,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-from egbe.v1 import action_pb2, kernel_pb2
+from egbe.v1 import action_pb2, common_pb2, kernel_pb2
+from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION
 from kernel_service.behavior.arbitration import Arbitration, arbitrate_rows
 from kernel_service.behavior.compiled_plans import NO_METHOD, CompiledMethods
 from kernel_service.behavior.config import BehaviorConfig
@@ -41,9 +46,20 @@ from kernel_service.behavior.vocabulary import (
     GoalFamily,
     Routine,
 )
-from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals, Escalations
+from kernel_service.behavior_seam import (
+    DECISION_FIELDS,
+    BehaviorDecisions,
+    BehaviorSignals,
+    Escalations,
+    KernelArrays,
+    decisions_of,
+    signals_of,
+)
 from services.errors import FieldViolation, InvalidArgument
 from services.fingerprint import fingerprint
+
+if TYPE_CHECKING:
+    from kernel_service.behavior.c_step import CBehaviorStep
 
 BP = 10_000
 QUIRK_SEPARATOR = "\x1f"
@@ -87,6 +103,12 @@ _ARRAYS: dict[str, tuple[type[np.generic], tuple[int, ...]]] = {
     # earliest tick it may escalate to cognition again.
     "novel": (np.bool_, ()),
     "escalate_after": (np.uint64, ()),
+    # Cognition decides, behaviour acts: the goal of the Ori's last merged cognition result (its
+    # structured goal unless perception gives one), whether it arrived since the last evaluation, and
+    # the tick until which that result's action holds (a Lachesis Ori is not stepped before it).
+    "cognition_goal": (np.uint32, ()),
+    "goal_adopted": (np.bool_, ()),
+    "hold_until": (np.uint64, ()),
 }
 
 
@@ -134,6 +156,8 @@ class PersonalityBehaviorLayer:
         self._minor_bit = self.library.tag_bit("minor-present")
         self._arrays: dict[str, NDArray[np.generic]] = {}
         self._quirks: list[tuple[str, ...]] = []
+        self.generation = 0  # bumps whenever the arrays are replaced, so the C step re-binds them
+        self._c_step: CBehaviorStep | None = None
         self._allocate(max(capacity, 1))
 
     # --- state ---------------------------------------------------------------------------------
@@ -147,6 +171,7 @@ class PersonalityBehaviorLayer:
         self._quirks.extend([()] * (capacity - len(self._quirks)))
         for name, array in fresh.items():
             setattr(self, name, array)
+        self.generation += 1
 
     @property
     def capacity(self) -> int:
@@ -183,6 +208,9 @@ class PersonalityBehaviorLayer:
     plan_priority: NDArray[np.uint16]
     novel: NDArray[np.bool_]
     escalate_after: NDArray[np.uint64]
+    cognition_goal: NDArray[np.uint32]
+    goal_adopted: NDArray[np.bool_]
+    hold_until: NDArray[np.uint64]
 
     # --- BehaviorLayer -------------------------------------------------------------------------
 
@@ -213,9 +241,69 @@ class PersonalityBehaviorLayer:
             self.minor[slot] = profile.minor
             self._quirks[slot] = profile.quirks
 
+    def use_core(self, name: str) -> None:
+        """The kernel's tick core names how `step` runs: "c" in the C core (`c_step`), else numpy."""
+        if name == "c":
+            from kernel_service.behavior.c_step import CBehaviorStep  # only where the C core was built
+
+            self._c_step = CBehaviorStep(self)
+        else:
+            self._c_step = None
+
+    def adopt(self, slot: int, goal_ref: int, hold_until: int) -> None:
+        """A cognition result was merged as the slot's cached action: a Lachesis Ori holds it until tick
+        `hold_until`, then steps again with the result's goal as its structured goal (unless perception
+        names one), which its HTN decomposes. A goal of 0 leaves the goal to perception and needs."""
+        self.cognition_goal[slot] = goal_ref
+        self.goal_adopted[slot] = True
+        self.hold_until[slot] = hold_until
+
+    def step(
+        self,
+        tick: int,
+        every: int,
+        kernel: KernelArrays,
+        cognition_available: bool,
+        slots: NDArray[np.uint32] | None = None,
+    ) -> Escalations:
+        """The kernel's behaviour step over its arrays, in place (C or numpy, as `use_core` chose).
+
+        Looked at: the slots whose turn it is, `(tick + slot) % every == 0` (or `slots`, ascending).
+        Due among them: an agent holding no cognition-made action, or a Lachesis agent whose hold on one
+        has run out. Each due agent's cached action becomes its next cheap action (`decide`), flagged
+        AGENT_BIT_FRESH_DECISION only when it differs from what was held (a routine held steady is the
+        believability floor, not a new decision; the C core skips re-reading unflagged actions). Then
+        `arbitrate` over them, Lachesis agents eligible: the escalations are returned (ascending; the C
+        step returns views of its buffers, valid until the next step)."""
+        if self._c_step is not None:
+            return self._c_step.run(tick, every, kernel, cognition_available, slots)
+        f = kernel.fields
+        # The strided set is read through views (every `every`-th slot from `first`), no gathers.
+        first = -tick % every
+        look: Index = slice(first, kernel.count, every) if slots is None else slots.astype(np.intp)
+        lachesis = f["tier"][look] == common_pb2.COGNITION_TIER_LACHESIS
+        due = (f["cached_source"][look] != action_pb2.ACTION_SOURCE_COGNITION) | (
+            lachesis & (self.hold_until[look] <= tick)
+        )
+        chosen = (np.flatnonzero(due) * every + first).astype(np.uint32) if slots is None else slots[due]
+        if len(chosen) == 0:
+            return Escalations(chosen, np.zeros(0, dtype=np.uint8))
+        fresh = self._decide(chosen, signals_of(f), decisions_of(f))
+        f["agent_bits"][chosen[fresh]] |= AGENT_BIT_FRESH_DECISION
+        return self.arbitrate(
+            chosen, f["tier"][chosen] == common_pb2.COGNITION_TIER_LACHESIS, tick, cognition_available
+        )
+
     def decide(self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions) -> None:
-        if len(slots) == 0:
-            return
+        """Deterministically fill `out[slots]` with each agent's next cheap action (no clock, no RNG):
+        rows whose inputs changed are evaluated first, then every row steps its cached plan."""
+        if len(slots):
+            self._decide(slots, signals, out)
+
+    def _decide(
+        self, slots: NDArray[np.uint32], signals: BehaviorSignals, out: BehaviorDecisions
+    ) -> NDArray[np.bool_]:
+        """`decide`; returns which rows' action differs from what `out` held (a fresh decision)."""
         idx = _index(slots)
         safety = signals.need_safety_bp[idx]
         sustaining = signals.need_sustaining_bp[idx]
@@ -224,7 +312,7 @@ class PersonalityBehaviorLayer:
         fatigue = signals.fatigue_bp[idx]
         flags = signals.signal_flags[idx]
         goal_in = signals.goal_ref[idx]
-        changed = ~self.evaluated[idx] | self.mood_active[idx]
+        changed = ~self.evaluated[idx] | self.mood_active[idx] | self.goal_adopted[idx]
         changed |= safety != self.seen_safety[idx]
         changed |= sustaining != self.seen_sustaining[idx]
         changed |= social != self.seen_social[idx]
@@ -242,18 +330,25 @@ class PersonalityBehaviorLayer:
         known = np.maximum(method, 0)
         cursor = self.plan_cursor[idx]
         step_kind = self.methods.step_kind[self.methods.offset[known] + cursor]
-        out.kind[idx] = np.where(use_plan, step_kind, self.tree_kind[idx])
-        out.source[idx] = np.where(
-            use_plan, action_pb2.ACTION_SOURCE_HTN, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE
+        action = (
+            np.where(use_plan, step_kind, self.tree_kind[idx]),
+            np.where(use_plan, action_pb2.ACTION_SOURCE_HTN, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE),
+            self.goal[idx],
+            np.where(use_plan, cursor, 0),
+            np.where(use_plan, self.plan_priority[idx], self.tree_priority[idx]),
         )
-        out.goal_ref[idx] = self.goal[idx]
-        out.plan_step[idx] = np.where(use_plan, cursor, 0)
-        out.priority[idx] = np.where(use_plan, self.plan_priority[idx], self.tree_priority[idx])
+        fresh = np.zeros(len(slots), dtype=bool)
+        for name, computed in zip(DECISION_FIELDS, action, strict=True):
+            column = getattr(out, name)
+            values = computed.astype(column.dtype, copy=False)  # as stored (the C step compares so too)
+            fresh |= column[idx] != values
+            column[idx] = values
         # A finished plan starts over: the goal stands until the world or the needs change it.
         advanced = cursor + 1
         self.plan_cursor[idx] = np.where(
             use_plan, np.where(advanced >= self.methods.length[known], 0, advanced), cursor
         )
+        return fresh
 
     def arbitrate(
         self, slots: NDArray[np.uint32], eligible: NDArray[np.bool_], tick: int, cognition_available: bool
@@ -328,6 +423,7 @@ class PersonalityBehaviorLayer:
         }
         for name, array in self._arrays.items():
             setattr(self, name, array)
+        self.generation += 1
         self._quirks = [tuple(q.split(QUIRK_SEPARATOR)) if q else () for q in arrays["quirks"].tolist()]
 
     # --- beyond the seam -----------------------------------------------------------------------
@@ -383,6 +479,8 @@ class PersonalityBehaviorLayer:
         flags: NDArray[np.uint16],
         goal_in: NDArray[np.uint32],
     ) -> None:
+        """Re-evaluate the rows whose inputs changed (`needs` is (n, 4) in Need order): novelty,
+        emotion, personality tree, needs -> goal, re-plan; `_core/moirai_behavior.c` is its C twin."""
         cfg = self.config
         self.novel[rows] |= self.evaluated[rows] & ((flags & ~self.seen_flags[rows] & NOVELTY_FLAGS) != 0)
         emotion = evaluate_emotions(
@@ -412,7 +510,8 @@ class PersonalityBehaviorLayer:
         surfaced = surface_goals(
             most_pressing_needs(needs, cfg.need_goal_threshold_bp), vocation, self.need_goals
         )
-        goal = np.where(goal_in != 0, goal_in, surfaced)
+        adopted = self.cognition_goal[rows]
+        goal = np.where(goal_in != 0, goal_in, np.where(adopted != 0, adopted, surfaced))
         tags = goal_tag_masks(goal)
         tags |= np.where(fatigue >= cfg.need_rest_tag_bp, self._rest_bit, 0).astype(np.uint32)
         tags |= np.where((flags & THREAT_FLAG) != 0, self._threat_bit, 0).astype(np.uint32)
@@ -441,6 +540,7 @@ class PersonalityBehaviorLayer:
         self.seen_flags[rows] = flags
         self.seen_goal[rows] = goal_in
         self.evaluated[rows] = True
+        self.goal_adopted[rows] = False
         self._settle_mood(rows)
 
     def _settle_mood(self, rows: NDArray[np.intp]) -> None:

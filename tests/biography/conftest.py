@@ -26,16 +26,20 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_factory(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> object:
-    """Builds unopened stores on one database (several stores = several processes' view of it)."""
+    """Builds unopened stores on one database (several stores = several processes' view of it);
+    keyword options (e.g. `migrations`) go to the store."""
     if backend == "postgres":
         dsn: str = request.getfixturevalue("postgres_dsn")
-        return lambda: PostgresStore(
+        return lambda **options: PostgresStore(
             dsn,
             pool_max=4,
             poll_seconds=TEST_CONFIG.subscription_poll_seconds,
             max_group=TEST_CONFIG.group_commit_max,
+            **options,
         )
-    return lambda: SqliteStore(tmp_path / "biography.sqlite3", max_group=TEST_CONFIG.group_commit_max)
+    return lambda **options: SqliteStore(
+        tmp_path / "biography.sqlite3", max_group=TEST_CONFIG.group_commit_max, **options
+    )
 
 
 @pytest.fixture

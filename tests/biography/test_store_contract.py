@@ -11,11 +11,13 @@ import psycopg
 import pytest
 
 from biography_service.chain import GENESIS_HASH
+from biography_service.config import BiographyConfig
 from biography_service.errors import EventIdConflict, WrongExpectedVersion
 from biography_service.events import ANY, NO_STREAM, STREAM_EXISTS, EventKind, exact
 from biography_service.rehydration import LoadBudget
 from biography_service.service import Biography
 from biography_service.store.base import BiographyStore
+from biography_service.store.sql import MIGRATIONS
 from tests.biography.events_for_tests import event, memories, memory
 
 
@@ -207,6 +209,30 @@ async def test_migrations_run_once_and_a_reopened_store_keeps_its_events(store_f
         assert (await again.append("ori-a", exact(1), memories(1))).last_global_position == 3
     finally:
         await again.close()
+
+
+async def test_a_database_of_the_first_schema_is_upgraded_in_place(store_factory: object) -> None:
+    """A v1 database (written before the personality index) opens, keeps its log and chains, and the
+    upgraded store ranks its projections as the old one did."""
+    events = [
+        *memories(3),
+        *(event(EventKind.PERSONALITY_EVENT, {"summary": f"grew {i}"}, tick=i) for i in range(4)),
+    ]
+    old: BiographyStore = store_factory(migrations=MIGRATIONS[:1])  # type: ignore[operator]
+    await old.open()
+    await old.append("ori-a", NO_STREAM, events)
+    before = await old.snapshot("ori-a", limit=2, memory_window=10)
+    await old.close()
+    upgraded: BiographyStore = store_factory()  # type: ignore[operator]
+    await upgraded.open()
+    try:
+        biography = Biography(upgraded, BiographyConfig())
+        assert (await biography.verify_chain("ori-a")).events_checked == len(events)
+        assert await upgraded.snapshot("ori-a", limit=2, memory_window=10) == before
+        assert before.personality_events == ["grew 3", "grew 2"]
+        assert (await upgraded.append("ori-a", exact(6), memories(1, "n"))).last_version == 7
+    finally:
+        await upgraded.close()
 
 
 async def test_projections_follow_the_log_in_the_same_transaction(biography: Biography) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -16,8 +18,23 @@ from world.embedded import DemoTarget, services_for_run
 AGENTS = 4
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The kernel's Prometheus endpoint over HTTP, as `name{labels}` -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    samples = (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {name: float(value) for name, value in samples}
+
+
 async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(tmp_path: Path) -> None:
-    settings = load_settings(data_dir=tmp_path / "data")
+    metrics_port = _free_port()
+    settings = load_settings(data_dir=tmp_path / "data", kernel={"metrics_port": metrics_port})
     async with services_for_run(
         settings, tmp_path / "run", snapshot_every=50, target=DemoTarget.EMBEDDED
     ) as services:
@@ -54,3 +71,12 @@ async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(
             assert merged_tick is not None, "no cognition result came back through the dispatcher"
             sources = {i.source for i in result.actions.intents}
             assert action_pb2.ACTION_SOURCE_COGNITION in sources
+            # Operators see the same run on the kernel's metrics endpoint.
+            metrics = await asyncio.to_thread(_scrape, metrics_port)
+            assert metrics['egbe_kernel_core_info{core="c"}'] == 1
+            assert metrics["egbe_kernel_ticks_total"] == tick
+            assert metrics['egbe_kernel_dispatch_candidates_total{outcome="sent"}'] >= first_candidates
+            assert metrics['egbe_kernel_dispatch_candidates_total{outcome="shed"}'] == 0
+            assert metrics["egbe_kernel_dispatch_results_total"] >= 1
+            assert metrics['egbe_kernel_agents{tier="clotho"}'] == AGENTS
+            assert metrics["egbe_kernel_tick_micros_count"] == tick

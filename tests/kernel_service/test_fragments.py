@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2
-from kernel_service.agent_state import GUARD_BIT_STALE_GOAL
+from kernel_service.agent_state import GUARD_BIT_REPEATED_ACTION, GUARD_BIT_STALE_GOAL
 from kernel_service.config import KernelConfig
 from kernel_service.fragments import FragmentStore
 from kernel_service.kernel import Kernel
@@ -34,6 +34,13 @@ def said(slot: int, run_id: str) -> action_pb2.ActionIntent:
     return action_pb2.ActionIntent(
         slot=slot, kind=action_pb2.ACTION_KIND_SAY, goal_ref=9, priority=6_000, payload=payload
     )
+
+
+def taken(store: FragmentStore, slot: int, tick: int) -> list[biography_pb2.ConsolidationFragment]:
+    """What a hand-over of the slot would carry, as the kernel asks for it."""
+    request = action_pb2.LifecycleRequest(slot=slot, ori=common_pb2.OriRef(ori_id=f"ori-{slot}"))
+    store.take_into(request, tick)
+    return list(request.fragments)
 
 
 def consolidations(result: action_pb2.TickResult) -> list[action_pb2.LifecycleRequest]:
@@ -143,12 +150,12 @@ def test_action_changes_between_other_moments_fold_into_one_run() -> None:
     store.record_actions(13, np.array([1]), fields)
     store.record_guards(14, np.array([1], np.uint32), np.array([GUARD_BIT_STALE_GOAL], np.uint8), clotho)
     store.record_actions(15, np.array([1]), fields)
-    (work,) = store.take(0, "ori-0", 16)
+    (work,) = taken(store, 0, 16)
     assert work.world_tick == 10
     assert work.payload["changes"] == 2
     assert work.payload["last_tick"] == 12
     assert dict(work.payload["kinds"]) == {"ACTION_KIND_WORK": 2}
-    first_run, guard, second_run = store.take(1, "ori-1", 16)
+    first_run, guard, second_run = taken(store, 1, 16)
     assert [first_run.payload["changes"], second_run.payload["changes"]] == [2, 1]
     assert guard.payload["moment"] == "guard"
     assert second_run.world_tick == 15
@@ -172,4 +179,81 @@ def test_an_open_run_restored_from_a_snapshot_keeps_folding_as_it_would_have() -
     rest = {name: values[1:] for name, values in fields.items()}
     for store in (uninterrupted, restored):
         store.record_actions(3, np.array([0]), rest)
-    assert restored.take(0, "ori-0", 4) == uninterrupted.take(0, "ori-0", 4)
+    assert taken(restored, 0, 4) == taken(uninterrupted, 0, 4)
+
+
+STALE = np.array([GUARD_BIT_STALE_GOAL], np.uint8)
+REPEATED = np.array([GUARD_BIT_REPEATED_ACTION], np.uint8)
+
+
+def act(store: FragmentStore, tick: int, kind: int = action_pb2.ACTION_KIND_EXPLORE) -> None:
+    fields = {
+        "out_kind": np.array([kind], np.uint8),
+        "out_source": np.array([action_pb2.ACTION_SOURCE_BEHAVIOR_TREE], np.uint8),
+        "out_goal_ref": np.array([3], np.uint32),
+        "out_priority": np.array([500], np.uint16),
+    }
+    store.record_actions(tick, np.array([0]), fields)
+
+
+def stamp(store: FragmentStore, tick: int, bits: np.ndarray) -> None:  # type: ignore[type-arg]
+    store.record_guards(
+        tick, np.array([0], np.uint32), bits, np.full(1, common_pb2.COGNITION_TIER_CLOTHO, np.uint8)
+    )
+
+
+def test_a_guard_that_keeps_firing_between_actions_is_one_moment_with_its_count() -> None:
+    """A goal the world never advances trips the stale-goal guard every few ticks: the stint keeps
+    one guard moment and one action run, not a pair per stamp pushing everything else out."""
+    store = FragmentStore(limit=4)
+    for tick in range(10, 70, 6):
+        stamp(store, tick, STALE)
+        act(store, tick + 1)
+        act(store, tick + 2, action_pb2.ACTION_KIND_PLAN)
+    guard, run = taken(store, 0, 80)
+    assert guard.kind == biography_pb2.ORI_EVENT_KIND_REFLECTED
+    assert (guard.world_tick, guard.payload["count"], guard.payload["last_tick"]) == (10, 10, 64)
+    assert guard.payload["text"] == "caught itself: stale-goal x10"
+    assert (run.world_tick, run.payload["changes"], run.payload["last_tick"]) == (11, 20, 66)
+    assert dict(run.payload["kinds"]) == {"ACTION_KIND_EXPLORE": 10, "ACTION_KIND_PLAN": 10}
+
+
+def test_a_different_guard_or_a_cognition_result_closes_the_open_runs() -> None:
+    store = FragmentStore(limit=8)
+    stamp(store, 1, STALE)
+    act(store, 2)
+    stamp(store, 3, REPEATED)  # a different stamp: both runs are spelled out, a new one opens
+    act(store, 4)
+    store.record_merged(5, [said(0, "run-5")], np.full(1, common_pb2.COGNITION_TIER_CLOTHO, np.uint8))
+    stamp(store, 6, REPEATED)  # the same stamp as before the cognition result, but a new moment
+    moments = [(f.payload["moment"], f.world_tick) for f in taken(store, 0, 7)]
+    assert moments == [
+        ("guard", 1),
+        ("action", 2),
+        ("guard", 3),
+        ("action", 4),
+        ("cognition-result", 5),
+        ("guard", 6),
+    ]
+
+
+@pytest.mark.parametrize("cut", range(1, 7))
+def test_open_guard_and_action_runs_restored_from_a_snapshot_keep_folding(cut: int) -> None:
+    steps = [
+        lambda s: stamp(s, 1, STALE),
+        lambda s: act(s, 2),
+        lambda s: stamp(s, 3, STALE),
+        lambda s: act(s, 4),
+        lambda s: stamp(s, 5, REPEATED),
+        lambda s: act(s, 6),
+        lambda s: stamp(s, 7, REPEATED),
+    ]
+    uninterrupted = FragmentStore(limit=4)
+    for step in steps[:cut]:
+        step(uninterrupted)
+    restored = FragmentStore(limit=4)
+    restored.restore(uninterrupted.snapshot(["ori-0"]))
+    for step in steps[cut:]:
+        step(uninterrupted)
+        step(restored)
+    assert taken(restored, 0, 8) == taken(uninterrupted, 0, 8)
