@@ -175,9 +175,15 @@ class Kernel:
         if escalations is None or len(escalations.slots) == 0:
             return Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
         a = self.arrays
+        slots = escalations.slots
+        keep = a.fields["tier"][slots] == LACHESIS
         issued = a.outputs["candidate_slot"][: int(a.counts[COUNT_CANDIDATES])]
-        keep = (a.fields["tier"][escalations.slots] == LACHESIS) & ~np.isin(escalations.slots, issued)
-        return Escalations(escalations.slots[keep], escalations.causes[keep])
+        if len(issued):
+            # Both lists ascend, so a binary search finds each escalation's slot among the issued
+            # (np.isin sorts both first: ~0.15 ms a tick at 10,200 agents).
+            at = np.minimum(np.searchsorted(issued, slots), len(issued) - 1)
+            keep &= issued[at] != slots
+        return Escalations(slots[keep], escalations.causes[keep])
 
     def _record_fragments(
         self, tick: int, merged: Sequence[action_pb2.ActionIntent], guards: GuardStamps
