@@ -108,10 +108,13 @@ async def measure(target: str, token: str, args: argparse.Namespace) -> list[flo
     metadata = bearer_metadata(token)
     async with grpc.aio.insecure_channel(target, options=options) as channel:
         stub = kernel_pb2_grpc.KernelServiceStub(channel)
-        pending = registrations(args.agents)
-        for start in range(0, len(pending), 50_000):
+        # Registered a chunk at a time and dropped: a million registration messages kept alive would
+        # make every full collection in this client walk them, a world-side cost the kernel does not have.
+        for start in range(0, args.agents, 50_000):
             await stub.RegisterAgents(
-                kernel_pb2.RegisterAgentsRequest(world_id=WORLD, agents=pending[start : start + 50_000]),
+                kernel_pb2.RegisterAgentsRequest(
+                    world_id=WORLD, agents=registrations(min(50_000, args.agents - start), first=start)
+                ),
                 metadata=metadata,
             )
         rng = np.random.default_rng(11)

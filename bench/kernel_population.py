@@ -13,12 +13,13 @@ ON_SCREEN = 1 << perception_pb2.PERCEPTION_FLAG_BIT_ON_SCREEN
 SCENE = 1 << perception_pb2.PERCEPTION_FLAG_BIT_SCENE_COPRESENCE
 
 
-def registrations(agents: int) -> list[kernel_pb2.AgentRegistration]:
+def registrations(agents: int, first: int = 0) -> list[kernel_pb2.AgentRegistration]:
+    """Ori `first` .. `first + agents - 1`."""
     return [
         kernel_pb2.AgentRegistration(
             ori=common_pb2.OriRef(tenant_id="bench", world_id=WORLD, ori_id=f"ori-{i}")
         )
-        for i in range(agents)
+        for i in range(first, first + agents)
     ]
 
 

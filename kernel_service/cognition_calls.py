@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2
 from kernel_service.config import KernelConfig
@@ -20,6 +23,18 @@ BATCHABLE_CAUSES = frozenset(
         action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY,
         action_pb2.COGNITION_CAUSE_GUARD_REFLECTION,
     }
+)
+_BATCHABLE = np.isin(np.arange(256), sorted(BATCHABLE_CAUSES))  # by CognitionCause
+
+
+_ESTIMATED_CAUSES = (
+    action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING,
+    action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION,
+    action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY,
+    action_pb2.COGNITION_CAUSE_GUARD_REFLECTION,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL,
+    action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD,
 )
 
 
@@ -44,40 +59,91 @@ def cost_micro_usd(config: KernelConfig, tier: int, tokens: int) -> int:
 
 
 @dataclass(frozen=True)
-class BatchingOutcome:
-    """What cross-tier batching did to one tick's candidates."""
+class CallEstimates:
+    """One tick's calls after cross-tier batching, index for index with the calls it was given:
+    each call's token and cost estimate and batch group (an index into `group_ids`, -1 when not
+    coalesced), and the totals."""
 
-    groups: int
+    tokens: NDArray[np.int64]
+    costs: NDArray[np.int64]
+    group_of: NDArray[np.int32]
+    group_ids: list[str]
     overhead_tokens_saved: int
     savings_bp: int
 
+    @property
+    def groups(self) -> int:
+        return len(self.group_ids)
 
-def apply_cross_tier_batching(
-    config: KernelConfig, candidates: Sequence[action_pb2.CognitionCallCandidate]
-) -> BatchingOutcome:
-    """Coalesce eligible same-model calls when there are enough and fewer groups than calls.
 
-    The first call of a group carries the overhead; every other member's estimate drops by it.
-    """
-    eligible = [c for c in candidates if c.cause in BATCHABLE_CAUSES]
-    groups: dict[str, list[action_pb2.CognitionCallCandidate]] = {}
-    for candidate in eligible:
-        groups.setdefault(candidate.model_route, []).append(candidate)
-    if len(eligible) < config.batch_min_requests or len(groups) >= len(eligible):
-        return BatchingOutcome(0, 0, 0)
-    gross = sum(c.token_estimate for c in eligible)
-    saved = 0
-    coalesced = 0
-    for route, members in groups.items():
-        if len(members) < 2:
-            continue
-        coalesced += 1
-        first = members[0]
-        group_id = f"{first.ori.world_id}:{first.tick}:batch:{route}"
-        for index, member in enumerate(members):
-            member.batch_group = group_id
-            if index:
-                member.token_estimate -= config.batch_overhead_tokens
-                member.cost_estimate_micro_usd = cost_micro_usd(config, member.tier, member.token_estimate)
-                saved += config.batch_overhead_tokens
-    return BatchingOutcome(coalesced, saved, saved * 10_000 // gross if gross else 0)
+@dataclass(frozen=True)
+class CallTables:
+    """A config's estimate inputs as lookup tables (built once per kernel, like CoreParams): tokens
+    by CognitionCause, class rate and model route by CognitionTier."""
+
+    config: KernelConfig
+    token_of: NDArray[np.int64]
+    rate_of: NDArray[np.int64]
+    route_of: NDArray[np.intp]  # index into routes; tiers sharing a model share a route
+    routes: list[str]
+    route_by_tier: dict[int, str]
+
+    @classmethod
+    def from_config(cls, config: KernelConfig) -> CallTables:
+        token_of = np.zeros(256, dtype=np.int64)
+        for cause in _ESTIMATED_CAUSES:
+            token_of[cause] = token_estimate(config, cause)
+        route_by_tier = {int(tier): config.tier_models[name] for tier, name in TIER_NAMES.items()}
+        routes = list(dict.fromkeys(route_by_tier.values()))
+        rate_of = np.zeros(256, dtype=np.int64)
+        route_of = np.zeros(256, dtype=np.intp)
+        for tier, route in route_by_tier.items():
+            rate_of[tier] = config.class_rate(tier)
+            route_of[tier] = routes.index(route)
+        return cls(config, token_of, rate_of, route_of, routes, route_by_tier)
+
+
+def estimate_calls(
+    tables: CallTables,
+    *,
+    world_id: str,
+    tick: int,
+    causes: NDArray[np.integer[Any]],
+    tiers: NDArray[np.integer[Any]],
+) -> CallEstimates:
+    """Estimate each call, then coalesce eligible same-model calls when there are enough and fewer
+    groups than calls.
+
+    The first call of a group (in the given order) carries the overhead; every other member's
+    estimate drops by it. Worked out over the arrays, before any candidate message exists: a tick
+    can issue thousands of calls, and reading and rewriting messages costs far more than integers."""
+    config, routes = tables.config, tables.routes
+    count = len(causes)
+    token_of, rate_of, route_of = tables.token_of, tables.rate_of, tables.route_of
+    tokens = token_of[causes]
+    group_of = np.full(count, -1, dtype=np.int32)
+    group_ids: list[str] = []
+    eligible = np.flatnonzero(_BATCHABLE[causes])
+    eligible_routes = route_of[tiers[eligible]]
+    present = sorted(set(eligible_routes.tolist()))
+    saved = gross = 0
+    if len(eligible) >= config.batch_min_requests and len(present) < len(eligible):
+        gross = int(tokens[eligible].sum())
+        for route in present:
+            members = eligible[eligible_routes == route]
+            if len(members) < 2:
+                continue
+            group_of[members] = len(group_ids)
+            group_ids.append(f"{world_id}:{tick}:batch:{routes[route]}")
+            tokens[members[1:]] -= config.batch_overhead_tokens
+            saved += config.batch_overhead_tokens * (len(members) - 1)
+    # cost_micro_usd over the arrays: the class rate per 1k tokens, rounded up.
+    costs = (tokens * rate_of[tiers] + 999) // 1000
+    return CallEstimates(
+        tokens=tokens,
+        costs=costs,
+        group_of=group_of,
+        group_ids=group_ids,
+        overhead_tokens_saved=saved,
+        savings_bp=saved * 10_000 // gross if gross else 0,
+    )

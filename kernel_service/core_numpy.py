@@ -96,6 +96,8 @@ if list(range(1, 9)) != [
     FLAG.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD,
 ]:
     raise ImportError("core_numpy's ladder assumes the TierReason and PerceptionFlagBit numbering")
+if (CLOTHO, LACHESIS, ATROPOS) != (1, 2, 3):
+    raise ImportError("core_numpy's tier arithmetic assumes CognitionTier Clotho 1, Lachesis 2, Atropos 3")
 
 
 def assign_ladder_reason(a: AgentArrays, proximity_mm: int) -> NDArray[np.uint8]:
@@ -147,16 +149,22 @@ def run_core_numpy(a: AgentArrays, p: CoreParams, *, tick: int, observed_all: bo
         previous_reason=previous_reason,
         stale_fire=stale_fire,
     )
-    _count_values(a.live("tier_reason"), a.reason_counts, R.TIER_REASON_DEESCALATION_GRACE)
+    _count_tiers_and_reasons(a)
+
+
+def _count_tiers_and_reasons(a: AgentArrays) -> None:
+    """How many agents hold each tier (1..3) and each reason (1..10): a byte compare and a count per
+    value, the last value's count by subtraction (after a tick no agent holds 0 or anything higher).
+    bincount would first widen every byte to 64 bits, which costs more from ~50,000 agents up."""
     _count_values(a.live("tier"), a.tier_counts, ATROPOS)
+    _count_values(a.live("tier_reason"), a.reason_counts, R.TIER_REASON_DEESCALATION_GRACE)
 
 
 def _count_values(values: NDArray[np.uint8], counts: NDArray[np.uint32], highest: int) -> None:
-    """counts[v] = how many values equal v, for v in 1..highest (nothing is 0 after a tick, nothing is
-    above highest). A byte compare per value: bincount would first widen every byte to 64 bits."""
     counts[:] = 0
-    for value in range(1, highest + 1):
+    for value in range(1, highest):
         counts[value] = np.count_nonzero(values == value)
+    counts[highest] = len(values) - int(counts.sum())
 
 
 def _assign_tiers(
@@ -166,28 +174,33 @@ def _assign_tiers(
     state updated in place. Returns which agents changed tier."""
     reason = assign_ladder_reason(a, p.clotho_proximity_mm)
     signal = reason <= R.TIER_REASON_SCENE_COPRESENCE
-    # Clotho on a signal, Lachesis for a resident of the world, else Atropos: arithmetic, not a gather.
-    candidate = np.full(a.count, ATROPOS, dtype=np.uint8)
-    candidate -= (reason == R.TIER_REASON_RESIDENT_WORLD).view(np.uint8)
-    candidate -= signal.view(np.uint8) << np.uint8(1)
+    # Clotho on a signal (rungs 1..6), Lachesis for a resident of the world (7), else Atropos (8):
+    # the rung clamped to 6..8, less 5. Arithmetic, not a gather.
+    candidate = np.maximum(reason, np.uint8(R.TIER_REASON_SCENE_COPRESENCE))
+    candidate -= np.uint8(R.TIER_REASON_SCENE_COPRESENCE - CLOTHO)
     last_clotho = a.live("last_clotho_signal_tick")
     np.copyto(last_clotho, tick, where=signal)
-    # Grace only concerns a Clotho that lost its signal: few agents, so it runs over their rows.
-    losing = np.flatnonzero((previous == CLOTHO) & ~signal)
+    # Grace and damping only concern agents whose candidate differs from their tier, usually a few,
+    # so they run over those rows. A Clotho losing its signal is one of them (its candidate is not Clotho).
+    differs = np.flatnonzero(candidate != previous)
+    losing = differs[previous[differs] == CLOTHO]
     graced = losing[(tick - last_clotho[losing]) <= np.uint64(p.deescalation_grace_ticks)]
     candidate[graced] = CLOTHO
     reason[graced] = R.TIER_REASON_DEESCALATION_GRACE
+    differs = differs[candidate[differs] != previous[differs]]  # graced agents stay Clotho
     ticks_in_tier = a.live("ticks_in_tier")
-    hold = candidate != previous
-    hold &= previous != 0
-    hold &= reason > R.TIER_REASON_ON_SCREEN  # not urgent
-    hold &= ticks_in_tier < min(p.transition_damping_ticks, 65535)
-    np.copyto(candidate, previous, where=hold)
-    np.copyto(reason, np.uint8(R.TIER_REASON_DAMPING_HOLD), where=hold)
-    transition: NDArray[np.bool_] = candidate != previous
+    hold = previous[differs] != 0
+    hold &= reason[differs] > R.TIER_REASON_ON_SCREEN  # not urgent
+    hold &= ticks_in_tier[differs] < min(p.transition_damping_ticks, 65535)
+    held = differs[hold]
+    candidate[held] = previous[held]
+    reason[held] = R.TIER_REASON_DAMPING_HOLD
+    moved = differs[~hold]
+    transition = np.zeros(a.count, dtype=bool)
+    transition[moved] = True
     np.minimum(ticks_in_tier, np.uint16(65534), out=ticks_in_tier)
     ticks_in_tier += np.uint16(1)
-    np.copyto(ticks_in_tier, np.uint16(0), where=transition)
+    ticks_in_tier[moved] = 0
     a.live("tier")[:] = candidate
     a.live("tier_reason")[:] = reason
     return transition
@@ -208,13 +221,12 @@ def _guard_stale_goals(a: AgentArrays, p: CoreParams, *, observed_all: bool) -> 
     seen_progress[:] = progress
     bits = a.live("agent_bits")
     stale = a.live("stale_goal_ticks")
-    has_goal = goal != 0
+    # counted = has_goal * (1 + same * min(stale, 254)), as the C core writes it: no masks to invert.
     counted = np.minimum(stale, np.uint8(254))
+    counted *= same.view(np.uint8)
     counted += np.uint8(1)
-    np.copyto(counted, np.uint8(1), where=~same)
-    np.copyto(counted, np.uint8(0), where=~has_goal)
-    fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit
-    fire &= has_goal
+    counted *= (goal != 0).view(np.uint8)
+    fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit  # the limit is >= 1: no goal never fires
     if observed_all:
         np.copyto(counted, np.uint8(0), where=fire)
         stale[:] = counted

@@ -12,7 +12,6 @@ from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import (
     AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_FRESH_DECISION,
-    AGENT_BIT_OBSERVED,
     AGENT_FIELDS,
     COUNT_CANDIDATES,
     COUNT_CHANGED,
@@ -20,13 +19,14 @@ from kernel_service.agent_state import (
 )
 from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorLayer, Escalations
+from kernel_service.cognition_calls import CallTables
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
 from kernel_service.fragments import FragmentStore
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
-from kernel_service.tick_result import Registry, build_tick_result, guard_stamps
+from kernel_service.tick_result import GuardStamps, Registry, build_tick_result, guard_stamps
 from services.errors import FieldViolation, InvalidArgument, NotFound
 
 # Bit t of a tick's `cognition_unavailable_tiers` is CognitionTier t (Clotho 1, Lachesis 2, Atropos 3).
@@ -55,6 +55,7 @@ class Kernel:
         self.world_id = world_id
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.core_params = CoreParams.from_config(config)
+        self.call_tables = CallTables.from_config(config)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
@@ -143,21 +144,23 @@ class Kernel:
         escalations = self._step_behavior(decoded.tick, cognition_unavailable_tiers)
         self.core.run(self.arrays, self.core_params, tick=decoded.tick, observed_all=decoded.slots is None)
         self.last_tick = decoded.tick
-        registry = self.registry
+        guards = guard_stamps(self.arrays)
         result = build_tick_result(
             action_pb2.TickResult() if into is None else into,
             self.config,
+            call_tables=self.call_tables,
             a=self.arrays,
-            registry=registry,
+            registry=self.registry,
             escalations=self._standing_escalations(escalations),
             decoded=decoded,
+            guards=guards,
             merged_payloads=payloads,
             merged_count=len(merged),
             row_codec=self.row_codec,
             core_name=self.core.name,
             fingerprint=self.fingerprint,
         )
-        self._record_fragments(decoded.tick, merged)
+        self._record_fragments(decoded.tick, merged, guards)
         for request in result.lifecycle:
             if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
                 self.fragments.take_into(request, decoded.tick)
@@ -172,16 +175,23 @@ class Kernel:
         if escalations is None or len(escalations.slots) == 0:
             return Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
         a = self.arrays
+        slots = escalations.slots
+        keep = a.fields["tier"][slots] == LACHESIS
         issued = a.outputs["candidate_slot"][: int(a.counts[COUNT_CANDIDATES])]
-        keep = (a.fields["tier"][escalations.slots] == LACHESIS) & ~np.isin(escalations.slots, issued)
-        return Escalations(escalations.slots[keep], escalations.causes[keep])
+        if len(issued):
+            # Both lists ascend, so a binary search finds each escalation's slot among the issued
+            # (np.isin sorts both first: ~0.15 ms a tick at 10,200 agents).
+            at = np.minimum(np.searchsorted(issued, slots), len(issued) - 1)
+            keep &= issued[at] != slots
+        return Escalations(slots[keep], escalations.causes[keep])
 
-    def _record_fragments(self, tick: int, merged: Sequence[action_pb2.ActionIntent]) -> None:
+    def _record_fragments(
+        self, tick: int, merged: Sequence[action_pb2.ActionIntent], guards: GuardStamps
+    ) -> None:
         """What this tick did to agents above Atropos, kept for their next consolidation."""
         a = self.arrays
         tiers = a.fields["tier"]
         self.fragments.record_merged(tick, merged, tiers)
-        guards = guard_stamps(a)
         if len(guards.slots):
             self.fragments.record_guards(tick, guards.slots, guards.bits, tiers)
         changed = a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]
@@ -192,15 +202,11 @@ class Kernel:
     def _apply_signals(self, decoded: DecodedBatch) -> None:
         """A full frame observes every agent; a delta (or rows) only the slots it lists, which the core
         learns from AGENT_BIT_OBSERVED."""
-        index = decoded.index
-        if index is None:
+        if decoded.slots is None:
             for name, values in decoded.columns.items():
                 self.arrays.live(name)[:] = values
             return
-        fields = self.arrays.fields
-        for name, values in decoded.columns.items():
-            fields[name][index] = values
-        fields["agent_bits"][index] |= AGENT_BIT_OBSERVED
+        self.core.apply_delta(self.arrays, decoded.slots, decoded.columns)
 
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, perception_pb2
+from kernel_service.agent_state import CANDIDATE_BIT_NEEDS_REHYDRATION
+from kernel_service.cognition_calls import CallEstimates
 
 _FRAME = perception_pb2.PerceptionFrame.DESCRIPTOR
 PROGRESS_FIELD = "goal_progress_signature"
@@ -32,6 +36,24 @@ class RowCodec(Protocol):
         columns: dict[str, NDArray[Any]],
         ori_ids: Sequence[str],
     ) -> None: ...
+
+    def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None: ...
+
+
+@dataclass(frozen=True)
+class Calls:
+    """A tick's cognition calls, index for index, ready to become CognitionCallCandidate messages."""
+
+    world_id: str
+    tick: int
+    slots: NDArray[np.uint32]
+    causes: NDArray[np.uint8]
+    tiers: NDArray[np.uint8]
+    bits: NDArray[np.uint8]  # CANDIDATE_BIT_*
+    estimates: CallEstimates
+    routes: Mapping[int, str]  # model route by tier
+    ori_ids: Sequence[str]  # by slot
+    tenant_ids: Sequence[str]  # by slot
 
 
 class PythonRowCodec:
@@ -73,6 +95,38 @@ class PythonRowCodec:
             intent.plan_step = plan_step
             intent.tier_reason = reason
 
+    def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None:
+        estimates = calls.estimates
+        world, tick, ori_ids, tenant_ids = calls.world_id, calls.tick, calls.ori_ids, calls.tenant_ids
+        groups = [*estimates.group_ids, ""]  # index -1: not coalesced
+        add = result.candidates.add
+        for slot, cause, tier, flags, tokens, cost, group in zip(
+            calls.slots.tolist(),
+            calls.causes.tolist(),
+            calls.tiers.tolist(),
+            calls.bits.tolist(),
+            estimates.tokens.tolist(),
+            estimates.costs.tolist(),
+            estimates.group_of.tolist(),
+            strict=True,
+        ):
+            candidate = add(
+                call_id=f"{world}:{tick}:{slot}:{cause}",
+                slot=slot,
+                tier=tier,
+                cause=cause,
+                token_estimate=tokens,
+                cost_estimate_micro_usd=cost,
+                model_route=calls.routes[tier],
+                tick=tick,
+                batch_group=groups[group],
+                needs_rehydration=bool(flags & CANDIDATE_BIT_NEEDS_REHYDRATION),
+            )
+            ori = candidate.ori
+            ori.tenant_id = tenant_ids[slot]
+            ori.world_id = world
+            ori.ori_id = ori_ids[slot]
+
 
 def _getter() -> Any:
     import operator
@@ -101,10 +155,9 @@ class CRowCodec:
 
         self._ffi = ffi
         self._lib = lib
-        self._ori_source: Sequence[str] | None = None  # the list the table was built from
-        self._ori_count = -1
-        self._ori_blob = b""
-        self._ori_offsets = np.zeros(1, dtype=np.uint32)
+        self._ori = _RegistryTable()
+        self._tenants = _RegistryTable()
+        self._routes: tuple[Mapping[int, str], StringTable] | None = None  # by the kernel's one mapping
 
     def read_rows(
         self, batch: perception_pb2.PerceptionBatch
@@ -125,17 +178,6 @@ class CRowCodec:
             raise ValueError(f"row decoder read {rows} frames of {count}")
         return table, progress
 
-    def _ori_table(self, ori_ids: Sequence[str]) -> None:
-        """Rebuilt when registration grew the list or a restore replaced it (same length or not)."""
-        if ori_ids is self._ori_source and self._ori_count == len(ori_ids):
-            return
-        encoded = [ori_id.encode() for ori_id in ori_ids]
-        self._ori_blob = b"".join(encoded) or b"\0"
-        self._ori_offsets = np.zeros(len(encoded) + 1, dtype=np.uint32)
-        np.cumsum([len(e) for e in encoded], out=self._ori_offsets[1:])
-        self._ori_count = len(ori_ids)
-        self._ori_source = ori_ids
-
     def write_intents(
         self,
         batch: action_pb2.ActionBatch,
@@ -143,10 +185,10 @@ class CRowCodec:
         columns: dict[str, NDArray[Any]],
         ori_ids: Sequence[str],
     ) -> None:
-        self._ori_table(ori_ids)
+        ori = self._ori.of(ori_ids)
         ffi = self._ffi
         slots = np.ascontiguousarray(slots, dtype=np.uint32)
-        longest = int(np.diff(self._ori_offsets).max()) if len(ori_ids) else 0
+        longest = ori.longest
         out = bytearray(len(slots) * (64 + longest) + 16)
 
         def pointer(kind: str, values: NDArray[Any]) -> Any:
@@ -162,11 +204,101 @@ class CRowCodec:
             pointer("uint8_t[]", columns["out_source"]),
             pointer("uint16_t[]", columns["out_plan_step"]),
             pointer("uint8_t[]", columns["tier_reason"]),
-            ffi.from_buffer("uint8_t[]", self._ori_blob),
-            pointer("uint32_t[]", self._ori_offsets),
+            ffi.from_buffer("uint8_t[]", ori.blob),
+            pointer("uint32_t[]", ori.offsets),
             ffi.from_buffer("uint8_t[]", out, require_writable=True),
             len(out),
         )
         if written < 0:
             raise ValueError("intent encoder ran out of room")
         batch.MergeFromString(bytes(out[:written]))
+
+    def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None:
+        count = len(calls.slots)
+        if count == 0:
+            return
+        ffi = self._ffi
+        ori = self._ori.of(calls.ori_ids)
+        tenants = self._tenants.of(calls.tenant_ids)
+        if self._routes is None or self._routes[0] is not calls.routes:
+            self._routes = (calls.routes, StringTable([calls.routes.get(tier, "") for tier in range(4)]))
+        routes = self._routes[1]
+        groups = StringTable(calls.estimates.group_ids)
+        world = calls.world_id.encode() or b"\0"
+        world_len = len(calls.world_id.encode())
+        widest = ori.longest + tenants.longest + routes.longest + groups.longest + 2 * world_len
+        out = bytearray(count * (widest + 220) + 16)
+        estimates = calls.estimates
+
+        def pointer(kind: str, values: NDArray[Any]) -> Any:
+            return ffi.from_buffer(kind, np.ascontiguousarray(values))
+
+        written = self._lib.moirai_encode_candidates(
+            count,
+            pointer("uint32_t[]", calls.slots.astype(np.uint32, copy=False)),
+            pointer("uint8_t[]", calls.causes.astype(np.uint8, copy=False)),
+            pointer("uint8_t[]", calls.tiers.astype(np.uint8, copy=False)),
+            pointer("uint8_t[]", calls.bits.astype(np.uint8, copy=False)),
+            pointer("int64_t[]", estimates.tokens),
+            pointer("int64_t[]", estimates.costs),
+            pointer("int32_t[]", estimates.group_of),
+            calls.tick,
+            ffi.from_buffer("uint8_t[]", world),
+            world_len,
+            ffi.from_buffer("uint8_t[]", ori.blob),
+            pointer("uint32_t[]", ori.offsets),
+            ffi.from_buffer("uint8_t[]", tenants.blob),
+            pointer("uint32_t[]", tenants.offsets),
+            ffi.from_buffer("uint8_t[]", routes.blob),
+            pointer("uint32_t[]", routes.offsets),
+            ffi.from_buffer("uint8_t[]", groups.blob),
+            pointer("uint32_t[]", groups.offsets),
+            ffi.from_buffer("uint8_t[]", out, require_writable=True),
+            len(out),
+        )
+        if written < 0:
+            raise ValueError("candidate encoder ran out of room")
+        result.MergeFromString(bytes(out[:written]))
+
+
+class StringTable:
+    """Strings as one UTF-8 blob and offsets (entry i = blob[offsets[i]:offsets[i + 1]]), for C."""
+
+    blob: bytes
+    offsets: NDArray[np.uint32]
+    longest: int
+
+    def __init__(self, strings: Sequence[str], after: StringTable | None = None) -> None:
+        """The table of `strings`, or of `after`'s strings followed by them."""
+        encoded = [string.encode() for string in strings]
+        lengths = [len(e) for e in encoded]
+        start = int(after.offsets[-1]) if after is not None else 0
+        offsets = np.fromiter(accumulate(lengths, initial=start), dtype=np.uint32, count=len(lengths) + 1)
+        blob = b"".join(encoded)
+        self.longest = max(lengths, default=0)
+        if after is not None:
+            blob = after.blob[:start] + blob
+            offsets = np.concatenate([after.offsets[:-1], offsets])
+            self.longest = max(self.longest, after.longest)
+        self.blob = blob or b"\0"  # never empty: cffi wants a buffer to point at
+        self.offsets = offsets
+
+
+class _RegistryTable:
+    """A StringTable of a registry list: extended when registration appended to the list, rebuilt
+    when a restore replaced it (same length or not). At a million agents a rebuild is ~0.5 s, which a
+    world registering a few agents at a time would otherwise pay on the next tick each time."""
+
+    def __init__(self) -> None:
+        self._source: Sequence[str] | None = None  # the list the table was built from
+        self._count = -1
+        self._table = StringTable([])
+
+    def of(self, strings: Sequence[str]) -> StringTable:
+        if strings is self._source and self._count < len(strings):
+            self._table = StringTable(strings[self._count :], after=self._table)
+        elif strings is not self._source or self._count != len(strings):
+            self._table = StringTable(strings)
+        self._source = strings
+        self._count = len(strings)
+        return self._table

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-from kernel_service.agent_state import AgentArrays
+import numpy as np
+from numpy.typing import NDArray
+
+from kernel_service.agent_state import AGENT_BIT_OBSERVED, AgentArrays
 from kernel_service.core_numpy import CoreParams, run_core_numpy
 
 CORE_ENV = "EGBE_KERNEL_CORE"
@@ -18,6 +22,13 @@ class TickCore(Protocol):
 
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None: ...
 
+    def apply_delta(
+        self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]
+    ) -> None:
+        """Write a partial frame's columns to the listed slots (validated: registered and distinct)
+        and mark those agents observed (AGENT_BIT_OBSERVED)."""
+        ...
+
 
 class NumpyCore:
     """The pure-numpy fallback."""
@@ -26,6 +37,15 @@ class NumpyCore:
 
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None:
         run_core_numpy(arrays, params, tick=tick, observed_all=observed_all)
+
+    def apply_delta(
+        self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]
+    ) -> None:
+        index = slots.astype(np.intp)
+        fields = arrays.fields
+        for name, values in columns.items():
+            fields[name][index] = values
+        fields["agent_bits"][index] |= np.uint8(AGENT_BIT_OBSERVED)
 
 
 def c_core_available() -> bool:

@@ -13,7 +13,6 @@ from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2
 from kernel_service.agent_state import (
-    CANDIDATE_BIT_NEEDS_REHYDRATION,
     COUNT_CANDIDATES,
     COUNT_CHANGED,
     COUNT_GUARDS,
@@ -22,15 +21,10 @@ from kernel_service.agent_state import (
     guard_names,
 )
 from kernel_service.behavior_seam import Escalations
-from kernel_service.cognition_calls import (
-    TIER_NAMES,
-    apply_cross_tier_batching,
-    cost_micro_usd,
-    token_estimate,
-)
+from kernel_service.cognition_calls import CallEstimates, CallTables, estimate_calls
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import DecodedBatch, Encoding
-from kernel_service.row_codec import RowCodec
+from kernel_service.row_codec import Calls, RowCodec
 from services.column_layout import ACTION_COLUMNS, LAYOUT_VERSION, SLOT_DTYPE
 
 ACTION_WIRE_DTYPES = {**ACTION_COLUMNS, "slots": SLOT_DTYPE}
@@ -70,8 +64,9 @@ class GuardStamps:
 
 
 def guard_stamps(a: AgentArrays) -> GuardStamps:
+    """The core's guard list as it stands after a tick (views: read them before the next tick)."""
     count = int(a.counts[COUNT_GUARDS])
-    return GuardStamps(a.outputs["guard_slot"][:count].copy(), a.outputs["guard_bits"][:count].copy())
+    return GuardStamps(a.outputs["guard_slot"][:count], a.outputs["guard_bits"][:count])
 
 
 def guard_payload(config: KernelConfig, bits: int, tick: int) -> struct_pb2.Struct:
@@ -110,6 +105,7 @@ def build_actions(
     a: AgentArrays,
     registry: Registry,
     decoded: DecodedBatch,
+    guards: GuardStamps,
     merged_payloads: Mapping[int, struct_pb2.Struct],
     row_codec: RowCodec,
     batch: action_pb2.ActionBatch,
@@ -118,7 +114,6 @@ def build_actions(
     order; a full frame answers every slot; a delta answers what changed."""
     batch.world_id = registry.world_id
     batch.tick = decoded.tick
-    guards = guard_stamps(a)
     if decoded.encoding is Encoding.ROWS:
         assert decoded.slots is not None
         payloads = _row_payloads(config, decoded.tick, guards, merged_payloads)
@@ -158,9 +153,13 @@ def _delta_answer(
 ) -> tuple[NDArray[np.intp], NDArray[np.uint8]]:
     """Who a delta answers, in slot order, and their guard bits: the agents whose answer changed (the
     core lists them), plus any carrying a guard stamp or a merged result this tick. One byte-wide
-    mark per agent (0 = not answered, else 1 + guard bits) does the union and the guard column at once."""
+    mark per agent (0 = not answered, else 1 + guard bits) does the union and the guard column at once,
+    unless the changed list (in slot order already) is the whole answer."""
+    changed = a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]
+    if not merged and not len(guards.slots):
+        return changed.astype(np.intp), np.zeros(len(changed), dtype=np.uint8)
     marks = np.zeros(a.count, dtype=np.uint8)
-    marks[a.outputs["changed_slot"][: int(a.counts[COUNT_CHANGED])]] = 1
+    marks[changed] = 1
     if merged:
         marks[np.fromiter(merged, dtype=np.intp, count=len(merged))] = 1
     marks[guards.slots] = guards.bits + np.uint8(1)
@@ -185,68 +184,51 @@ def _fill_rows(
 
 
 def build_candidates(
-    config: KernelConfig,
+    tables: CallTables,
     a: AgentArrays,
     registry: Registry,
     tick: int,
-    into: RepeatedCompositeFieldContainer[action_pb2.CognitionCallCandidate],
-) -> None:
-    """One candidate per call the core issued, with its estimate and route; batching not yet applied."""
+    *,
+    escalations: Escalations,
+    row_codec: RowCodec,
+    result: action_pb2.TickResult,
+) -> CallEstimates:
+    """One candidate per call the core issued (slot order), then per escalation arbitration sent
+    (Lachesis): its deterministic call id, len/4 estimate, class-rate cost, route and batch group.
+
+    Estimates and batching are worked out over the arrays first, then the codec writes each message
+    once, complete (the C codec as wire bytes); the returned estimates feed the report."""
     count = int(a.counts[COUNT_CANDIDATES])
-    if count == 0:
-        return
     out = a.outputs
     slots = out["candidate_slot"][:count]
-    add_candidates(
-        config,
-        registry,
-        tick,
-        slots=slots,
-        causes=out["candidate_cause"][:count],
-        tiers=a.fields["tier"].take(slots.astype(np.intp)),
-        bits=out["candidate_bits"][:count],
-        into=into,
-    )
-
-
-def add_candidates(
-    config: KernelConfig,
-    registry: Registry,
-    tick: int,
-    *,
-    slots: NDArray[np.integer[Any]],
-    causes: NDArray[np.integer[Any]],
-    tiers: NDArray[np.integer[Any]],
-    bits: NDArray[np.integer[Any]],
-    into: RepeatedCompositeFieldContainer[action_pb2.CognitionCallCandidate],
-) -> None:
-    """Add one candidate per slot (the core's calls and arbitration's escalations alike): its
-    deterministic call id, len/4 estimate, class-rate cost and route, looked up once per (tier, cause).
-
-    Added to the result in place, without per-agent numpy scalars."""
-    cause_list, tier_list = causes.tolist(), tiers.tolist()
-    tokens = {cause: token_estimate(config, cause) for cause in set(cause_list)}
-    pairs = set(zip(tier_list, cause_list, strict=True))
-    costs = {(t, c): cost_micro_usd(config, t, tokens[c]) for t, c in pairs}
-    routes = {tier: config.tier_models[TIER_NAMES[tier]] for tier in set(tier_list)}
-    world, ori_ids, tenant_ids = registry.world_id, registry.ori_ids, registry.tenant_ids
-    add = into.add
-    for slot, cause, tier, flags in zip(slots.tolist(), cause_list, tier_list, bits.tolist(), strict=True):
-        candidate = add(
-            call_id=f"{world}:{tick}:{slot}:{cause}",
-            slot=slot,
-            tier=tier,
-            cause=cause,
-            token_estimate=tokens[cause],
-            cost_estimate_micro_usd=costs[tier, cause],
-            model_route=routes[tier],
-            tick=tick,
-            needs_rehydration=bool(flags & CANDIDATE_BIT_NEEDS_REHYDRATION),
+    causes = out["candidate_cause"][:count]
+    tiers = a.fields["tier"].take(slots.astype(np.intp))
+    bits = out["candidate_bits"][:count]
+    if len(escalations.slots):
+        slots = np.concatenate([slots, escalations.slots])
+        causes = np.concatenate([causes, escalations.causes])
+        tiers = np.concatenate(
+            [tiers, np.full(len(escalations.slots), common_pb2.COGNITION_TIER_LACHESIS, np.uint8)]
         )
-        ori = candidate.ori
-        ori.tenant_id = tenant_ids[slot]
-        ori.world_id = world
-        ori.ori_id = ori_ids[slot]
+        bits = np.concatenate([bits, np.zeros(len(escalations.slots), np.uint8)])
+    estimates = estimate_calls(tables, world_id=registry.world_id, tick=tick, causes=causes, tiers=tiers)
+    if len(slots):
+        row_codec.write_candidates(
+            result,
+            Calls(
+                world_id=registry.world_id,
+                tick=tick,
+                slots=slots,
+                causes=causes,
+                tiers=tiers,
+                bits=bits,
+                estimates=estimates,
+                routes=tables.route_by_tier,
+                ori_ids=registry.ori_ids,
+                tenant_ids=registry.tenant_ids,
+            ),
+        )
+    return estimates
 
 
 def build_lifecycle(
@@ -297,13 +279,12 @@ def build_report(
     a: AgentArrays,
     registry: Registry,
     tick: int,
-    candidates: Sequence[action_pb2.CognitionCallCandidate],
+    estimates: CallEstimates,
     core_name: str,
     fingerprint: common_pb2.ConfigFingerprint,
     merged: int,
 ) -> action_pb2.KernelTickReport:
     """Everything but elapsed time, which the caller stamps last (it is measured, not decided)."""
-    batching = apply_cross_tier_batching(config, candidates)
     transitions = int(a.counts[COUNT_TRANSITIONS])
     initial = int(np.count_nonzero(a.outputs["transition_from"][:transitions] == 0))
     return action_pb2.KernelTickReport(
@@ -318,12 +299,12 @@ def build_report(
             for reason, count in enumerate(a.reason_counts.tolist())
             if count
         ],
-        calls_issued=len(candidates),
-        estimated_tokens=sum(c.token_estimate for c in candidates),
-        estimated_cost_micro_usd=sum(c.cost_estimate_micro_usd for c in candidates),
-        batched_call_groups=batching.groups,
-        batching_overhead_tokens_saved=batching.overhead_tokens_saved,
-        batching_savings_bp=batching.savings_bp,
+        calls_issued=len(estimates.tokens),
+        estimated_tokens=int(estimates.tokens.sum()),
+        estimated_cost_micro_usd=int(estimates.costs.sum()),
+        batched_call_groups=estimates.groups,
+        batching_overhead_tokens_saved=estimates.overhead_tokens_saved,
+        batching_savings_bp=estimates.savings_bp,
         guard_interventions=int(a.counts[COUNT_GUARDS]),
         tier_transitions=transitions - initial,
         core=core_name,
@@ -336,10 +317,12 @@ def build_tick_result(
     result: action_pb2.TickResult,
     config: KernelConfig,
     *,
+    call_tables: CallTables,
     a: AgentArrays,
     registry: Registry,
     decoded: DecodedBatch,
     escalations: Escalations,
+    guards: GuardStamps,
     merged_payloads: Mapping[int, struct_pb2.Struct],
     merged_count: int,
     row_codec: RowCodec,
@@ -349,16 +332,8 @@ def build_tick_result(
     """Fill the empty `result` with the tick's whole answer but its elapsed time. Every part is built
     in place, in the message the servicer sends: a million-agent answer is megabytes, and copying a
     message copies all of it."""
-    build_candidates(config, a, registry, decoded.tick, result.candidates)
-    add_candidates(
-        config,
-        registry,
-        decoded.tick,
-        slots=escalations.slots,
-        causes=escalations.causes,
-        tiers=np.full(len(escalations.slots), common_pb2.COGNITION_TIER_LACHESIS, np.uint8),
-        bits=np.zeros(len(escalations.slots), np.uint8),
-        into=result.candidates,
+    estimates = build_candidates(
+        call_tables, a, registry, decoded.tick, escalations=escalations, row_codec=row_codec, result=result
     )
     result.report.CopyFrom(
         build_report(
@@ -366,7 +341,7 @@ def build_tick_result(
             a=a,
             registry=registry,
             tick=decoded.tick,
-            candidates=result.candidates,
+            estimates=estimates,
             core_name=core_name,
             fingerprint=fingerprint,
             merged=merged_count,
@@ -378,6 +353,7 @@ def build_tick_result(
         a=a,
         registry=registry,
         decoded=decoded,
+        guards=guards,
         merged_payloads=merged_payloads,
         row_codec=row_codec,
         batch=result.actions,

@@ -9,7 +9,7 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 DECLARATIONS = (HERE / "moirai_core_decls.h").read_text()
-SOURCES = ("moirai_core.c", "moirai_rows.c", "moirai_behavior.c")
+SOURCES = ("moirai_core.c", "moirai_rows.c", "moirai_scatter.c", "moirai_behavior.c")
 
 ffibuilder = FFI()
 ffibuilder.cdef(DECLARATIONS)

@@ -81,6 +81,27 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
                               const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap);
 
+/* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count, elements `width`
+ * bytes wide (1, 2, 4 or 8; else -1). The slots are registered and distinct (validated before). */
+int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width);
+
+/* bits[slots[i]] |= bit for i < count. */
+void moirai_mark(uint8_t *bits, const uint32_t *slots, uint32_t count, uint8_t bit);
+
+/* Encode: one CognitionCallCandidate per entry (zero values omitted, as protobuf does), each as TickResult
+ * field 3, ready for TickResult.MergeFromString. Per entry: slot, cause, tier, candidate bits (bit 0 =
+ * needs rehydration), token and cost estimates, batch group index into group_blob (-1 = none). String
+ * tables (blob + offsets, entry i = blob[offsets[i], offsets[i + 1])): ori and tenant ids by slot, model
+ * routes by tier, batch group ids. The call id is "world:tick:slot:cause". Returns the bytes written,
+ * or -1 when `cap` is too small. */
+int64_t moirai_encode_candidates(uint32_t count, const uint32_t *slots, const uint8_t *cause, const uint8_t *tier,
+                                 const uint8_t *bits, const int64_t *tokens, const int64_t *costs,
+                                 const int32_t *group_of, uint64_t tick, const uint8_t *world, uint32_t world_len,
+                                 const uint8_t *ori_blob, const uint32_t *ori_offsets, const uint8_t *tenant_blob,
+                                 const uint32_t *tenant_offsets, const uint8_t *route_blob,
+                                 const uint32_t *route_offsets, const uint8_t *group_blob,
+                                 const uint32_t *group_offsets, uint8_t *out, size_t cap);
+
 /* The behaviour layer's per-tick step (moirai_behavior.c; kernel_service/behavior/c_step.py binds it). The
  * numbers it shares with Python are named here, so cffi checks them against the C build and a test checks
  * them against the protobuf enums and the layer's vocabulary. */

@@ -142,3 +142,94 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
     }
     return (int64_t)(w - out);
 }
+
+/* A length-delimited field from a string table entry (nothing when empty, as protobuf omits it). */
+static uint8_t *put_string(uint8_t *out, uint32_t field, const uint8_t *blob, const uint32_t *offsets, uint32_t i) {
+    const uint32_t start = offsets[i], len = offsets[i + 1] - start;
+    if (!len) return out;
+    *out++ = (uint8_t)((field << 3) | 2);
+    out = put_varint(out, len);
+    memcpy(out, blob + start, len);
+    return out + len;
+}
+
+static uint8_t *put_decimal(uint8_t *out, uint64_t value) {
+    uint8_t digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (uint8_t)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    while (n) *out++ = digits[--n];
+    return out;
+}
+
+int64_t moirai_encode_candidates(uint32_t count, const uint32_t *slots, const uint8_t *cause, const uint8_t *tier,
+                                 const uint8_t *bits, const int64_t *tokens, const int64_t *costs,
+                                 const int32_t *group_of, uint64_t tick, const uint8_t *world, uint32_t world_len,
+                                 const uint8_t *ori_blob, const uint32_t *ori_offsets, const uint8_t *tenant_blob,
+                                 const uint32_t *tenant_offsets, const uint8_t *route_blob,
+                                 const uint32_t *route_offsets, const uint8_t *group_blob,
+                                 const uint32_t *group_offsets, uint8_t *out, size_t cap) {
+    uint8_t *w = out;
+    for (uint32_t i = 0; i < count; i++) {
+        const uint32_t slot = slots[i];
+        const uint32_t t = tier[i];
+        const size_t ori_len = ori_offsets[slot + 1] - ori_offsets[slot];
+        const size_t tenant_len = tenant_offsets[slot + 1] - tenant_offsets[slot];
+        const size_t route_len = route_offsets[t + 1] - route_offsets[t];
+        const size_t group_len = group_of[i] < 0 ? 0 : group_offsets[group_of[i] + 1] - group_offsets[group_of[i]];
+        /* Strings plus their headers, the call id's digits, and at most 11 bytes per scalar field. */
+        const size_t most = 2 * world_len + ori_len + tenant_len + route_len + group_len + 64 + 12 * 11;
+        if ((size_t)(w - out) + most > cap) return -1;
+        /* The body goes 12 bytes on (room for the two headers), then moves back behind them. */
+        uint8_t *const body = w + 12;
+        uint8_t *b = body;
+        /* 1: call_id "world:tick:slot:cause" */
+        uint8_t id[96];
+        uint8_t *d = id;
+        d = put_decimal(d, tick);
+        *d++ = ':';
+        d = put_decimal(d, slot);
+        *d++ = ':';
+        d = put_decimal(d, cause[i]);
+        const size_t id_len = world_len + 1 + (size_t)(d - id);
+        *b++ = (1 << 3) | 2;
+        b = put_varint(b, id_len);
+        memcpy(b, world, world_len);
+        b += world_len;
+        *b++ = ':';
+        memcpy(b, id, (size_t)(d - id));
+        b += d - id;
+        b = put_field(b, 2, slot);
+        /* 3: ori {tenant_id 1, world_id 2, ori_id 3} */
+        const size_t ori_body = (tenant_len ? 1 + (size_t)(put_varint(id, tenant_len) - id) + tenant_len : 0) +
+                                (world_len ? 1 + (size_t)(put_varint(id, world_len) - id) + world_len : 0) +
+                                (ori_len ? 1 + (size_t)(put_varint(id, ori_len) - id) + ori_len : 0);
+        /* Always present (the Python writer sets its fields, which marks it set even when empty). */
+        *b++ = (3 << 3) | 2;
+        b = put_varint(b, ori_body);
+        b = put_string(b, 1, tenant_blob, tenant_offsets, slot);
+        if (world_len) {
+            *b++ = (2 << 3) | 2;
+            b = put_varint(b, world_len);
+            memcpy(b, world, world_len);
+            b += world_len;
+        }
+        b = put_string(b, 3, ori_blob, ori_offsets, slot);
+        b = put_field(b, 4, t);
+        b = put_field(b, 5, cause[i]);
+        b = put_field(b, 6, (uint64_t)tokens[i]);
+        b = put_field(b, 7, (uint64_t)costs[i]);
+        b = put_string(b, 8, route_blob, route_offsets, t);
+        b = put_field(b, 9, tick);
+        if (group_of[i] >= 0) b = put_string(b, 10, group_blob, group_offsets, (uint32_t)group_of[i]);
+        b = put_field(b, 11, bits[i] & 1);
+        const size_t length = (size_t)(b - body);
+        *w++ = (3 << 3) | 2; /* TickResult.candidates */
+        w = put_varint(w, length);
+        memmove(w, body, length);
+        w += length;
+    }
+    return (int64_t)(w - out);
+}

@@ -11,10 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
+from kernel_service.agent_state import COUNT_CANDIDATES
 from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.config import BehaviorConfig
 from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.vocabulary import THREAT_FLAG, GoalFamily
+from kernel_service.behavior_seam import Escalations
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
@@ -196,3 +198,23 @@ def test_novelty_seen_at_another_tier_is_history_by_the_time_the_ori_is_lachesis
         ]  # type: ignore[arg-type]
     assert causes
     assert set(causes) == {action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD}
+
+
+@pytest.mark.parametrize(
+    ("issued", "standing"),
+    [([], [0, 1, 2, 7]), ([1, 4, 7], [0, 2]), ([3, 6], [0, 1, 2, 7]), ([0, 1, 2, 7], [])],
+)
+def test_an_escalation_stands_only_for_a_lachesis_agent_the_core_issued_no_call(
+    issued: list[int], standing: list[int]
+) -> None:
+    kernel = Kernel(KernelConfig(), select_core("numpy"))
+    kernel.register(WORLD, registrations(8))
+    a = kernel.arrays
+    a.fields["tier"][:8] = common_pb2.COGNITION_TIER_LACHESIS
+    a.fields["tier"][5] = common_pb2.COGNITION_TIER_CLOTHO  # escalated, then the core moved it up
+    a.outputs["candidate_slot"][: len(issued)] = issued
+    a.counts[COUNT_CANDIDATES] = len(issued)
+    slots = np.array([0, 1, 2, 5, 7], np.uint32)
+    kept = kernel._standing_escalations(Escalations(slots, slots.astype(np.uint8) + 10))
+    assert kept.slots.tolist() == standing
+    assert kept.causes.tolist() == [slot + 10 for slot in standing]

@@ -5,27 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from egbe.v1 import action_pb2, common_pb2
-from kernel_service.cognition_calls import apply_cross_tier_batching, cost_micro_usd, token_estimate
+from kernel_service.cognition_calls import (
+    CallEstimates,
+    CallTables,
+    cost_micro_usd,
+    estimate_calls,
+    token_estimate,
+)
 from kernel_service.config import KernelConfig
 from tests.kernel_service.frames import columns, make_kernel
 
 NEARBY = 1 << 5
 
 
-def candidate(slot: int, cause: int, tier: int, route: str) -> action_pb2.CognitionCallCandidate:
-    config = KernelConfig()
-    tokens = token_estimate(config, cause)
-    return action_pb2.CognitionCallCandidate(
-        call_id=f"w:9:{slot}:{cause}",
-        slot=slot,
-        ori=common_pb2.OriRef(world_id="w", ori_id=f"o{slot}"),
-        tier=tier,
-        cause=cause,
-        token_estimate=tokens,
-        cost_estimate_micro_usd=cost_micro_usd(config, tier, tokens),
-        model_route=route,
-        tick=9,
-    )
+def batch_groups(estimates: CallEstimates) -> list[str]:
+    return [estimates.group_ids[group] if group >= 0 else "" for group in estimates.group_of.tolist()]
 
 
 def test_estimates_are_len_over_four_plus_overhead_at_class_rates() -> None:
@@ -45,39 +39,67 @@ def test_cross_tier_batching_amortizes_lachesis_reflection_and_atropos_summary_o
         action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION,
         action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY,
     )
-    calls = [
-        candidate(0, reflect, common_pb2.COGNITION_TIER_LACHESIS, sonnet),
-        candidate(1, reflect, common_pb2.COGNITION_TIER_LACHESIS, sonnet),
-        candidate(2, reflect, common_pb2.COGNITION_TIER_LACHESIS, sonnet),
-        candidate(3, summary, common_pb2.COGNITION_TIER_ATROPOS, haiku),
-        candidate(4, summary, common_pb2.COGNITION_TIER_ATROPOS, haiku),
-        candidate(
-            5, action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING, common_pb2.COGNITION_TIER_CLOTHO, "opus"
-        ),
+    lachesis, atropos = common_pb2.COGNITION_TIER_LACHESIS, common_pb2.COGNITION_TIER_ATROPOS
+    causes = [reflect, reflect, reflect, summary, summary, action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING]
+    tiers = [lachesis, lachesis, lachesis, atropos, atropos, common_pb2.COGNITION_TIER_CLOTHO]
+    gross = sum(token_estimate(config, cause) for cause in causes[:5])
+    estimates = estimate_calls(
+        CallTables.from_config(config),
+        world_id="w",
+        tick=9,
+        causes=np.array(causes, np.uint8),
+        tiers=np.array(tiers, np.uint8),
+    )
+    assert estimates.groups == 2
+    assert estimates.overhead_tokens_saved == (2 + 1) * 800
+    assert estimates.savings_bp == 3 * 800 * 10_000 // gross
+    assert set(batch_groups(estimates)[:3]) == {f"w:9:batch:{sonnet}"}
+    assert set(batch_groups(estimates)[3:5]) == {f"w:9:batch:{haiku}"}
+    assert batch_groups(estimates)[5] == ""  # live planning never waits for a batch
+    assert estimates.tokens[:3].tolist() == [8_800, 8_000, 8_000]
+    assert estimates.costs.tolist() == [
+        cost_micro_usd(config, tier, tokens)
+        for tier, tokens in zip(tiers, estimates.tokens.tolist(), strict=True)
     ]
-    gross = sum(c.token_estimate for c in calls[:5])
-    outcome = apply_cross_tier_batching(config, calls)
-    assert outcome.groups == 2
-    assert outcome.overhead_tokens_saved == (2 + 1) * 800
-    assert outcome.savings_bp == 3 * 800 * 10_000 // gross
-    assert {c.batch_group for c in calls[:3]} == {f"w:9:batch:{sonnet}"}
-    assert {c.batch_group for c in calls[3:5]} == {f"w:9:batch:{haiku}"}
-    assert calls[5].batch_group == ""  # live planning never waits for a batch
-    assert [c.token_estimate for c in calls[:3]] == [8_800, 8_000, 8_000]
 
 
 def test_batching_needs_two_eligible_and_fewer_groups_than_requests() -> None:
     config = KernelConfig()
-    one = [
-        candidate(0, action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION, common_pb2.COGNITION_TIER_LACHESIS, "s")
-    ]
-    assert apply_cross_tier_batching(config, one).groups == 0
-    distinct = [
-        candidate(0, action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION, common_pb2.COGNITION_TIER_LACHESIS, "s"),
-        candidate(1, action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY, common_pb2.COGNITION_TIER_ATROPOS, "h"),
-    ]
-    assert apply_cross_tier_batching(config, distinct).overhead_tokens_saved == 0
-    assert all(c.batch_group == "" for c in distinct)
+    reflect = action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION
+    lachesis = common_pb2.COGNITION_TIER_LACHESIS
+
+    def estimate(causes: list[int], tiers: list[int]) -> CallEstimates:
+        return estimate_calls(
+            CallTables.from_config(config),
+            world_id="w",
+            tick=9,
+            causes=np.array(causes, np.uint8),
+            tiers=np.array(tiers, np.uint8),
+        )
+
+    assert estimate([reflect], [lachesis]).groups == 0
+    distinct = estimate(
+        [reflect, action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY], [lachesis, common_pb2.COGNITION_TIER_ATROPOS]
+    )
+    assert distinct.overhead_tokens_saved == 0
+    assert batch_groups(distinct) == ["", ""]
+
+
+def test_tiers_sharing_a_model_share_a_batch_group() -> None:
+    config = KernelConfig(tier_models={"clotho": "opus", "lachesis": "same", "atropos": "same"})
+    estimates = estimate_calls(
+        CallTables.from_config(config),
+        world_id="w",
+        tick=3,
+        causes=np.array(
+            [action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION, action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY],
+            np.uint8,
+        ),
+        tiers=np.array([common_pb2.COGNITION_TIER_LACHESIS, common_pb2.COGNITION_TIER_ATROPOS], np.uint8),
+    )
+    assert estimates.groups == 1
+    assert batch_groups(estimates) == ["w:3:batch:same", "w:3:batch:same"]
+    assert estimates.overhead_tokens_saved == 800
 
 
 def test_a_tick_reports_batching_savings() -> None:

@@ -7,8 +7,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2
+from kernel_service.agent_state import AGENT_BIT_OBSERVED, AgentArrays
 from kernel_service.config import GAME_DAY_TICKS, KernelConfig
+from kernel_service.core_c import CCore
+from kernel_service.tick_core import NumpyCore
 from kernel_service.tick_log import deterministic_digest
+from services.column_layout import PERCEPTION_COLUMNS
 from tests.kernel_service.frames import columns, make_kernel
 
 configs = st.builds(
@@ -82,3 +86,30 @@ def test_c_and_numpy_cores_are_byte_identical(
         assert kernel_c.snapshot().SerializeToString(
             deterministic=True
         ) == kernel_np.snapshot().SerializeToString(deterministic=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**32 - 1))
+def test_c_and_numpy_apply_a_partial_frame_identically(agents: int, seed: int) -> None:
+    """Every column width (1, 2, 4, 8 bytes), slots in any order (rows arrive unordered), and the
+    observed bit set on exactly the listed agents."""
+    rng = np.random.default_rng(seed)
+    slots = rng.permutation(agents)[: int(rng.integers(1, agents + 1))].astype(np.uint32)
+    columns = {
+        name: rng.integers(0, np.iinfo(dtype).max, len(slots), dtype=dtype, endpoint=True)
+        for name, dtype in PERCEPTION_COLUMNS.items()
+    }
+    bits = rng.integers(0, 8, agents, dtype=np.uint8)
+    populations = []
+    for core in (CCore(), NumpyCore()):
+        arrays = AgentArrays()
+        arrays.add(agents)
+        arrays.fields["agent_bits"][:agents] = bits
+        core.apply_delta(arrays, slots, columns)
+        populations.append(arrays.snapshot())
+    c_arrays, numpy_arrays = populations
+    for name, values in c_arrays.items():
+        assert values.tobytes() == numpy_arrays[name].tobytes(), name
+    observed = (c_arrays["agent_bits"] & AGENT_BIT_OBSERVED) != 0
+    assert np.flatnonzero(observed).tolist() == sorted(slots.tolist())  # the starting bits are below 8
+    assert c_arrays["player_proximity_mm"][slots].tolist() == columns["player_proximity_mm"].tolist()

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, perception_pb2
-from kernel_service.row_codec import INTENT_FIELDS, CRowCodec, PythonRowCodec
+from kernel_service.cognition_calls import CallEstimates
+from kernel_service.row_codec import INTENT_FIELDS, Calls, CRowCodec, PythonRowCodec
 
 u32 = st.integers(0, 2**32 - 1)
 frames = st.builds(
@@ -81,3 +82,54 @@ def test_c_intent_writer_follows_a_replaced_registry_of_the_same_size() -> None:
     codec.write_intents(second, slots, columns, ["ori-x", "ori-y"])
     assert [i.ori_id for i in first.intents] == ["ori-a", "ori-b"]
     assert [i.ori_id for i in second.intents] == ["ori-x", "ori-y"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 30), st.data())
+def test_c_candidate_writer_equals_python(agents: int, data: st.DataObject) -> None:
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    count = data.draw(st.integers(0, 3 * agents))
+    group_ids = data.draw(st.lists(st.text(max_size=30), max_size=3))
+    calls = Calls(
+        world_id=data.draw(st.text(max_size=20)),
+        tick=data.draw(st.integers(0, 2**64 - 1)),
+        slots=rng.integers(0, agents, count).astype(np.uint32),
+        causes=rng.integers(0, 9, count).astype(np.uint8),
+        tiers=rng.integers(0, 4, count).astype(np.uint8),
+        bits=rng.integers(0, 2, count).astype(np.uint8),
+        estimates=CallEstimates(
+            tokens=rng.choice([0, 1, 8_000, 2**40], count).astype(np.int64),
+            costs=rng.choice([0, 1, 2_640, 2**50], count).astype(np.int64),
+            group_of=rng.integers(-1, len(group_ids), count).astype(np.int32),
+            group_ids=group_ids,
+            overhead_tokens_saved=0,
+            savings_bp=0,
+        ),
+        routes={tier: data.draw(st.text(max_size=40)) for tier in range(4)},
+        ori_ids=[data.draw(st.text(max_size=200)) for _ in range(agents)],
+        tenant_ids=[data.draw(st.text(max_size=12)) for _ in range(agents)],
+    )
+    by_python, by_c = action_pb2.TickResult(), action_pb2.TickResult()
+    PythonRowCodec().write_candidates(by_python, calls)
+    CRowCodec().write_candidates(by_c, calls)
+    assert len(by_c.candidates) == count
+    assert by_c.SerializeToString(deterministic=True) == by_python.SerializeToString(deterministic=True)
+
+
+def test_c_writers_follow_a_registry_that_grows_between_ticks() -> None:
+    """Registration appends to the Ori list in place; the C codec's table is extended, not rebuilt,
+    and must still name every Ori (the old ones and the new) as the Python codec does."""
+    columns = {
+        name: np.zeros(6, dtype=np.uint8 if name != "out_goal_ref" else np.uint32) for name in INTENT_FIELDS
+    }
+    columns["out_priority"] = np.zeros(6, dtype=np.uint16)
+    columns["out_plan_step"] = np.zeros(6, dtype=np.uint16)
+    ori_ids = ["ori-a", "ori-ß"]
+    codec = CRowCodec()
+    for added in ([], ["ori-ccc", ""], ["ori-дд", "ori-e"]):
+        ori_ids.extend(added)
+        slots = np.arange(len(ori_ids), dtype=np.uint32)[::-1].copy()
+        by_c, by_python = action_pb2.ActionBatch(), action_pb2.ActionBatch()
+        codec.write_intents(by_c, slots, columns, ori_ids)
+        PythonRowCodec().write_intents(by_python, slots, columns, ori_ids)
+        assert by_c.SerializeToString(deterministic=True) == by_python.SerializeToString(deterministic=True)

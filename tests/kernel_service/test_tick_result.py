@@ -10,7 +10,7 @@ from kernel_service.agent_state import COUNT_CHANGED, COUNT_GUARDS, AgentArrays
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import DecodedBatch, Encoding
 from kernel_service.row_codec import PythonRowCodec
-from kernel_service.tick_result import Registry, build_actions
+from kernel_service.tick_result import Registry, build_actions, guard_stamps
 from services.column_layout import ACTION_COLUMNS, SLOT_DTYPE
 
 
@@ -33,6 +33,7 @@ def test_delta_answer_is_the_union_of_changed_guarded_and_merged_agents_in_slot_
         a=a,
         registry=Registry("w", [f"ori-{i}" for i in range(10)], ["t"] * 10),
         decoded=DecodedBatch(Encoding.COLUMNS_DELTA, 4, np.array([2], dtype=np.uint32), {}),
+        guards=guard_stamps(a),
         merged_payloads={3: payload},
         row_codec=PythonRowCodec(),
         batch=batch,
@@ -43,3 +44,27 @@ def test_delta_answer_is_the_union_of_changed_guarded_and_merged_agents_in_slot_
     assert np.frombuffer(columns.kind, ACTION_COLUMNS["kind"]).tolist() == [2, 4, 6, 8]
     assert np.frombuffer(columns.guard_bits, ACTION_COLUMNS["guard_bits"]).tolist() == [0, 0, 2, 1]
     assert [(p.slot, p.payload["said"]) for p in columns.payloads] == [(3, "hello")]
+
+
+def test_delta_answer_without_guards_or_results_is_the_changed_list() -> None:
+    a = AgentArrays()
+    a.add(10)
+    a.fields["out_kind"][:10] = np.arange(10, dtype=np.uint8) + 1
+    a.outputs["changed_slot"][:3] = [0, 4, 9]
+    a.counts[COUNT_CHANGED] = 3
+    batch = action_pb2.ActionBatch()
+    build_actions(
+        KernelConfig(),
+        a=a,
+        registry=Registry("w", [f"ori-{i}" for i in range(10)], ["t"] * 10),
+        decoded=DecodedBatch(Encoding.COLUMNS_DELTA, 4, np.array([2], dtype=np.uint32), {}),
+        guards=guard_stamps(a),
+        merged_payloads={},
+        row_codec=PythonRowCodec(),
+        batch=batch,
+    )
+    columns = batch.columns
+    assert columns.count == 3
+    assert np.frombuffer(columns.slots, SLOT_DTYPE).tolist() == [0, 4, 9]
+    assert np.frombuffer(columns.kind, ACTION_COLUMNS["kind"]).tolist() == [1, 5, 10]
+    assert columns.guard_bits == b""  # no guard fired: the column stays empty

@@ -51,6 +51,15 @@ CASES = {
         columns(11, slots=np.array([1, 1]), signal_flags=np.zeros(2, np.uint16)),
         "batch.columns.slots[1]",
     ),
+    "decreasing slots (delta)": (
+        columns(11, slots=np.array([2, 1]), signal_flags=np.zeros(2, np.uint16)),
+        "batch.columns.slots[1]",
+    ),
+    # Out of order, so the largest slot is not the last: the unknown one is still found and named.
+    "unknown slot out of order (delta)": (
+        columns(11, slots=np.array([9, 1]), signal_flags=np.zeros(2, np.uint16)),
+        "batch.columns.slots[0]",
+    ),
     "negative distance (columns)": (
         columns(11, player_proximity_mm=np.array([1, 2, -3, 4])),
         "batch.columns.player_proximity_mm",
