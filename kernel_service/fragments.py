@@ -251,12 +251,49 @@ class FragmentStore:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._pending: dict[int, _Pending] = {}
+        # Compact form of the commonest state, for slots with no `_pending` entry: nothing but one
+        # open guard run. A stale-goal wave over a large population opens and counts these in numpy,
+        # with no Python object per Ori; anything else that happens to the slot promotes it first.
+        self._listed = np.zeros(0, np.bool_)  # the slot has a `_pending` entry
+        self._guard_bits = np.zeros(0, np.uint8)  # 0 = no compact open run
+        self._guard_tier = np.zeros(0, np.uint8)
+        self._guard_first = np.zeros(0, np.uint64)
+        self._guard_last = np.zeros(0, np.uint64)
+        self._guard_count = np.zeros(0, np.uint32)
 
     def __len__(self) -> int:
-        return sum(len(p.moments) for p in self._pending.values())
+        return sum(len(p.moments) for p in self._pending.values()) + int(np.count_nonzero(self._guard_bits))
+
+    def _grow(self, slots: int) -> None:
+        if slots <= len(self._listed):
+            return
+        size = max(slots, 2 * len(self._listed))
+        for name in ("_listed", "_guard_bits", "_guard_tier", "_guard_first", "_guard_last", "_guard_count"):
+            old = getattr(self, name)
+            grown = np.zeros(size, old.dtype)
+            grown[: len(old)] = old
+            setattr(self, name, grown)
+
+    def _compact_run(self, slot: int) -> GuardRun | None:
+        """The slot's compact open guard run as the object it stands for, if it has one."""
+        if slot >= len(self._guard_bits) or not self._guard_bits[slot]:
+            return None
+        run = GuardRun(
+            int(self._guard_first[slot]), GuardStamp(int(self._guard_bits[slot]), int(self._guard_tier[slot]))
+        )
+        run.count, run.last_tick = int(self._guard_count[slot]), int(self._guard_last[slot])
+        return run
+
+    def _promote(self, slot: int) -> None:
+        """Move a compact open guard run into the slot's `_pending` entry (the same moment, sequence 0)."""
+        run = self._compact_run(slot)
+        if run is not None:
+            self._guard_bits[slot] = 0
+            self._add(slot, run)
 
     def pending(self, slot: int, ori_id: str) -> list[biography_pb2.ConsolidationFragment]:
         """A slot's fragments as they would be handed over now (without the elided note)."""
+        self._promote(slot)
         entry = self._pending.get(slot)
         return [_named(ori_id, moment) for moment in entry.moments] if entry else []
 
@@ -264,6 +301,8 @@ class FragmentStore:
         entry = self._pending.get(slot)
         if entry is None:
             entry = self._pending[slot] = _Pending(self.limit)
+            self._grow(slot + 1)
+            self._listed[slot] = True
         return entry
 
     def _add(
@@ -283,6 +322,7 @@ class FragmentStore:
 
     def _open(self, slot: int, run: type[Run]) -> Run | None:
         """The slot's open run of that type, if any (open runs are the last two moments at most)."""
+        self._promote(slot)
         entry = self._pending.get(slot)
         moments = entry.moments if entry is not None else ()
         for index in range(max(-2, -len(moments)), 0):
@@ -312,6 +352,7 @@ class FragmentStore:
             run_id = intent.payload.fields.get("run_id") if intent.HasField("payload") else None
             if run_id is not None and run_id.string_value:
                 payload["run_id"] = run_id.string_value
+            self._promote(intent.slot)
             self._add(intent.slot, _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, tick, payload))
 
     def record_guards(
@@ -319,12 +360,33 @@ class FragmentStore:
     ) -> None:
         """A loop/drift guard that rewrote an Ori's action above Atropos: the Ori caught itself.
 
-        A guard can fire for most of a population on one tick, so Atropos rows are dropped in numpy;
-        a repeat of the Ori's open stamp only counts."""
+        A guard can fire for most of a population on one tick, so Atropos rows are dropped in numpy,
+        and slots with nothing else pending open or count their compact run in numpy; a repeat of
+        the Ori's open stamp only counts."""
         stamped_tiers = tiers[slots]
         above = stamped_tiers != common_pb2.COGNITION_TIER_ATROPOS
+        slots, bits, stamped_tiers = slots[above], bits[above], stamped_tiers[above]
+        if len(slots) == 0:
+            return
+        self._grow(int(slots.max()) + 1)
+        unlisted = ~self._listed[slots]
+        open_bits = self._guard_bits[slots]
+        repeat = (
+            unlisted & (open_bits == bits) & (self._guard_tier[slots] == stamped_tiers) & (open_bits != 0)
+        )
+        fresh = unlisted & (open_bits == 0)
+        repeated = slots[repeat]
+        self._guard_count[repeated] += np.uint32(1)
+        self._guard_last[repeated] = tick
+        opened = slots[fresh]
+        self._guard_bits[opened] = bits[fresh]
+        self._guard_tier[opened] = stamped_tiers[fresh]
+        self._guard_first[opened] = tick
+        self._guard_last[opened] = tick
+        self._guard_count[opened] = 1
+        rest = ~(repeat | fresh)
         for slot, guard, tier in zip(
-            slots[above].tolist(), bits[above].tolist(), stamped_tiers[above].tolist(), strict=True
+            slots[rest].tolist(), bits[rest].tolist(), stamped_tiers[rest].tolist(), strict=True
         ):
             stamp = GuardStamp(guard, tier)
             run = self._open(slot, GuardRun)
@@ -353,9 +415,11 @@ class FragmentStore:
     def take_into(self, request: action_pb2.LifecycleRequest, tick: int) -> None:
         """Hand over and clear the request's slot's fragments, appended to it in one parse; a leading
         fragment names any dropped to the bound."""
+        self._promote(request.slot)
         entry = self._pending.pop(request.slot, None)
         if entry is None:
             return
+        self._listed[request.slot] = False
         ori_id = request.ori.ori_id
         named = [_named_bytes(ori_id, moment) for moment in entry.moments]
         if entry.elided:
@@ -382,19 +446,28 @@ class FragmentStore:
         request.MergeFromString(b"".join(_length_delimited(_REQUEST_FRAGMENTS_TAG, body) for body in named))
         # The sequence survives the hand-over so ids stay unique for the Ori's next stint.
         if entry.next_sequence:
-            self._pending[request.slot] = _Pending(self.limit)
-            self._pending[request.slot].next_sequence = entry.next_sequence
+            self._entry(request.slot).next_sequence = entry.next_sequence
 
     def snapshot(self, ori_ids: Sequence[str]) -> list[kernel_pb2.PendingFragments]:
-        return [
+        """Every slot's moments; a compact open guard run is written as the run it stands for."""
+        entries = [
             kernel_pb2.PendingFragments(
                 slot=slot,
                 fragments=[_named(ori_ids[slot], moment) for moment in p.moments],
                 elided=p.elided,
                 next_sequence=p.next_sequence,
             )
-            for slot, p in sorted(self._pending.items())
+            for slot, p in self._pending.items()
         ]
+        for slot in np.flatnonzero(self._guard_bits).tolist():
+            run = self._compact_run(slot)
+            assert run is not None  # the slot's bits are set
+            entries.append(
+                kernel_pb2.PendingFragments(
+                    slot=slot, fragments=[_named(ori_ids[slot], (0, run))], next_sequence=1
+                )
+            )
+        return sorted(entries, key=lambda entry: entry.slot)
 
     def restore_violations(
         self, entries: Sequence[kernel_pb2.PendingFragments], agents: int
@@ -420,8 +493,13 @@ class FragmentStore:
         return violations
 
     def restore(self, entries: Sequence[kernel_pb2.PendingFragments]) -> None:
-        """Inverse of snapshot; the caller checked `restore_violations` first."""
+        """Inverse of snapshot (every slot restored in the listed form); the caller checked
+        `restore_violations` first."""
         self._pending = {}
+        self._guard_bits[:] = 0
+        self._listed[:] = False
+        if entries:
+            self._grow(max(entry.slot for entry in entries) + 1)
         for entry in entries:
             pending = _Pending(self.limit)
             reopen = _open_runs(entry.fragments)
@@ -431,3 +509,4 @@ class FragmentStore:
             pending.elided = entry.elided
             pending.next_sequence = entry.next_sequence
             self._pending[entry.slot] = pending
+            self._listed[entry.slot] = True

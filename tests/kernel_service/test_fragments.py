@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from google.protobuf import struct_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2
 from kernel_service.agent_state import GUARD_BIT_REPEATED_ACTION, GUARD_BIT_STALE_GOAL
@@ -257,3 +259,69 @@ def test_open_guard_and_action_runs_restored_from_a_snapshot_keep_folding(cut: i
         step(uninterrupted)
         step(restored)
     assert taken(restored, 0, 8) == taken(uninterrupted, 0, 8)
+
+
+TIERS = (common_pb2.COGNITION_TIER_CLOTHO, common_pb2.COGNITION_TIER_LACHESIS)
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["stamp", "act", "merge", "take"]),
+        st.integers(0, 2),
+        st.integers(1, 3),
+        st.integers(0, 1),
+    ),
+    max_size=30,
+)
+
+
+def apply(
+    store: FragmentStore, tick: int, op: tuple[str, int, int, int]
+) -> list[biography_pb2.ConsolidationFragment]:
+    name, slot, bits, tier = op
+    tiers = np.full(3, TIERS[tier], np.uint8)
+    if name == "stamp":
+        store.record_guards(tick, np.array([slot], np.uint32), np.array([bits], np.uint8), tiers)
+    elif name == "act":
+        fields = {
+            "out_kind": np.full(3, bits, np.uint8),
+            "out_source": np.full(3, action_pb2.ACTION_SOURCE_HTN, np.uint8),
+            "out_goal_ref": np.full(3, 4, np.uint32),
+            "out_priority": np.full(3, 100, np.uint16),
+        }
+        store.record_actions(tick, np.array([slot]), fields)
+    elif name == "merge":
+        store.record_merged(tick, [said(slot, f"run-{tick}")], tiers)
+    else:
+        return taken(store, slot, tick)
+    return []
+
+
+@settings(max_examples=200)
+@given(OPS, st.integers(0, 30), st.integers(1, 4))
+def test_compact_guard_runs_hand_over_what_the_listed_form_does(
+    ops: list[tuple[str, int, int, int]], cut: int, limit: int
+) -> None:
+    """Slots whose only moment is an open guard run live in arrays; a restored store holds the same
+    slots as listed entries. Whatever follows, both hand over the same fragments."""
+    compact = FragmentStore(limit)
+    for tick, op in enumerate(ops[:cut]):
+        apply(compact, tick, op)
+    listed = FragmentStore(limit)
+    listed.restore(compact.snapshot(["ori-0", "ori-1", "ori-2"]))
+    assert len(listed) == len(compact)
+    for tick, op in enumerate(ops[cut:], start=cut):
+        assert apply(compact, tick, op) == apply(listed, tick, op)
+    assert len(listed) == len(compact)
+    for slot in range(3):
+        assert taken(compact, slot, 99) == taken(listed, slot, 99)
+
+
+def test_a_guard_wave_over_a_population_keeps_no_python_object_per_ori() -> None:
+    store = FragmentStore(limit=16)
+    slots = np.arange(0, 50_000, 2, dtype=np.uint32)
+    tiers = np.full(50_000, common_pb2.COGNITION_TIER_LACHESIS, np.uint8)
+    for tick in (6, 12, 18):
+        store.record_guards(tick, slots, np.full(len(slots), GUARD_BIT_STALE_GOAL, np.uint8), tiers)
+    assert store._pending == {}  # every stamped Ori is one compact run, counted in the arrays
+    assert len(store) == len(slots)
+    (guard,) = taken(store, 4, 20)
+    assert (guard.world_tick, guard.payload["count"], guard.payload["last_tick"]) == (6, 3, 18)
