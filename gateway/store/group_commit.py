@@ -3,7 +3,7 @@
 Each body runs inside its own SAVEPOINT, so it sees every earlier body's writes (the checks stay exact)
 and a body that refuses (an EgbeError) undoes only itself. One fsync serves every body in the batch.
 A batch of one body (or one combined group, as a burst of admissions is) needs no savepoint: a refusal
-rolls the whole transaction back, and on PostgreSQL its COMMIT rides the body's own round trip.
+rolls the whole transaction back.
 
 A batch holding a durable body commits synchronously (the fsync), and the durable body is answered
 only after it ("committed before the RPC answers"). A batch of non-durable bodies commits without
@@ -104,6 +104,17 @@ def _deliver(job: _Job, ok: bool, value: Any) -> None:
             job.future.set_exception(value)
 
     job.loop.call_soon_threadsafe(settle)
+
+
+def _answer_applied(group: list[_Job], results: list[tuple[bool, Any]]) -> list[tuple[bool, Any]]:
+    """Answer the group's non-durable jobs now; the rest are answered after the COMMIT."""
+    outcomes = []
+    for job, result in zip(group, results, strict=True):
+        if not job.durable:
+            _deliver(job, *result)
+            result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
+        outcomes.append(result)
+    return outcomes
 
 
 class GroupCommitter(Generic[C]):
@@ -223,19 +234,19 @@ class GroupCommitter(Generic[C]):
                 _deliver(job, ok, value)
 
     def _run_alone(self, connection: C, tx: Any, group: list[_Job], pipe: Any) -> list[tuple[bool, Any]]:
-        """The batch's only body (or combined group): no savepoint, and its statements share one sync
-        with the COMMIT, so a lone transaction costs PostgreSQL one round trip fewer. Its non-durable
-        jobs are answered after that COMMIT: nothing counts as applied before the database said so."""
+        """The batch's only body (or combined group): no savepoint, since a refusal rolls the whole
+        transaction back; its non-durable jobs are answered once it applied, before the COMMIT."""
         try:
             values = group[0].run(tx, group)
-            connection.execute("COMMIT")
             pipe.sync()
         except self._lost:
             raise
         except Exception as error:  # a refusal or a bug: the transaction holds this body alone; undo it
             connection.execute("ROLLBACK")
             return [(False, error)] * len(group)
-        return [(True, value) for value in values]
+        outcomes = _answer_applied(group, [(True, value) for value in values])
+        connection.execute("COMMIT")
+        return outcomes
 
     def _run_among_others(
         self, connection: C, tx: Any, group: list[_Job], pipe: Any
@@ -251,16 +262,8 @@ class GroupCommitter(Generic[C]):
         except Exception as error:  # a refusal or a bug: undo this body (group) only
             connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
             connection.execute("RELEASE SAVEPOINT egbe_job")
-            results: list[tuple[bool, Any]] = [(False, error)] * len(group)
-        else:
-            results = [(True, value) for value in values]
-        outcomes = []
-        for job, result in zip(group, results, strict=True):
-            if not job.durable:
-                _deliver(job, *result)
-                result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
-            outcomes.append(result)
-        return outcomes
+            return _answer_applied(group, [(False, error)] * len(group))
+        return _answer_applied(group, [(True, value) for value in values])
 
     def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
