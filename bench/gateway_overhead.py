@@ -6,11 +6,19 @@ Per backend: overhead_p50_ms / overhead_p99_ms of a run (AdmitRun, Generate, End
 of a Submit, the cognition service's Think excluded), admissions_per_s with 64 concurrent clients calling
 AdmitRun, and admit_end_cycles_per_s (AdmitRun then EndRun). SQLite is measured with synchronous=FULL
 (the default: every commit fsynced) and NORMAL.
-The baseline, measured in the same run, is a store-free RPC (EvaluateBudget with no requests): the
-gRPC floor of one round trip on this machine (`baseline_rpc_floor_*`), and how many of those 64 clients
-complete per second (`baseline_store_free_rpcs_per_s`: the ceiling any admission rate is bounded by
-here). `overhead_beyond_rpc_floor_*` is each run minus the adapter and three floor round trips measured
-just before it: the gateway's own work (store, checks, audit) without the transport.
+The baselines, measured in the same run, interleaved with the runs:
+- a store-free RPC of the gateway (EvaluateBudget with no requests) through the whole chassis (token,
+  role, log context, error mapping): `baseline_rpc_floor_*` per round trip, and how many of those the 64
+  clients complete per second (`baseline_store_free_rpcs_per_s`: the ceiling any admission rate is
+  bounded by here). `overhead_beyond_rpc_floor_*` is each run minus the adapter and three of these round
+  trips measured just before it: the gateway's own work (store, checks, audit) without the transport;
+- a bare grpc.aio server (`bare_grpc_aio_*`: its own process on the same event loop, the same
+  EvaluateBudget method answering an empty message, no interceptor, no auth, no handler work) called by
+  the same client: the Python gRPC floor of this machine. `bare_grpc_aio_run_floor_p50_ms` is three of
+  its round trips, the least any run of three RPCs can cost here;
+- the server process's CPU per store-free RPC, ours and the bare server's (`*_server_cpu_us_per_rpc`,
+  from /proc over the 64-client phases): what the chassis adds per call, less moved by the machine's
+  other load than the wall-clock figures (cache and scheduler contention still inflate it).
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -36,6 +46,7 @@ from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.adapters.offline import OfflineAdapter
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
+from services.runtime import run_event_loop
 
 RPCS_PER_RUN = 3  # AdmitRun, Generate, EndRun
 PROMPT = gateway_pb2.PromptEnvelope(
@@ -91,12 +102,48 @@ def _drop_database(server_dsn: str, dsn: str) -> None:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+class _BareServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer):
+    async def EvaluateBudget(
+        self, request: gateway_pb2.EvaluateBudgetRequest, context: Any
+    ) -> gateway_pb2.EvaluateBudgetResponse:
+        return gateway_pb2.EvaluateBudgetResponse()
+
+
+async def serve_bare() -> None:
+    """The bare baseline: grpc.aio with nothing of ours; prints its port, serves until killed."""
+    server = grpc.aio.server()
+    gateway_pb2_grpc.add_CognitionGatewayServiceServicer_to_server(_BareServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(port, flush=True)
+    await server.wait_for_termination()
+
+
+def _start_bare() -> tuple[subprocess.Popen[bytes], str]:
+    """The bare server in its own process, as the gateway runs in its own; (process, target)."""
+    command = [sys.executable, "-m", "bench.gateway_overhead", "--serve-bare"]
+    bare = subprocess.Popen(command, stdout=subprocess.PIPE)
+    assert bare.stdout is not None
+    return bare, f"127.0.0.1:{bare.stdout.readline().decode().strip()}"
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
-    target: str, tokens: dict[str, str], runs: int, clients: int, seconds: float
+    target: str, bare_target: str, pids: tuple[int, int], tokens: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
     service = bearer_metadata(tokens["service"])
-    async with grpc.aio.insecure_channel(target) as channel:
+    async with (
+        grpc.aio.insecure_channel(target) as channel,
+        grpc.aio.insecure_channel(bare_target) as bare_channel,
+    ):
         stub = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
+        bare = gateway_pb2_grpc.CognitionGatewayServiceStub(bare_channel)
+        nothing = gateway_pb2.EvaluateBudgetRequest()
 
         async def admit(ori: str) -> gateway_pb2.AdmitRunResponse:
             reply: gateway_pb2.AdmitRunResponse = await stub.AdmitRun(
@@ -115,11 +162,18 @@ async def measure(
                 metadata=service,
             )
 
-        floor, per_run = [], []
-        for n in range(runs):
+        async def timed(call: Awaitable[Any]) -> float:
             started = time.perf_counter()
-            await stub.EvaluateBudget(gateway_pb2.EvaluateBudgetRequest(), metadata=service)
-            floor.append(time.perf_counter() - started)
+            await call
+            return time.perf_counter() - started
+
+        for _ in range(100):  # both servers warm (connections, caches) before anything is timed
+            await stub.EvaluateBudget(nothing, metadata=service)
+            await bare.EvaluateBudget(nothing, metadata=service)
+        floor, bare_floor, per_run = [], [], []
+        for n in range(args.runs):
+            bare_floor.append(await timed(bare.EvaluateBudget(nothing, metadata=service)))
+            floor.append(await timed(stub.EvaluateBudget(nothing, metadata=service)))
             started = time.perf_counter()
             run = await admit(f"ori-{n % 256}")
             await stub.Generate(
@@ -131,9 +185,10 @@ async def measure(
             await end(run.run_id)
             per_run.append(time.perf_counter() - started)
 
-        async def rate(step: Callable[[int], Awaitable[None]]) -> float:
+        async def rate(step: Callable[[int], Awaitable[Any]], pid: int = 0) -> tuple[float, float]:
+            """Completions per second of `clients` looping on `step`, and `pid`'s CPU per completion."""
             done = 0
-            deadline = time.perf_counter() + seconds
+            deadline = time.perf_counter() + args.seconds
 
             async def client(index: int) -> None:
                 nonlocal done
@@ -141,9 +196,11 @@ async def measure(
                     await step(index)
                     done += 1
 
+            cpu = _cpu_seconds(pid) if pid else 0.0
             started = time.perf_counter()
-            await asyncio.gather(*(client(i) for i in range(clients)))
-            return done / (time.perf_counter() - started)
+            await asyncio.gather(*(client(i) for i in range(args.clients)))
+            elapsed = time.perf_counter() - started
+            return done / elapsed, ((_cpu_seconds(pid) - cpu) / done if pid else 0.0)
 
         async def admit_only(index: int) -> None:
             await admit(f"ori-{index}")
@@ -151,18 +208,18 @@ async def measure(
         async def admit_and_end(index: int) -> None:
             await end((await admit(f"ori-{index}")).run_id)
 
-        async def store_free(index: int) -> None:
-            await stub.EvaluateBudget(gateway_pb2.EvaluateBudgetRequest(), metadata=service)
-
-        floor_rate = await rate(store_free)
-        admissions = await rate(admit_only)
-        cycles = await rate(admit_and_end)
+        bare_rate = await rate(lambda _: bare.EvaluateBudget(nothing, metadata=service), pids[1])
+        floor_rate = await rate(lambda _: stub.EvaluateBudget(nothing, metadata=service), pids[0])
+        admissions, _ = await rate(admit_only)
+        cycles, _ = await rate(admit_and_end)
     return {
         "per_run": per_run,
         "floor": floor,
+        "bare_floor": bare_floor,
         "admissions_per_s": admissions,
         "admit_end_per_s": cycles,
-        "floor_per_s": floor_rate,
+        "floor_rate": floor_rate,
+        "bare_rate": bare_rate,
     }
 
 
@@ -173,14 +230,18 @@ async def bench_backend(
         # Room for every admission of the measurement: the cap must not be what is measured.
         cap = {"EGBE_GATEWAY__BUDGET__WORLD_CAP_TOKENS_PER_HOUR": str(10**12)}
         served = ServiceProcesses(Path(folder), database_url, extra_env=extra_env | cap)
+        bare, bare_target = _start_bare()
         try:
             served.start("gateway")
-            target = served.target("gateway")
-            figures = await measure(target, served.tokens, args.runs, args.clients, args.seconds)
+            pids = (served.running["gateway"].pid, bare.pid)
+            figures = await measure(served.target("gateway"), bare_target, pids, served.tokens, args)
         finally:
+            bare.kill()
+            bare.wait()
             served.stop_all()
     overhead_ms = [max(0.0, (t - adapter_s) * 1000) for t in figures["per_run"]]
     floor_ms = [t * 1000 for t in figures["floor"]]
+    bare_ms = [t * 1000 for t in figures["bare_floor"]]
     # The gateway's own share: each run minus the adapter and three store-free round trips measured
     # right before it (the transport, interceptor and event loop every RPC pays, store or not).
     beyond_ms = [
@@ -196,7 +257,13 @@ async def bench_backend(
         "admit_end_cycles_per_s": round(figures["admit_end_per_s"], 1),
         "baseline_rpc_floor_p50_ms": round(_percentile(floor_ms, 0.50), 3),
         "baseline_rpc_floor_p99_ms": round(_percentile(floor_ms, 0.99), 3),
-        "baseline_store_free_rpcs_per_s": round(figures["floor_per_s"], 1),
+        "baseline_store_free_rpcs_per_s": round(figures["floor_rate"][0], 1),
+        "baseline_server_cpu_us_per_rpc": round(figures["floor_rate"][1] * 1e6, 1),
+        "bare_grpc_aio_rpc_p50_ms": round(_percentile(bare_ms, 0.50), 3),
+        "bare_grpc_aio_rpc_p99_ms": round(_percentile(bare_ms, 0.99), 3),
+        "bare_grpc_aio_run_floor_p50_ms": round(RPCS_PER_RUN * _percentile(bare_ms, 0.50), 3),
+        "bare_grpc_aio_rpcs_per_s": round(figures["bare_rate"][0], 1),
+        "bare_grpc_aio_server_cpu_us_per_rpc": round(figures["bare_rate"][1] * 1e6, 1),
         "rpcs_per_run": RPCS_PER_RUN,
     }
 
@@ -234,8 +301,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=5.0, help="how long the 64 clients admit")
     parser.add_argument("--postgres-dsn", default="")
+    parser.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    report = asyncio.run(main_async(args))
+    if args.serve_bare:
+        run_event_loop(serve_bare())
+        return
+    report = run_event_loop(main_async(args))
     print(json.dumps(report, indent=None if args.json else 2))
 
 

@@ -19,7 +19,7 @@ from gateway.cost import Usage
 from gateway.records import AuditEntry, Control, ControlKind, ControlScope, OperatorAttempt, RunStatus
 from gateway.retry_stats import roll_up
 from gateway.routing import model_ref, select_route
-from services.auth import Role
+from services.auth import Principal, Role
 from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument
 from services.grpc_types import Context
 
@@ -28,6 +28,8 @@ _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 _OPERATOR_ONLY = frozenset({Role.OPERATOR})
 # Operators name themselves in this metadata key (the CLI sends $USER); the audit records it.
 OPERATOR_ID_METADATA = "x-egbe-operator"
+# The role recorded for a refused operator attempt that presented no known token.
+UNAUTHENTICATED = "unauthenticated"
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1_000
 
@@ -623,16 +625,24 @@ _DECISIONS: dict[int, bool | None] = {
 }
 
 
-def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError], None]:
-    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering."""
+def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError, Principal | None], None]:
+    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering.
+
+    A caller with a known token is recorded by its role and token id (never the token); one without
+    is recorded as `unauthenticated`."""
     tasks: set[asyncio.Task[None]] = set()
 
-    def audit(method: str, error: EgbeError) -> None:
+    def audit(method: str, error: EgbeError, principal: Principal | None) -> None:
         if not method.startswith(f"/{_OPERATOR}/"):
             return
+        role, token_id = (principal.role.value, principal.token_id) if principal else (UNAUTHENTICATED, "")
         task = asyncio.get_running_loop().create_task(
             gateway.record_operator_attempt(
-                method.rsplit("/", 1)[-1], role="refused", operator_id="", allowed=False, detail=error.message
+                method.rsplit("/", 1)[-1],
+                role=role,
+                operator_id=token_id,
+                allowed=False,
+                detail=error.message,
             )
         )
         tasks.add(task)

@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -28,16 +29,29 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# Digest hex characters naming a token in audit records: enough to tell tokens apart, nothing to replay.
+TOKEN_ID_CHARS = 12
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller: its role and an id naming its token without revealing it."""
+
+    role: Role
+    token_id: str  # "<role>:<first 12 hex digits of the token's SHA-256>"
+
+
 class TokenStore:
-    """Maps presented tokens to roles; keeps only digests so lookups do not compare secrets."""
+    """Maps presented tokens to principals; keeps only digests so lookups do not compare secrets."""
 
     def __init__(self, tokens_by_role: Mapping[Role, list[str]]) -> None:
-        self._role_by_digest: dict[str, Role] = {}
+        self._by_digest: dict[str, Principal] = {}
         for role, tokens in tokens_by_role.items():
             for token in tokens:
                 if len(token) < 16:
                     raise ValueError(f"a {role.value} token is shorter than 16 characters")
-                self._role_by_digest[_digest(token)] = role
+                digest = _digest(token)
+                self._by_digest[digest] = Principal(role, f"{role.value}:{digest[:TOKEN_ID_CHARS]}")
         self._first_token = {role: tokens[0] for role, tokens in tokens_by_role.items() if tokens}
 
     @classmethod
@@ -65,15 +79,20 @@ class TokenStore:
 
     def role_of(self, metadata: Mapping[str, str]) -> Role:
         """The caller's role, or Unauthenticated when the token is missing or unknown."""
-        header = metadata.get(AUTHORIZATION_HEADER)
+        return self.principal_of(metadata.get(AUTHORIZATION_HEADER)).role
+
+    def principal_of(self, header: str | None) -> Principal:
+        """Who presented this authorization header, or Unauthenticated when it names nobody.
+
+        The presented token is hashed and the digest looked up, so no comparison touches a secret."""
         if header is None:
             raise Unauthenticated("missing bearer token in the authorization metadata")
         if not header.startswith(BEARER_PREFIX):
             raise Unauthenticated("authorization metadata must be 'Bearer <token>'")
-        role = self._role_by_digest.get(_digest(header[len(BEARER_PREFIX) :]))
-        if role is None:
+        principal = self._by_digest.get(_digest(header[len(BEARER_PREFIX) :]))
+        if principal is None:
             raise Unauthenticated("unknown bearer token")
-        return role
+        return principal
 
     def token_for(self, role: Role) -> str:
         """A token of the given role, for in-process clients (embedded mode, CLI)."""

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.cli import register as register_gateway_commands
 from services.channels import open_channel
 from services.logging import configure_logging
-from services.runtime import endpoints_path, published_targets, serve_until_signalled
+from services.runtime import endpoints_path, published_targets, run_event_loop, serve_until_signalled
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
 from world import cli as world_cli
 
@@ -98,13 +98,13 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     settings = _with_listen_overrides(_settings(args), args)
-    asyncio.run(serve_until_signalled(SERVICE_NAMES, settings))
+    run_event_loop(serve_until_signalled(SERVICE_NAMES, settings))
     return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = _with_listen_overrides(_settings(args), args)
-    asyncio.run(serve_until_signalled([args.service], settings))
+    run_event_loop(serve_until_signalled([args.service], settings))
     return 0
 
 

@@ -9,8 +9,8 @@ import grpc
 if TYPE_CHECKING:
     Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
     MethodHandler: TypeAlias = grpc.RpcMethodHandler[Any, Any]
-    ServerInterceptor: TypeAlias = grpc.aio.ServerInterceptor[Any, Any]
+    GenericHandler: TypeAlias = grpc.GenericRpcHandler[Any, Any]
 else:
     Context = grpc.aio.ServicerContext
     MethodHandler = grpc.RpcMethodHandler
-    ServerInterceptor = grpc.aio.ServerInterceptor
+    GenericHandler = grpc.GenericRpcHandler

@@ -1,13 +1,13 @@
-"""grpc.aio server bootstrap: auth + error-mapping interceptor, health, reflection, graceful shutdown."""
+"""grpc.aio server bootstrap: auth and error mapping around every handler, health, reflection, shutdown."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import structlog
@@ -18,10 +18,10 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from egbe.v1 import gateway_pb2
-from services.auth import Role, TokenStore, authorize
+from services.auth import AUTHORIZATION_HEADER, Principal, Role, TokenStore, authorize
 from services.channels import channel_options, server_credentials, uses_tls
 from services.errors import EgbeError, InvalidArgument, to_rpc_status
-from services.grpc_types import Context, MethodHandler, ServerInterceptor
+from services.grpc_types import Context, GenericHandler, MethodHandler
 from services.logging import get_logger
 from services.settings import EgbeSettings, Endpoint, TlsSettings
 
@@ -29,15 +29,6 @@ log = get_logger(__name__)
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 OPERATOR_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
-
-# Probes and tooling must reach these without a token.
-PUBLIC_SERVICES = frozenset(
-    {
-        HEALTH_SERVICE,
-        "grpc.reflection.v1alpha.ServerReflection",
-        "grpc.reflection.v1.ServerReflection",
-    }
-)
 
 AddServicer = Callable[[Any, grpc.aio.Server], None]
 
@@ -54,7 +45,8 @@ class ServiceBundle:
     # Extra metadata shown by health tooling, e.g. {"core": "c"}.
     info: dict[str, str] = field(default_factory=dict)
     # Told of every call the chassis refuses (no token, wrong role) before it answers, e.g. to audit it.
-    on_refused: Callable[[str, EgbeError], None] | None = None
+    # The principal is None when no known token was presented (the token itself is never passed).
+    on_refused: Callable[[str, EgbeError, Principal | None], None] | None = None
 
     def roles_for(self, full_method: str) -> frozenset[Role] | None:
         """Roles admitted to `/pkg.Service/Method`, or None when the method is not declared."""
@@ -66,48 +58,95 @@ def _status_for(error: EgbeError) -> grpc.Status:
     return rpc_status.to_status(to_rpc_status(error))
 
 
-class ChassisInterceptor(ServerInterceptor):
+def _authorization(metadata: Any) -> str | None:
+    """The authorization header among the call's metadata (None when absent or binary)."""
+    for key, value in metadata or ():
+        if key == AUTHORIZATION_HEADER and isinstance(value, str):
+            return value
+    return None
+
+
+class Chassis:
     """Authenticates, authorizes, binds log context and maps domain errors for every RPC.
 
-    `exposed` limits which of the bundle's gRPC services this listener answers (None: all);
-    the rest answer UNIMPLEMENTED here, as if they were not registered.
+    Every method handler is wrapped once, when its servicer registers (see `_Registrar`), not per
+    call: a call pays one dict-free check of its own metadata and nothing else, and no server
+    interceptor (whose async pipeline grpc.aio runs for every call) is installed at all.
     """
 
-    def __init__(
-        self, bundle: ServiceBundle, tokens: TokenStore, exposed: frozenset[str] | None = None
-    ) -> None:
+    def __init__(self, bundle: ServiceBundle, tokens: TokenStore) -> None:
         self._bundle = bundle
         self._tokens = tokens
-        self._exposed = exposed
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[MethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> MethodHandler:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        service = method.split("/")[1] if method.count("/") >= 2 else ""
-        if handler is None or service in PUBLIC_SERVICES:
-            return handler
-        if self._exposed is not None and service not in self._exposed:
-            # None is gRPC's documented "no such method" (UNIMPLEMENTED); grpc-stubs omit it.
-            return None  # type: ignore[return-value]
-        return _wrap_handler(handler, self._guard(method, handler_call_details.invocation_metadata))
+    def guard(self, method: str) -> Callable[[Context], None]:
+        """The check run before `method`'s handler: who is calling, and may that role call it."""
+        admitted = self._bundle.roles_for(method) or frozenset()
+        service_name = self._bundle.name
+        principal_of = self._tokens.principal_of
+        on_refused = self._bundle.on_refused
 
-    def _guard(self, method: str, metadata: Any) -> Callable[[], None]:
-        def check() -> None:
+        def check(context: Context) -> None:
             structlog.contextvars.clear_contextvars()
-            structlog.contextvars.bind_contextvars(service=self._bundle.name)
+            structlog.contextvars.bind_contextvars(service=service_name)
+            principal: Principal | None = None
             try:
-                role = self._tokens.role_of({k: v for k, v in metadata or () if isinstance(v, str)})
-                authorize(role, self._bundle.roles_for(method) or frozenset(), method)
+                principal = principal_of(_authorization(context.invocation_metadata()))
+                authorize(principal.role, admitted, method)
             except EgbeError as refusal:
-                if self._bundle.on_refused is not None:
-                    self._bundle.on_refused(method, refusal)
+                if on_refused is not None:
+                    on_refused(method, refusal, principal)
                 raise
 
         return check
+
+    def wrap(self, method: str, handler: MethodHandler) -> MethodHandler:
+        return _wrap_handler(handler, self.guard(method))
+
+
+class _GuardedGenericHandler(GenericHandler):
+    """A servicer's generic handler whose answers are wrapped by the chassis, once per method."""
+
+    def __init__(self, inner: GenericHandler, chassis: Chassis, exposed: frozenset[str]) -> None:
+        self._inner = inner
+        self._chassis = chassis
+        self._exposed = exposed
+        self._wrapped: dict[str, tuple[MethodHandler, MethodHandler]] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> MethodHandler | None:
+        method: str = handler_call_details.method
+        handler = self._inner.service(handler_call_details)
+        service = method.split("/")[1] if method.count("/") >= 2 else ""
+        if handler is None or service not in self._exposed:
+            return None
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[method] = (handler, self._chassis.wrap(method, handler))
+        return cached[1]
+
+
+class _Registrar:
+    """What a bundle's servicers register on in place of the grpc.aio server.
+
+    Each method handler is wrapped by the chassis as it is registered; services the listener does not
+    expose are not registered at all, so they answer UNIMPLEMENTED as if they did not exist.
+    """
+
+    def __init__(self, server: grpc.aio.Server, chassis: Chassis, exposed: frozenset[str]) -> None:
+        self._server = server
+        self._chassis = chassis
+        self._exposed = exposed
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[GenericHandler]) -> None:
+        self._server.add_generic_rpc_handlers(
+            [_GuardedGenericHandler(handler, self._chassis, self._exposed) for handler in handlers]
+        )
+
+    def add_registered_method_handlers(self, service: str, handlers: Mapping[str, MethodHandler]) -> None:
+        if service not in self._exposed:
+            return
+        wrapped = {name: self._chassis.wrap(f"/{service}/{name}", h) for name, h in handlers.items()}
+        # grpc-stubs predate registered methods (grpcio >= 1.62).
+        self._server.add_registered_method_handlers(service, wrapped)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -143,7 +182,7 @@ async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield _decoded(request)
 
 
-def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHandler:
+def _wrap_handler(handler: MethodHandler, check: Callable[[Context], None]) -> MethodHandler:
     """Run `check` first and turn EgbeError into a status with details, for all four call shapes."""
 
     async def abort(context: Context, error: EgbeError) -> None:
@@ -157,7 +196,7 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
 
         async def unary_unary(request: Any, context: Context) -> Any:
             try:
-                check()
+                check(context)
                 return await inner_uu(_decoded(request), context)
             except EgbeError as error:
                 await abort(context, error)
@@ -168,7 +207,7 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
 
         async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
-                check()
+                check(context)
                 async for item in inner_us(_decoded(request), context):
                     yield item
             except EgbeError as error:
@@ -180,7 +219,7 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
 
         async def stream_unary(requests: Any, context: Context) -> Any:
             try:
-                check()
+                check(context)
                 return await inner_su(_decoded_stream(requests), context)
             except EgbeError as error:
                 await abort(context, error)
@@ -190,7 +229,7 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[], None]) -> MethodHa
 
     async def stream_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
         try:
-            check()
+            check(context)
             async for item in inner_ss(_decoded_stream(requests), context):
                 yield item
         except EgbeError as error:
@@ -273,14 +312,14 @@ async def _listen(
     tokens: TokenStore,
     settings: EgbeSettings,
 ) -> Listener:
-    server = grpc.aio.server(
-        interceptors=[ChassisInterceptor(bundle, tokens, exposed)], options=channel_options(settings)
-    )
+    server = grpc.aio.server(options=channel_options(settings))
+    registrar = _Registrar(server, Chassis(bundle, tokens), exposed)
     for add, servicer in bundle.servicers:
-        add(servicer, server)
+        add(servicer, cast(grpc.aio.Server, registrar))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = [*sorted(exposed), HEALTH_SERVICE]
+    # Probes and tooling reach health and reflection without a token: registered on the server itself.
     reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], server)
     target = _bind(server, endpoint, settings.tls)
     await server.start()

@@ -1430,9 +1430,13 @@ class OperatorAttempt(_message.Message):
     method: _builtins.str
     """The RPC, or for controls "<KIND>:<SCOPE>" (e.g. "KILL:ORI", "RESUME:TIER")."""
     role: _builtins.str
-    """"operator" when allowed; "refused" when the chassis refused the caller."""
+    """The caller's role: "operator" when allowed; when the chassis refused the caller, the role of the
+    token it presented ("service", "world"), or "unauthenticated" when it presented no known token.
+    """
     operator_id: _builtins.str
-    """The caller's x-egbe-operator name (empty when refused before it was read)."""
+    """Allowed: the caller's x-egbe-operator name. Refused: the id of the token presented
+    ("<role>:<first 12 hex digits of its SHA-256>", never the token), empty when unauthenticated.
+    """
     allowed: _builtins.bool
     detail: _builtins.str
     """The target and reason of a control, the filter of a read, or why the caller was refused."""

@@ -57,6 +57,10 @@ class Tx(Protocol):
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
+    def all_together(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """Each query's rows, in order; a pipelining backend sends them all before reading any answer."""
+        ...
+
     def notify(self, payload: str) -> None: ...
 
 
@@ -278,19 +282,14 @@ class GatewayStore(ABC):
         )
         return None if row is None else _control_from(row)
 
-    def _lock_ledger(self, tx: Tx, world_id: str, window_start_ms: int, cap: int) -> tuple[int, int]:
-        tx.execute(
-            "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens) VALUES (?, ?, ?)"
-            " ON CONFLICT (world_id, window_start_ms) DO NOTHING",
-            (world_id, window_start_ms, cap),
-        )
-        row = tx.one(
-            "SELECT reserved_tokens, consumed_tokens FROM gateway_ledger"
-            f" WHERE world_id = ? AND window_start_ms = ?{self._for_update}",
-            (world_id, window_start_ms),
-        )
-        assert row is not None  # inserted above
-        return int(row[0]), int(row[1])
+    # Creates the world's ledger row for the window when new, in any case locks it (PostgreSQL holds the
+    # upsert's row lock to COMMIT; SQLite's BEGIN IMMEDIATE already holds the write lock) and returns what
+    # it holds: one statement where an insert and a locked read would be two.
+    _LOCK_LEDGER = (
+        "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens) VALUES (?, ?, ?)"
+        " ON CONFLICT (world_id, window_start_ms) DO UPDATE SET cap_tokens = excluded.cap_tokens"
+        " RETURNING reserved_tokens, consumed_tokens"
+    )
 
     def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
         row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?{self._for_update}", (run_id,))
@@ -312,12 +311,24 @@ class GatewayStore(ABC):
     def _admit_burst(self, tx: Tx, items: list[_AdmitItem]) -> list[Admission]:
         """Admissions in arrival order, exactly as if one after another: each sees the reservations and
         refusals of those before it under the locked ledger row, so the cap holds to the token. A few
-        statements serve the whole burst: one read of the repeated request ids, one of the active
-        controls, one locked read per world ledger, one multi-row insert, one ledger update per world."""
+        statements serve the whole burst: one read of the repeated request ids (when there are any), then
+        the active controls and one locking upsert per world ledger together (one round trip on
+        PostgreSQL's pipeline), one multi-row insert, one ledger update per world."""
         earlier = self._earlier_admissions(tx, [i.run.request_id for i in items if i.run.request_id])
+        caps = {  # the ledgers the burst's new runs draw on (a repeat draws on none)
+            (i.run.world_id, i.window_start_ms): i.cap_tokens
+            for i in items
+            if (i.run.request_id or "") not in earlier
+        }
         active = f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
-        controls = [_control_from(row) for row in tx.all(active)]
-        ledgers: dict[tuple[str, int], _LedgerBurst] = {}
+        control_rows, *ledger_rows = tx.all_together(
+            [(active, ()), *((self._LOCK_LEDGER, (*key, cap)) for key, cap in caps.items())]
+        )
+        controls = [_control_from(row) for row in control_rows]
+        ledgers = {
+            key: _LedgerBurst(int(rows[0][0]), int(rows[0][1]))
+            for key, rows in zip(caps, ledger_rows, strict=True)
+        }
         answers: list[Admission] = []
         inserted: list[tuple[Any, ...]] = []
         for item in items:
@@ -326,10 +337,7 @@ class GatewayStore(ABC):
             if repeated is not None:
                 answers.append(repeated)
                 continue
-            key = (run.world_id, item.window_start_ms)
-            ledger = ledgers.get(key)
-            if ledger is None:
-                ledger = ledgers[key] = _LedgerBurst(*self._lock_ledger(tx, *key, item.cap_tokens))
+            ledger = ledgers[(run.world_id, item.window_start_ms)]
             ledger.cap = item.cap_tokens
             control = next((c for c in controls if c.matches(run)), None)
             if control is not None:

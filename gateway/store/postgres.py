@@ -39,6 +39,12 @@ class _PostgresTx:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._connection.cursor().executemany(sql.replace("?", "%s").encode(), rows)
 
+    def all_together(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """Every query goes out in the pipeline before the first fetch waits: one round trip for all."""
+        connection = self._connection
+        cursors = [connection.execute(sql.replace("?", "%s").encode(), params) for sql, params in queries]
+        return [list(cursor.fetchall()) for cursor in cursors]
+
     def notify(self, payload: str) -> None:
         # Delivered to every listening gateway when (and only if) the transaction commits.
         self.execute("SELECT pg_notify(?, ?)", (CONTROLS_CHANNEL, payload))

@@ -30,6 +30,10 @@ class _SqliteTx:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._connection.executemany(sql, rows)
 
+    def all_together(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
+        """In-process: nothing to save by sending them together."""
+        return [self.all(sql, params) for sql, params in queries]
+
     def notify(self, payload: str) -> None:
         """One embedded process: listeners are told in-process after the commit."""
 

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
-from services.auth import Role
+from services.auth import Role, TokenStore
 from services.settings import Endpoint
 from tests.gateway.harness import ATROPOS, CLOTHO, LACHESIS, GatewayHarness, gateway_settings, start_gateway
 
@@ -20,6 +20,10 @@ async def _kill_ori(harness: GatewayHarness, ori: str) -> gateway_pb2.KillOriRes
         metadata=(*harness.metadata(Role.OPERATOR), ("x-egbe-operator", "alice")),
     )
     return reply
+
+
+def _token_id(harness: GatewayHarness, role: Role) -> str:
+    return TokenStore({role: [harness.tokens[role]]}).principal_of(f"Bearer {harness.tokens[role]}").token_id
 
 
 async def test_kill_ori_ends_its_runs_and_refuses_new_ones(gateway: GatewayHarness) -> None:
@@ -179,8 +183,20 @@ async def test_only_operators_control_and_every_attempt_is_audited_and_readable(
     assert all(a.recorded_at.seconds > 0 for a in everything)
 
     refused = await _attempts(gateway, decision=gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED)
-    assert [(a.seq, a.role) for a in refused] == [(seq, "refused") for seq in (1, 2, 3, 4)]
+    # Who attempted each refused call: the role and token id of the token presented, never the token.
+    service_id, world_id = (_token_id(gateway, role) for role in (Role.SERVICE, Role.WORLD))
+    assert [(a.seq, a.role, a.operator_id) for a in refused] == [
+        (1, "service", service_id),
+        (2, "world", world_id),
+        (3, "unauthenticated", ""),
+        (4, "service", service_id),
+    ]
+    assert service_id.startswith("service:")
+    assert service_id != world_id
+    assert not any(token in a.operator_id + a.detail for a in refused for token in gateway.tokens.values())
     assert "token" in refused[2].detail  # the anonymous call: why it was refused
+    mine = await _attempts(gateway, operator_id=world_id)
+    assert [(a.seq, a.method) for a in mine] == [(2, "KillOri")]
     allowed_kills = await _attempts(
         gateway,
         decision=gateway_pb2.OPERATOR_ATTEMPT_DECISION_ALLOWED,

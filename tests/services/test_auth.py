@@ -25,6 +25,19 @@ def test_known_token_resolves_to_its_role(store: TokenStore) -> None:
     assert store.role_of(dict(bearer_metadata(OPERATOR_TOKEN))) is Role.OPERATOR
 
 
+def test_principal_names_its_token_by_a_digest_prefix_never_the_token() -> None:
+    second_world = "v" * 24
+    store = TokenStore({Role.WORLD: [WORLD_TOKEN, second_world], Role.OPERATOR: [OPERATOR_TOKEN]})
+    first, second = (
+        store.principal_of(dict(bearer_metadata(t))["authorization"]) for t in (WORLD_TOKEN, second_world)
+    )
+    assert first.role is second.role is Role.WORLD
+    assert first.token_id.startswith("world:")
+    assert first.token_id != second.token_id
+    assert WORLD_TOKEN not in first.token_id
+    assert len(first.token_id) == len("world:") + 12
+
+
 @pytest.mark.parametrize(
     "metadata",
     [
