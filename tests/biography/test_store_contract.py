@@ -337,3 +337,30 @@ async def test_concurrent_appends_to_one_stream_conflict_instead_of_interleaving
     assert len(winners) == 1
     assert all(isinstance(o, WrongExpectedVersion) for o in outcomes if o not in winners)
     assert await biography.store.stream_version("ori-a") == 2
+
+
+async def test_a_store_whose_last_append_was_followed_by_another_writer_places_after_it(
+    store_factory: object,
+) -> None:
+    """Two stores on one database (two processes): what one store learnt from its own appends (the
+    SQLite writer keeps stream heads and the log position between groups) must yield to the other's."""
+    first: BiographyStore = store_factory()  # type: ignore[operator]
+    other: BiographyStore = store_factory()  # type: ignore[operator]
+    await first.open()
+    await other.open()
+    try:
+        await first.append("ori-a", NO_STREAM, memories(2))
+        await other.append("ori-a", exact(1), memories(3))
+        result = await first.append("ori-a", ANY, memories(2))
+        assert (result.last_version, result.first_global_position, result.last_global_position) == (6, 6, 7)
+        await other.append("ori-a", exact(6), memories(1))
+        with pytest.raises(WrongExpectedVersion) as caught:
+            await first.append("ori-a", exact(6), memories(1))
+        assert caught.value.actual == 7
+        checked = Biography(first, BiographyConfig())
+        report = await checked.verify_chain("ori-a")
+        assert report.intact
+        assert report.events_checked == 8
+    finally:
+        await first.close()
+        await other.close()
