@@ -151,6 +151,28 @@ async def test_events_round_trip_every_field(biography: Biography) -> None:
     assert stored.recorded_at_us > 0
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'quote " backslash \\ slash /',
+        "tab\tnewline\n\u2028\u0001",
+        "accents é, CJK 漢字, emoji 🦉",
+        "\\u0041 literal",
+    ],
+)
+async def test_text_fields_round_trip_exactly_and_chain_intact(biography: Biography, text: str) -> None:
+    """Every text column reaches storage unchanged (PostgreSQL receives a group's rows as one JSON
+    document, so JSON's own escapes must not leak into the stored text or the hashed payload)."""
+    proposed = dataclasses.replace(memory(text), provenance_ref=text)
+    await biography.append(f"ori {text}", NO_STREAM, [proposed])
+    (stored,) = (await biography.read(f"ori {text}", None, 1)).events
+    assert stored.same_content(proposed)
+    assert stored.payload["text"] == text
+    assert (await biography.verify_chain(f"ori {text}")).intact
+    (recent,) = (await biography.store.snapshot(f"ori {text}", limit=5, memory_window=5)).memories
+    assert recent.text == text
+
+
 async def test_verify_chain_reports_intact_streams(biography: Biography) -> None:
     await biography.append("ori-a", NO_STREAM, memories(120))  # more than one verification page
     report = await biography.verify_chain("ori-a")
