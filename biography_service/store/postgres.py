@@ -76,8 +76,12 @@ _STREAM_HEADS = (
     " CROSS JOIN LATERAL (SELECT stream_version, hash FROM events WHERE events.ori_id = o.ori_id"
     " ORDER BY stream_version DESC LIMIT 1) AS e"
 )
-# Binary (%b): psycopg dumps a text array of a group's ids at ~3.4 µs an id, a binary one at ~0.5.
-_EVENTS_BY_IDS = f"SELECT {sql.EVENT_COLUMNS} FROM events WHERE event_id = ANY(%b::text[])"  # noqa: S608
+# The group's ids as a JSON document too (a binary text array dumped at ~0.5 µs an id); ARRAY(...)
+# keeps the unique index probe that `IN (SELECT ...)` would turn into a hash join over the whole index.
+_EVENTS_BY_IDS = (
+    f"SELECT {sql.EVENT_COLUMNS} FROM events"  # noqa: S608
+    " WHERE event_id = ANY(ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)))"
+)
 
 
 async def _configure(connection: psycopg.AsyncConnection[Any]) -> None:
@@ -236,7 +240,7 @@ class PostgresStore(BiographyStore):
                     _STREAM_HEADS, (sorted({r.ori_id for r in requests}),)
                 )
                 ids = [event.event_id for r in requests for event in r.events]
-                ids_cursor = await connection.execute(_EVENTS_BY_IDS, (ids,))
+                ids_cursor = await connection.execute(_EVENTS_BY_IDS, (_ROWS_DOCUMENT.encode(ids),))
                 if position is None:
                     position = int((await head.fetchone() or (0,))[0])
                 heads = {row[0]: StreamHead(int(row[1]), row[2]) for row in await heads_cursor.fetchall()}
