@@ -68,8 +68,9 @@ def _digest(
     return sha256(body.encode("utf-8")).hexdigest()
 
 
-# Each kind's name as a JSON string, quoted once.
-_QUOTED_KINDS = {kind.value: encode_basestring(kind.value) for kind in EventKind}
+# Each kind's name as a JSON string, quoted once, keyed by the member: no `.value` (a descriptor
+# call) per event.
+_QUOTED_KINDS = {kind: encode_basestring(kind.value) for kind in EventKind}
 
 
 class StreamLinker:
@@ -88,7 +89,7 @@ class StreamLinker:
     def link(self, event: NewEvent, stream_version: int, global_position: int) -> str:
         """The hash of `event` placed there; it becomes the `previous_hash` the next event chains from."""
         quote = encode_basestring
-        kind = event.kind.value
+        kind = event.kind
         digest = _digest(
             previous=self._previous,
             event_id=quote(event.event_id),

@@ -99,26 +99,24 @@ def struct_to_dict(message: struct_pb2.Struct) -> JsonObject:
 
 
 def _payload(
-    message: struct_pb2.Struct,
-    kind: EventKind | None,
-    field: str,
-    config: BiographyConfig,
-    problems: _Violations,
-) -> tuple[JsonObject, str]:
-    """The payload and its canonical encoding (empty when it has none)."""
+    message: struct_pb2.Struct, kind: EventKind | None, config: BiographyConfig
+) -> tuple[JsonObject, str, list[tuple[str, str]]]:
+    """The payload, its canonical encoding (empty when it has none) and its problems.
+
+    Each problem's path is relative to the payload field ("" for the field itself, ".text" inside it),
+    so callers build field names only for a payload that has problems.
+    """
     payload = struct_to_dict(message)
     try:
         encoded = canonical_json(payload)
     except ValueError:
-        problems.add(field, "must not contain NaN or infinite numbers")
-        return payload, ""
+        return payload, "", [("", "must not contain NaN or infinite numbers")]
     size = len(encoded) if encoded.isascii() else len(encoded.encode("utf-8"))
     if size > config.max_payload_bytes:
-        problems.add(field, f"is {size} bytes; the limit is {config.max_payload_bytes}")
-    elif kind is not None:
-        for inner, why in payload_problems(kind, payload):
-            problems.add(f"{field}.{inner}", why)
-    return payload, encoded
+        return payload, encoded, [("", f"is {size} bytes; the limit is {config.max_payload_bytes}")]
+    if kind is None:
+        return payload, encoded, []
+    return payload, encoded, [(f".{inner}", why) for inner, why in payload_problems(kind, payload)]
 
 
 def _kind(number: int, field: str, problems: _Violations) -> EventKind | None:
@@ -151,15 +149,21 @@ def append_request(
         problems.add("events", f"holds {len(request.events)} events; the limit is {config.max_batch_events}")
     events: list[NewEvent] = []
     seen: set[str] = set()
+    # Field names are built only for a problem: building them per event cost more than checking it.
     for i, new in enumerate(request.events[: config.max_batch_events]):
-        field = f"events[{i}]"
-        event_id = _event_id(new.event_id, f"{field}.event_id", problems)
-        if event_id is not None and event_id in seen:
-            problems.add(f"{field}.event_id", "repeats an earlier event id of this batch")
-        seen.add(event_id or "")
-        kind = _kind(new.kind, f"{field}.kind", problems)
-        payload, encoded = _payload(new.payload, kind, f"{field}.payload", config, problems)
-        _in_range(new.world_tick, f"{field}.world_tick", problems)
+        event_id = _event_id(new.event_id, i, problems)
+        if event_id is not None:
+            if event_id in seen:
+                problems.add(f"events[{i}].event_id", "repeats an earlier event id of this batch")
+            seen.add(event_id)
+        kind = KINDS.get(new.kind)
+        if kind is None:
+            problems.add(f"events[{i}].kind", f"unknown or unspecified event kind {new.kind}")
+        payload, encoded, found = _payload(new.payload, kind, config)
+        for inner, why in found:
+            problems.add(f"events[{i}].payload{inner}", why)
+        if new.world_tick > MAX_STORED_INTEGER:
+            _in_range(new.world_tick, f"events[{i}].world_tick", problems)
         if kind is not None and event_id is not None:
             events.append(NewEvent(event_id, kind, payload, new.world_tick, new.provenance_ref, encoded))
     problems.raise_if_any()
@@ -170,13 +174,13 @@ def append_request(
 _NORMAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def _event_id(value: str, field: str, problems: _Violations) -> str | None:
+def _event_id(value: str, index: int, problems: _Violations) -> str | None:
     if _NORMAL_UUID.fullmatch(value):
         return value
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        problems.add(field, "must be a UUID")
+        problems.add(f"events[{index}].event_id", "must be a UUID")
         return None
 
 
@@ -329,7 +333,9 @@ def _fragments(
         if kind is EventKind.CONSOLIDATED:
             problems.add(f"{field}.kind", "a fragment cannot be a consolidation")
             kind = None
-        payload, _ = _payload(fragment.payload, kind, f"{field}.payload", config, problems)
+        payload, _, found = _payload(fragment.payload, kind, config)
+        for inner, why in found:
+            problems.add(f"{field}.payload{inner}", why)
         _in_range(fragment.world_tick, f"{field}.world_tick", problems)
         if kind is not None:
             yield Fragment(fragment.fragment_id, kind, payload, fragment.world_tick)

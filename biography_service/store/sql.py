@@ -120,13 +120,17 @@ def read_all_for(ori_count: int) -> str:
     )
 
 
+# Each kind's stored name by member: a dict lookup, where `.value` is a descriptor call per event.
+_KIND_NAMES = {kind: kind.value for kind in EventKind}
+
+
 def event_row(event: RecordedEvent, payload_json: str) -> tuple[Any, ...]:
     return (
         event.event_id,
         event.ori_id,
         event.stream_version,
         event.global_position,
-        event.kind.value,
+        _KIND_NAMES[event.kind],
         payload_json,
         event.world_tick,
         event.recorded_at_us,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from biography_service.appending import AppendPlan, StreamHead, plan_append
 from biography_service.errors import ConstraintConflict, StorageUnavailable
@@ -50,6 +50,53 @@ def _connect_writer(path: Path) -> sqlite3.Connection:
     return connection
 
 
+# Stream heads kept between groups (one entry per Ori written since the last failed group); past this
+# many the writer starts over rather than grow without bound.
+MAX_CACHED_HEADS = 100_000
+
+
+class _GroupRows:
+    """The writer thread's deferred rows, and the heads it has written (the `Deferred` of its writer).
+
+    A bare append plans from the cached stream head and log position and defers its rows, so a group
+    costs a few SQLite calls whatever its appends. The cache needs no invalidation beyond a failed
+    group: the writer thread is this file's only writer in this process, and a head made stale by
+    another process fails the (ori_id, stream_version) or global_position unique constraint, whose
+    isolated rerun reads the stored heads.
+    """
+
+    def __init__(self) -> None:
+        self.heads: dict[str, StreamHead] = {}
+        self.position: int | None = None
+        self._events: list[tuple[Any, ...]] = []
+        self._projections: dict[str, list[tuple[Any, ...]]] = {}
+
+    def add(self, ori_id: str, plan: AppendPlan) -> None:
+        self._events.extend(sql.event_row(e, p) for e, p in zip(plan.events, plan.payload_json, strict=True))
+        for statement, params in sql.projection_statements(ori_id, plan.projection_ops).items():
+            self._projections.setdefault(statement, []).extend(params)
+        last = plan.events[-1]
+        if len(self.heads) >= MAX_CACHED_HEADS:
+            self.heads.clear()
+        self.heads[ori_id] = StreamHead(last.stream_version, last.hash)
+        self.position = plan.result.last_global_position
+
+    def flush(self, connection: sqlite3.Connection) -> None:
+        if not self._events:
+            return
+        connection.executemany(sql.INSERT_EVENT, self._events)
+        # Each statement owns one table, so per-table order (what upserts need) is append order.
+        for statement, params in self._projections.items():
+            connection.executemany(statement, params)
+        connection.execute(sql.SET_LOG_HEAD, (self.position,))
+        self._events, self._projections = [], {}
+
+    def discard(self) -> None:
+        self.heads.clear()
+        self.position = None
+        self._events, self._projections = [], {}
+
+
 class SqliteStore(BiographyStore):
     """One group-committing writer thread (SQLite has one writer); readers on their own threads.
 
@@ -64,6 +111,7 @@ class SqliteStore(BiographyStore):
         self._migrations = migrations
         self._max_group = max_group
         self._writer: GroupCommitWriter | None = None
+        self._group_rows = _GroupRows()
         self._reader_pool = ThreadPoolExecutor(
             max_workers=READER_THREADS, thread_name_prefix="biography-sqlite-r"
         )
@@ -100,7 +148,9 @@ class SqliteStore(BiographyStore):
 
     async def open(self) -> None:
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = GroupCommitWriter(lambda: _connect_writer(self._path), self._max_group)
+        self._writer = GroupCommitWriter(
+            lambda: _connect_writer(self._path), self._max_group, self._group_rows
+        )
         await self._write(lambda connection, _: self._migrate(connection))
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
@@ -136,8 +186,8 @@ class SqliteStore(BiographyStore):
             self.appended.notify()
         return result
 
-    @staticmethod
     def _append(
+        self,
         connection: sqlite3.Connection,
         isolated: bool,
         ori_id: str,
@@ -146,16 +196,23 @@ class SqliteStore(BiographyStore):
     ) -> AppendResult:
         """Runs on the writer thread inside the group's transaction.
 
-        Run bare, it looks for none of the event ids first: a repeat then fails the event_id unique
-        constraint (or the expected version) and its isolated rerun finds the recorded events.
+        Run bare, it plans from the writer's cached heads and defers its rows to the group's flush, and
+        looks for none of the event ids first: a repeat then fails the event_id unique constraint (or
+        the expected version) and its isolated rerun, which reads and writes the database directly,
+        finds the recorded events.
         """
-        row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
-        head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
+        rows = self._group_rows
+        head = None if isolated else rows.heads.get(ori_id)
+        if head is None:
+            row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
+            head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
         already: list[RecordedEvent] = []
         if isolated:
             ids = [event.event_id for event in events]
             already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
-        position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
+        position = None if isolated else rows.position
+        if position is None:
+            position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
         plan = plan_append(
             ori_id,
             expected,
@@ -167,11 +224,13 @@ class SqliteStore(BiographyStore):
         )
         if not isinstance(plan, AppendPlan):
             return plan
-        rows = [sql.event_row(e, p) for e, p in zip(plan.events, plan.payload_json, strict=True)]
-        connection.executemany(sql.INSERT_EVENT, rows)
-        connection.execute(sql.SET_LOG_HEAD, (plan.result.last_global_position,))
-        for statement, params in sql.projection_statements(ori_id, plan.projection_ops).items():
-            connection.executemany(statement, params)
+        if isolated:
+            # Written now, inside its savepoint, and kept out of the cache: it may still be rolled back.
+            alone = _GroupRows()
+            alone.add(ori_id, plan)
+            alone.flush(connection)
+        else:
+            rows.add(ori_id, plan)
         return plan.result
 
     async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:

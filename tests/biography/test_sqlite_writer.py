@@ -133,3 +133,58 @@ async def test_the_store_writer_commits_durably_and_keeps_its_journals_in_memory
         assert await store._write(settings) == ["wal", 2, 2, -65536, 8000]
     finally:
         await store.close()
+
+
+async def test_deferred_rows_are_flushed_before_the_commit_and_discarded_with_a_failed_group(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "writer.sqlite3"
+    _connect(path).execute("CREATE TABLE t (n INTEGER UNIQUE)")
+
+    class Rows:
+        def __init__(self) -> None:
+            self.rows: list[tuple[int]] = []
+            self.flushes = 0
+            self.discards = 0
+
+        def flush(self, connection: sqlite3.Connection) -> None:
+            self.flushes += 1
+            connection.executemany("INSERT INTO t (n) VALUES (?)", self.rows)
+            self.rows = []
+
+        def discard(self) -> None:
+            self.discards += 1
+            self.rows = []
+
+    deferred = Rows()
+    writer = GroupCommitWriter(lambda: _connect(path), max_group=64, deferred=deferred)
+    release = threading.Event()
+
+    def defer(n: int, *, hold: bool = False) -> Callable[[sqlite3.Connection, bool], int]:
+        def write(connection: sqlite3.Connection, isolated: bool) -> int:
+            if hold:
+                release.wait(timeout=30)
+            if isolated:
+                connection.execute("INSERT INTO t (n) VALUES (?)", (n,))
+            else:
+                deferred.rows.append((n,))
+            return n
+
+        return write
+
+    try:
+        first = writer.submit(defer(1, hold=True))
+        later = [writer.submit(defer(n)) for n in (2, 3)]
+        release.set()
+        assert await asyncio.gather(first, *later) == [1, 2, 3]
+        assert (deferred.flushes, deferred.discards) == (1, 0)  # one flush for the whole group
+        # A deferred row that breaks the unique constraint fails the flush: the group is discarded
+        # and rewritten isolated, where only the offending write fails.
+        repeat, fresh = writer.submit(defer(3)), writer.submit(defer(4))
+        with pytest.raises(sqlite3.IntegrityError):
+            await repeat
+        assert await fresh == 4
+        assert deferred.discards == 1
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, writer.stop)
+    assert _connect(path).execute("SELECT n FROM t ORDER BY n").fetchall() == [(1,), (2,), (3,), (4,)]

@@ -151,6 +151,28 @@ async def test_events_round_trip_every_field(biography: Biography) -> None:
     assert stored.recorded_at_us > 0
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        'quote " backslash \\ slash /',
+        "tab\tnewline\n\u2028\u0001",
+        "accents é, CJK 漢字, emoji 🦉",
+        "\\u0041 literal",
+    ],
+)
+async def test_text_fields_round_trip_exactly_and_chain_intact(biography: Biography, text: str) -> None:
+    """Every text column reaches storage unchanged (PostgreSQL receives a group's rows as one JSON
+    document, so JSON's own escapes must not leak into the stored text or the hashed payload)."""
+    proposed = dataclasses.replace(memory(text), provenance_ref=text)
+    await biography.append(f"ori {text}", NO_STREAM, [proposed])
+    (stored,) = (await biography.read(f"ori {text}", None, 1)).events
+    assert stored.same_content(proposed)
+    assert stored.payload["text"] == text
+    assert (await biography.verify_chain(f"ori {text}")).intact
+    (recent,) = (await biography.store.snapshot(f"ori {text}", limit=5, memory_window=5)).memories
+    assert recent.text == text
+
+
 async def test_verify_chain_reports_intact_streams(biography: Biography) -> None:
     await biography.append("ori-a", NO_STREAM, memories(120))  # more than one verification page
     report = await biography.verify_chain("ori-a")
@@ -337,3 +359,30 @@ async def test_concurrent_appends_to_one_stream_conflict_instead_of_interleaving
     assert len(winners) == 1
     assert all(isinstance(o, WrongExpectedVersion) for o in outcomes if o not in winners)
     assert await biography.store.stream_version("ori-a") == 2
+
+
+async def test_a_store_whose_last_append_was_followed_by_another_writer_places_after_it(
+    store_factory: object,
+) -> None:
+    """Two stores on one database (two processes): what one store learnt from its own appends (the
+    SQLite writer keeps stream heads and the log position between groups) must yield to the other's."""
+    first: BiographyStore = store_factory()  # type: ignore[operator]
+    other: BiographyStore = store_factory()  # type: ignore[operator]
+    await first.open()
+    await other.open()
+    try:
+        await first.append("ori-a", NO_STREAM, memories(2))
+        await other.append("ori-a", exact(1), memories(3))
+        result = await first.append("ori-a", ANY, memories(2))
+        assert (result.last_version, result.first_global_position, result.last_global_position) == (6, 6, 7)
+        await other.append("ori-a", exact(6), memories(1))
+        with pytest.raises(WrongExpectedVersion) as caught:
+            await first.append("ori-a", exact(6), memories(1))
+        assert caught.value.actual == 7
+        checked = Biography(first, BiographyConfig())
+        report = await checked.verify_chain("ori-a")
+        assert report.intact
+        assert report.events_checked == 8
+    finally:
+        await first.close()
+        await other.close()
