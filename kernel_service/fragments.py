@@ -251,6 +251,9 @@ class FragmentStore:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._pending: dict[int, _Pending] = {}
+        # Each listed slot's open action run (also in its moments): a Clotho crowd's action changes
+        # find their runs by one lookup each, not by scanning the moments' tail.
+        self._open_actions: dict[int, ActionRun] = {}
         # Compact form of the commonest state, for slots with no `_pending` entry: nothing but one
         # open guard run. A stale-goal wave over a large population opens and counts these in numpy,
         # with no Python object per Ori; anything else that happens to the slot promotes it first.
@@ -315,10 +318,16 @@ class FragmentStore:
             sequence, moment = moments[index]
             if isinstance(moment, closes):
                 moments[index] = (sequence, moment.fragment())
+                if isinstance(moment, ActionRun):
+                    del self._open_actions[slot]
         if len(moments) == self.limit:
             entry.elided += 1
+            if moments[0][1] is self._open_actions.get(slot):  # the bound drops the open run itself
+                del self._open_actions[slot]
         moments.append((entry.next_sequence, kept))
         entry.next_sequence += 1
+        if isinstance(kept, ActionRun):
+            self._open_actions[slot] = kept
 
     def _open(self, slot: int, run: type[Run]) -> Run | None:
         """The slot's open run of that type, if any (open runs are the last two moments at most)."""
@@ -398,6 +407,12 @@ class FragmentStore:
     def record_actions(self, tick: int, slots: NDArray[np.intp], fields: dict[str, NDArray[Any]]) -> None:
         """Each change of a Clotho agent's answered action (the kernel passes only those slots),
         folded into the agent's open run of action changes, or opening one."""
+        if len(slots) == 0:
+            return
+        self._grow(int(slots.max()) + 1)
+        for slot in slots[self._guard_bits[slots] != 0].tolist():
+            self._promote(slot)
+        open_actions = self._open_actions
         for slot, kind, source, goal, priority in zip(
             slots.tolist(),
             fields["out_kind"][slots].tolist(),
@@ -406,8 +421,8 @@ class FragmentStore:
             fields["out_priority"][slots].tolist(),
             strict=True,
         ):
-            run = self._open(slot, ActionRun)
-            if isinstance(run, ActionRun):
+            run = open_actions.get(slot)
+            if run is not None:
                 run.extend(tick, kind, source, goal, priority)
             else:
                 self._add(slot, ActionRun(tick, kind, source, goal, priority), closes=())
@@ -420,6 +435,7 @@ class FragmentStore:
         if entry is None:
             return
         self._listed[request.slot] = False
+        self._open_actions.pop(request.slot, None)
         ori_id = request.ori.ori_id
         named = [_named_bytes(ori_id, moment) for moment in entry.moments]
         if entry.elided:
@@ -496,6 +512,7 @@ class FragmentStore:
         """Inverse of snapshot (every slot restored in the listed form); the caller checked
         `restore_violations` first."""
         self._pending = {}
+        self._open_actions = {}
         self._guard_bits[:] = 0
         self._listed[:] = False
         if entries:
@@ -510,3 +527,5 @@ class FragmentStore:
             pending.next_sequence = entry.next_sequence
             self._pending[entry.slot] = pending
             self._listed[entry.slot] = True
+            if pending.moments and isinstance(pending.moments[-1][1], ActionRun):
+                self._open_actions[entry.slot] = pending.moments[-1][1]

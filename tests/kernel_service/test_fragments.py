@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from egbe.v1 import action_pb2, biography_pb2, common_pb2
 from kernel_service.agent_state import GUARD_BIT_REPEATED_ACTION, GUARD_BIT_STALE_GOAL
 from kernel_service.config import KernelConfig
-from kernel_service.fragments import FragmentStore
+from kernel_service.fragments import ActionRun, FragmentStore
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import deterministic_digest
@@ -310,6 +310,9 @@ def test_compact_guard_runs_hand_over_what_the_listed_form_does(
     assert len(listed) == len(compact)
     for tick, op in enumerate(ops[cut:], start=cut):
         assert apply(compact, tick, op) == apply(listed, tick, op)
+        for store in (compact, listed):  # the open-run index agrees with the moments it indexes
+            for slot in range(3):
+                assert store._open_actions.get(slot) is store._open(slot, ActionRun)
     assert len(listed) == len(compact)
     for slot in range(3):
         assert taken(compact, slot, 99) == taken(listed, slot, 99)
