@@ -86,8 +86,12 @@ class KernelMetrics:
             buckets=TICK_BUCKETS_MICROS,
             registry=r,
         )
-        self.agents = Gauge(
+        agents = Gauge(
             "egbe_kernel_agents", "Agents per cognition tier at the last tick", ["tier"], registry=r
+        )
+        # Each tier's child resolved once: observe runs after every tick.
+        self._clotho, self._lachesis, self._atropos = (
+            agents.labels(tier=tier) for tier in ("clotho", "lachesis", "atropos")
         )
         self.calls_issued = Counter(
             "egbe_kernel_calls_issued", "Cognition calls the ticks issued", registry=r
@@ -104,12 +108,9 @@ class KernelMetrics:
         self.ticks.inc()
         self.over_budget.inc(int(report.over_latency_budget))
         self.tick_micros.observe(report.elapsed_micros)
-        for tier, count in (
-            ("clotho", report.clotho_count),
-            ("lachesis", report.lachesis_count),
-            ("atropos", report.atropos_count),
-        ):
-            self.agents.labels(tier=tier).set(count)
+        self._clotho.set(report.clotho_count)
+        self._lachesis.set(report.lachesis_count)
+        self._atropos.set(report.atropos_count)
         self.calls_issued.inc(report.calls_issued)
         self.estimated_tokens.inc(report.estimated_tokens)
         self.guard_interventions.inc(report.guard_interventions)
