@@ -377,7 +377,6 @@ class CognitionGateway:
             planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
             ended = await self.store.finish_call(
                 entry,
-                RunStatus.COMPLETED,
                 stats=run.stats(),
                 now_ms=self._now_ms(),
                 result=result_of(admission, call, planned),

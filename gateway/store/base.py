@@ -86,6 +86,51 @@ _AUDIT_COLUMNS = (
 )
 
 
+_INSERT_AUDIT = (
+    f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
+    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
+    return (
+        entry.call_id,
+        entry.run_id,
+        entry.tenant_id,
+        entry.world_id,
+        entry.ori_id,
+        entry.tier,
+        entry.cause,
+        entry.model_ref,
+        entry.model_class,
+        json.dumps(entry.input_context, sort_keys=True),
+        entry.output,
+        entry.usage.input_tokens,
+        entry.usage.output_tokens,
+        entry.usage.cache_read_tokens,
+        entry.usage.cache_write_tokens,
+        entry.micro_usd,
+        int(entry.cost_estimated),
+        entry.policy_decision,
+        entry.retention_policy_id,
+        entry.config_fingerprint,
+        int(entry.offline),
+        entry.recorded_at_ms,
+        entry.kernel_call_id,
+        entry.error_class,
+    )
+
+
+@dataclass(frozen=True)
+class _FinishItem:
+    """One fused run's call and completion waiting for the writer (`stats` already JSON)."""
+
+    entry: AuditEntry
+    stats: str
+    now_ms: int
+    result: str
+
+
 @dataclass(frozen=True)
 class _AdmitItem:
     """One admission waiting for the writer."""
@@ -507,41 +552,11 @@ class GatewayStore(ABC):
         """Write the call's audit record and move its tokens from reservation to consumption, together."""
         await self.transact(lambda tx: self._record(tx, entry), durable=False)
 
-    def _record(self, tx: Tx, entry: AuditEntry) -> _RunRow:
-        """The audit record and its ledger update; the run as it stands after them."""
+    def _record(self, tx: Tx, entry: AuditEntry) -> None:
         run = self._lock_run(tx, entry.run_id)
         tokens = entry.usage.total
         from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
-        tx.execute(
-            f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
-            " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                entry.call_id,
-                entry.run_id,
-                entry.tenant_id,
-                entry.world_id,
-                entry.ori_id,
-                entry.tier,
-                entry.cause,
-                entry.model_ref,
-                entry.model_class,
-                json.dumps(entry.input_context, sort_keys=True),
-                entry.output,
-                entry.usage.input_tokens,
-                entry.usage.output_tokens,
-                entry.usage.cache_read_tokens,
-                entry.usage.cache_write_tokens,
-                entry.micro_usd,
-                int(entry.cost_estimated),
-                entry.policy_decision,
-                entry.retention_policy_id,
-                entry.config_fingerprint,
-                int(entry.offline),
-                entry.recorded_at_ms,
-                entry.kernel_call_id,
-                entry.error_class,
-            ),
-        )
+        tx.execute(_INSERT_AUDIT, _audit_row(entry))
         tx.execute(
             "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
             (tokens, entry.run_id),
@@ -552,7 +567,6 @@ class GatewayStore(ABC):
             " WHERE world_id = ? AND window_start_ms = ?",
             (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
         )
-        return dataclasses.replace(run, used_tokens=run.used_tokens + tokens)
 
     async def count_tool_call(
         self, run_id: str, tool_name: str, *, now_ms: int
@@ -602,49 +616,82 @@ class GatewayStore(ABC):
         """Reconcile and release; `result` is kept for repeats of the request id. Idempotent."""
 
         def body(tx: Tx) -> RunEnd:
-            return self._end_run(
-                tx,
-                self._lock_run(tx, run_id),
-                status,
-                detail=detail,
-                stats=stats,
-                now_ms=now_ms,
-                result=result,
+            run = self._lock_run(tx, run_id)
+            if run.status is not RunStatus.ACTIVE:
+                return RunEnd(run.used_tokens, 0, ended_now=False)
+            released = self._end(
+                tx, run, status, detail=detail, stats=json.dumps(stats, sort_keys=True), now_ms=now_ms
             )
+            tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run_id))
+            return RunEnd(run.used_tokens, released, ended_now=True)
 
         return await self.transact(body, durable=False)
 
     async def finish_call(
-        self, entry: AuditEntry, status: RunStatus, *, stats: dict[str, Any], now_ms: int, result: str = ""
+        self, entry: AuditEntry, *, stats: dict[str, Any], now_ms: int, result: str = ""
     ) -> RunEnd:
-        """A fused run's last call and its ending in one transaction: the audit record with its ledger
-        update, then the release of what the run reserved but did not use."""
+        """A fused run's call and its completion in one transaction: the audit record with its ledger
+        update, and the release of what the run reserved but did not use. Finishes arriving together are
+        applied by one `_finish_burst` (answered once applied, as `record_call` and `end_run` are)."""
+        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result)
+        ended: RunEnd = await self.transact_item(item, self._finish_burst, durable=False)
+        return ended
 
-        def body(tx: Tx) -> RunEnd:
-            return self._end_run(
-                tx, self._record(tx, entry), status, detail="", stats=stats, now_ms=now_ms, result=result
-            )
-
-        return await self.transact(body, durable=False)
-
-    def _end_run(
-        self,
-        tx: Tx,
-        run: _RunRow,
-        status: RunStatus,
-        *,
-        detail: str,
-        stats: dict[str, Any],
-        now_ms: int,
-        result: str,
-    ) -> RunEnd:
-        if run.status is not RunStatus.ACTIVE:
-            return RunEnd(run.used_tokens, 0, ended_now=False)
-        released = self._end(
-            tx, run, status, detail=detail, stats=json.dumps(stats, sort_keys=True), now_ms=now_ms
+    def _finish_burst(self, tx: Tx, items: list[_FinishItem]) -> list[RunEnd]:
+        """Each item exactly as `record_call` then `end_run` would apply it, in a few statements for the
+        burst: one locked read of the runs, one multi-row audit insert, one multi-row run update, one
+        ledger update per world window. A run a control already ended keeps its ending (its call is
+        still audited and consumed, as `record_call` does)."""
+        ids = [item.entry.run_id for item in items]
+        rows = tx.all(
+            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
+            f"{self._for_update}",
+            ids,
         )
-        tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run.spec.run_id))
-        return RunEnd(run.used_tokens, released, ended_now=True)
+        runs = {row[0]: _run_from(row) for row in rows}
+        ledgers: dict[tuple[str, int], list[int]] = {}  # (world, window) -> [released, consumed, micro_usd]
+        completed, consumed_only, answers = [], [], []
+        for item in items:
+            entry = item.entry
+            run = runs.get(entry.run_id)
+            if run is None:
+                raise _no_run(entry.run_id)
+            tokens = entry.usage.total
+            used = run.used_tokens + tokens
+            ledger = ledgers.setdefault((run.spec.world_id, run.window_start_ms), [0, 0, 0])
+            ledger[1] += tokens
+            ledger[2] += entry.micro_usd
+            if run.status is RunStatus.ACTIVE:
+                # The call's tokens move from reservation to consumption and the rest is released: the
+                # whole unused reservation leaves `reserved_tokens`.
+                ledger[0] += run.unused_reservation
+                completed.append(
+                    (used, RunStatus.COMPLETED.value, item.stats, item.now_ms, item.result, entry.run_id)
+                )
+                answers.append(RunEnd(used, max(0, run.spec.max_tokens - used), ended_now=True))
+            else:
+                consumed_only.append((tokens, entry.run_id))
+                answers.append(RunEnd(used, 0, ended_now=False))
+            runs[entry.run_id] = dataclasses.replace(run, used_tokens=used, status=RunStatus.COMPLETED)
+        tx.executemany(_INSERT_AUDIT, [_audit_row(item.entry) for item in items])
+        if completed:
+            tx.executemany(
+                "UPDATE gateway_runs SET used_tokens = ?, status = ?, detail = '', stats = ?,"
+                " ended_at_ms = ?, result = ? WHERE run_id = ?",
+                completed,
+            )
+        if consumed_only:
+            tx.executemany(
+                "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
+            )
+        for (world_id, window_start_ms), (released, consumed, micro_usd) in ledgers.items():
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+                " WHERE world_id = ? AND window_start_ms = ?",
+                (released, consumed, micro_usd, world_id, window_start_ms),
+            )
+        return answers
 
     async def expire_runs(self, *, now_ms: int) -> int:
         """Time out every active run past its deadline, releasing its reservation."""
