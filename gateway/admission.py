@@ -372,14 +372,14 @@ class CognitionGateway:
             call, entry = await self._call(run, route, request, grant, 1)
             self._account(run, call)
             self.inflight.forget(spec.run_id)
-            # What a repeat answers: the run as this call ends it (the store writes it in the same body).
+            # What a repeat of the request id answers (none without one): the run as this call ends it.
             used = call.reply.usage.total
             planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
             ended = await self.store.finish_call(
                 entry,
                 stats=run.stats(),
                 now_ms=self._now_ms(),
-                result=result_of(admission, call, planned),
+                result=result_of(admission, call, planned) if spec.request_id else "",
             )
         except BaseException as error:
             await asyncio.shield(self._end_after(spec.run_id, error))
