@@ -23,8 +23,8 @@ The baselines, measured in the same run, interleaved with the runs:
   from /proc over the 64-client phases): what the chassis adds per call, less moved by the machine's
   other load than the wall-clock figures (cache and scheduler contention still inflate it); and the
   bench client's own CPU per completed call and its share of one core over the 64-client phases
-  (`client_cpu_*`, `--client-processes` spreads the 64 clients over that many processes): on two cores,
-  server CPU + client CPU per call bounds the calls per second whatever the gateway does.
+  (`client_cpu_*`; a share well under 1.0 says the one client process is not what limits the rate): on
+  two cores, server CPU + client CPU per call bounds the calls per second whatever the gateway does.
 """
 
 from __future__ import annotations
