@@ -55,7 +55,6 @@ def plan_append(
     events: list[RecordedEvent] = []
     payloads: list[str] = []
     ops: list[ProjectionOp] = []
-    # Per appended event, so spelled out: positional construction, bound methods, no helper calls.
     global_position = next_global_position - 1
     for stream_version, new in enumerate(proposed, start=version + 1):
         global_position += 1

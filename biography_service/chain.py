@@ -34,20 +34,21 @@ def link_hash(
     """
     quote = encode_basestring
     return _digest(
-        quote(previous_hash),
-        quote(event_id),
-        quote(ori_id),
-        stream_version,
-        global_position,
-        quote(kind),
-        quote(payload_json),
-        world_tick,
-        recorded_at_us,
-        quote(provenance_ref),
+        previous=quote(previous_hash),
+        event_id=quote(event_id),
+        ori_id=quote(ori_id),
+        stream_version=stream_version,
+        global_position=global_position,
+        kind=quote(kind),
+        payload=quote(payload_json),
+        world_tick=world_tick,
+        recorded_at_us=recorded_at_us,
+        provenance=quote(provenance_ref),
     )
 
 
 def _digest(
+    *,
     previous: str,
     event_id: str,
     ori_id: str,
@@ -59,10 +60,7 @@ def _digest(
     recorded_at_us: int,
     provenance: str,
 ) -> str:
-    """The one place the encoding is laid out; the text fields arrive already quoted as JSON strings.
-
-    Positional: it runs per appended event, and keyword passing cost a tenth of the link.
-    """
+    """The one place the encoding is laid out; the text fields arrive already quoted as JSON strings."""
     body = (
         f"[{previous},{event_id},{ori_id},{stream_version:d},{global_position:d},{kind},{payload},"
         f"{world_tick:d},{recorded_at_us:d},{provenance}]"
@@ -92,18 +90,17 @@ class StreamLinker:
         """The hash of `event` placed there; it becomes the `previous_hash` the next event chains from."""
         quote = encode_basestring
         kind = event.kind
-        provenance = event.provenance_ref
         digest = _digest(
-            self._previous,
-            quote(event.event_id),
-            self._ori_id,
-            stream_version,
-            global_position,
-            _QUOTED_KINDS.get(kind) or quote(kind),
-            quote(event.payload_json),
-            event.world_tick,
-            self._recorded_at_us,
-            quote(provenance) if provenance else '""',
+            previous=self._previous,
+            event_id=quote(event.event_id),
+            ori_id=self._ori_id,
+            stream_version=stream_version,
+            global_position=global_position,
+            kind=_QUOTED_KINDS.get(kind) or quote(kind),
+            payload=quote(event.payload_json),
+            world_tick=event.world_tick,
+            recorded_at_us=self._recorded_at_us,
+            provenance=quote(event.provenance_ref) if event.provenance_ref else '""',
         )
         self._previous = f'"{digest}"'
         self.previous_hash = digest

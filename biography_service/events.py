@@ -104,7 +104,7 @@ class NewEvent(_NewEventFields):
 
     __slots__ = ()
 
-    def __new__(
+    def __new__(  # noqa: PLR0917 - the tuple's fields, positional as in any named tuple
         cls,
         event_id: str,
         kind: EventKind,
@@ -113,7 +113,14 @@ class NewEvent(_NewEventFields):
         provenance_ref: str = "",
         payload_json: str = "",
     ) -> NewEvent:
-        fields = (event_id, kind, payload, world_tick, provenance_ref, payload_json or canonical_json(payload))
+        fields = (
+            event_id,
+            kind,
+            payload,
+            world_tick,
+            provenance_ref,
+            payload_json or canonical_json(payload),
+        )
         return tuple.__new__(cls, fields)
 
 

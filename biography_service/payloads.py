@@ -18,7 +18,7 @@ Problem = tuple[str, str]
 Checker = Callable[[JsonObject, list[Problem]], None]
 
 
-def _text(payload: JsonObject, key: str, required: bool, problems: list[Problem]) -> None:
+def _text(payload: JsonObject, key: str, problems: list[Problem], *, required: bool) -> None:
     value = payload.get(key)
     if value is None:
         if required:
@@ -28,7 +28,7 @@ def _text(payload: JsonObject, key: str, required: bool, problems: list[Problem]
 
 
 def _number(
-    payload: JsonObject, key: str, low: float, high: float, required: bool, problems: list[Problem]
+    payload: JsonObject, key: str, low: float, high: float, problems: list[Problem], *, required: bool
 ) -> None:
     value = payload.get(key)
     if value is None:
@@ -39,33 +39,33 @@ def _number(
 
 
 def _memory(payload: JsonObject, problems: list[Problem]) -> None:
-    _text(payload, "text", True, problems)
-    _number(payload, "salience_bp", 0, SALIENCE_MAX_BP, False, problems)
+    _text(payload, "text", problems, required=True)
+    _number(payload, "salience_bp", 0, SALIENCE_MAX_BP, problems, required=False)
 
 
 def _relationship(payload: JsonObject, problems: list[Problem]) -> None:
-    _text(payload, "other_ori_id", True, problems)
+    _text(payload, "other_ori_id", problems, required=True)
     for key in ("bond", "respect"):
-        _number(payload, key, -RELATIONSHIP_BOUND, RELATIONSHIP_BOUND, False, problems)
-    _text(payload, "summary", False, problems)
+        _number(payload, key, -RELATIONSHIP_BOUND, RELATIONSHIP_BOUND, problems, required=False)
+    _text(payload, "summary", problems, required=False)
     if "ended" in payload and not isinstance(payload["ended"], bool):
         problems.append(("ended", "must be a boolean"))
 
 
 def _arc(payload: JsonObject, problems: list[Problem]) -> None:
-    _text(payload, "arc_ref", True, problems)
+    _text(payload, "arc_ref", problems, required=True)
     status = payload.get("status", "active")
     if status not in ARC_STATUSES:
         problems.append(("status", f"must be one of {list(ARC_STATUSES)}"))
 
 
 def _personality(payload: JsonObject, problems: list[Problem]) -> None:
-    _text(payload, "summary", True, problems)
+    _text(payload, "summary", problems, required=True)
 
 
 def _value(payload: JsonObject, problems: list[Problem]) -> None:
-    _text(payload, "value_ref", True, problems)
-    _number(payload, "weight_bp", 0, SALIENCE_MAX_BP, True, problems)
+    _text(payload, "value_ref", problems, required=True)
+    _number(payload, "weight_bp", 0, SALIENCE_MAX_BP, problems, required=True)
 
 
 def _consolidated(payload: JsonObject, problems: list[Problem]) -> None:
@@ -91,7 +91,7 @@ def _consolidated(payload: JsonObject, problems: list[Problem]) -> None:
 
 def _fragment(kind: EventKind, fragment: JsonObject) -> list[Problem]:
     problems: list[Problem] = []
-    _text(fragment, "fragment_id", True, problems)
+    _text(fragment, "fragment_id", problems, required=True)
     inner = fragment.get("payload")
     if not isinstance(inner, dict):
         problems.append(("payload", "must be an object"))

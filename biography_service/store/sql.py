@@ -126,18 +126,32 @@ _KIND_NAMES = {kind: kind.value for kind in EventKind}
 
 
 def event_row(event: RecordedEvent, payload_json: str) -> tuple[Any, ...]:
+    """The event's row in EVENT_COLUMNS order (the tuple unpacked at once: built for every event)."""
+    (
+        event_id,
+        ori_id,
+        stream_version,
+        position,
+        kind,
+        _,
+        world_tick,
+        recorded_at_us,
+        provenance,
+        previous,
+        digest,
+    ) = event
     return (
-        event.event_id,
-        event.ori_id,
-        event.stream_version,
-        event.global_position,
-        _KIND_NAMES[event.kind],
+        event_id,
+        ori_id,
+        stream_version,
+        position,
+        _KIND_NAMES[kind],
         payload_json,
-        event.world_tick,
-        event.recorded_at_us,
-        event.provenance_ref,
-        event.previous_hash,
-        event.hash,
+        world_tick,
+        recorded_at_us,
+        provenance,
+        previous,
+        digest,
     )
 
 

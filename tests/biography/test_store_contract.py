@@ -85,7 +85,9 @@ async def test_repeat_with_exact_expected_version_at_the_original_position(biogr
 async def test_same_ids_with_different_content_are_refused(biography: Biography) -> None:
     batch = memories(2)
     await biography.append("ori-a", NO_STREAM, batch)
-    rewritten = NewEvent(batch[1].event_id, batch[1].kind, {"text": "rewritten", "salience_bp": 1}, batch[1].world_tick)
+    rewritten = NewEvent(
+        batch[1].event_id, batch[1].kind, {"text": "rewritten", "salience_bp": 1}, batch[1].world_tick
+    )
     changed = [batch[0], rewritten]
     with pytest.raises(EventIdConflict) as caught:
         await biography.append("ori-a", ANY, changed)
