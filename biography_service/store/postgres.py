@@ -34,10 +34,10 @@ def _pg(statement: str) -> str:
     return statement.replace("?", "%s")
 
 
-# One upsert per group whatever its size: the group's memory rows travel as one JSON document (an array
-# of row arrays) that PostgreSQL expands. psycopg dumps array parameters in Python, one element at a
-# time; the C JSON encoder writes the document in about half that (docs/performance.md). Event rows,
-# plain inserts, go by binary COPY, cheaper still on both sides.
+# One statement per group whatever its size: the group's rows travel as one JSON document (an array of
+# row arrays) that PostgreSQL expands. psycopg dumps array parameters in Python, one element at a time
+# (~4.8 µs an event row as 11 binary arrays); the C JSON encoder writes the document in about half
+# that, and PostgreSQL inserted from it in less wall time than from the arrays (docs/performance.md).
 _ROWS_DOCUMENT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
@@ -60,7 +60,7 @@ _EVENT_TYPES = (
     "text",
     "text",
 )
-_COPY_EVENTS = f"COPY events ({sql.EVENT_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+_INSERT_EVENTS = f"INSERT INTO events ({sql.EVENT_COLUMNS}) " + _from_rows_document(_EVENT_TYPES)
 _STREAM_HEAD = _pg(sql.STREAM_HEAD)
 _LOCK_LOG_HEAD = _pg(sql.LOG_HEAD) + " FOR UPDATE"
 _SET_LOG_HEAD = _pg(sql.SET_LOG_HEAD)
@@ -223,17 +223,28 @@ class PostgresStore(BiographyStore):
     async def _commit_group(self, group: list[_PendingAppend]) -> list[AppendResult | BiographyError]:
         """One transaction in rounds: each round decides what was queued and writes it in bulk.
 
-        A round costs a fixed number of round trips whatever its events: one pipelined read (stream
-        heads, known event ids), the events' COPY, one pipelined write of the projections and the log
-        head. Appends queued while a round ran join the next one, so they share the COMMIT's flush
-        instead of waiting for it.
+        Pipelined: a round costs one round trip to read (stream heads, known event ids) and its writes
+        travel with the next round's reads or the COMMIT, whatever the number of events. Appends queued
+        while a round ran join the next one, so they share the COMMIT's flush instead of waiting for it.
         """
         outcomes: list[AppendResult | BiographyError] = []
         requests = [group[0].request, *self._join_queued(group)]
-        async with self._pool.connection() as connection, connection.transaction():
+        async with self._pool.connection() as connection, connection.pipeline(), connection.transaction():
+            # Every lookup here probes a unique index; statistics lag a table that grows from empty,
+            # and a sequential scan under the global write lock would stall every writer.
+            await connection.execute("SET LOCAL enable_seqscan = off")
+            head = await connection.execute(_LOCK_LOG_HEAD)
             position: int | None = None
             while requests:
-                position, heads, recorded = await self._read_round(connection, requests, position)
+                heads_cursor = await connection.execute(
+                    _STREAM_HEADS, (sorted({r.ori_id for r in requests}),)
+                )
+                ids = [event.event_id for r in requests for event in r.events]
+                ids_cursor = await connection.execute(_EVENTS_BY_IDS, (_ROWS_DOCUMENT.encode(ids),))
+                if position is None:
+                    position = int((await head.fetchone() or (0,))[0])
+                heads = {row[0]: StreamHead(int(row[1]), row[2]) for row in await heads_cursor.fetchall()}
+                recorded = {e.event_id: e for e in map(sql.decode_event, await ids_cursor.fetchall())}
                 plan = plan_group(
                     requests,
                     heads=heads,
@@ -252,53 +263,26 @@ class PostgresStore(BiographyStore):
         return outcomes
 
     @staticmethod
-    async def _read_round(
-        connection: psycopg.AsyncConnection[Any], requests: list[AppendRequest], position: int | None
-    ) -> tuple[int, dict[str, StreamHead], dict[str, RecordedEvent]]:
-        """What a round decides from, in one round trip: the log position (None: lock the log head and
-        read it, the group's first round), the requests' stream heads, and their already-recorded ids."""
-        async with connection.pipeline():
-            head = None
-            if position is None:
-                # Every lookup here probes a unique index; statistics lag a table that grows from empty,
-                # and a sequential scan under the global write lock would stall every writer.
-                await connection.execute("SET LOCAL enable_seqscan = off")
-                head = await connection.execute(_LOCK_LOG_HEAD)
-            heads_cursor = await connection.execute(_STREAM_HEADS, (sorted({r.ori_id for r in requests}),))
-            ids = [event.event_id for r in requests for event in r.events]
-            ids_cursor = await connection.execute(_EVENTS_BY_IDS, (_ROWS_DOCUMENT.encode(ids),))
-            if head is not None:
-                position = int((await head.fetchone() or (0,))[0])
-            heads = {row[0]: StreamHead(int(row[1]), row[2]) for row in await heads_cursor.fetchall()}
-            recorded = {e.event_id: e for e in map(sql.decode_event, await ids_cursor.fetchall())}
-        assert position is not None  # read above when not given
-        return position, heads, recorded
-
-    @staticmethod
     async def _write(connection: psycopg.AsyncConnection[Any], plan: GroupPlan) -> None:
-        """The round's rows: events by binary COPY, then the projections and the log head pipelined."""
+        rows = [
+            sql.event_row(event, payload)
+            for _, append in plan.writes
+            for event, payload in zip(append.events, append.payload_json, strict=True)
+        ]
         statements: dict[str, list[tuple[Any, ...]]] = {}
         for ori_id, append in plan.writes:
             for statement, params in sql.projection_statements(ori_id, append.projection_ops).items():
                 statements.setdefault(statement, []).extend(params)
         async with connection.cursor() as cursor:
-            # COPY cannot run in pipeline mode; it costs its own round trips, and saves more: PostgreSQL
-            # parses no document and psycopg formats each row in C (docs/performance.md).
-            async with cursor.copy(_COPY_EVENTS) as copy:
-                copy.set_types(_EVENT_TYPES)
-                for _, append in plan.writes:
-                    for event, payload in zip(append.events, append.payload_json, strict=True):
-                        await copy.write_row(sql.event_row(event, payload))
-            async with connection.pipeline():
-                memories = statements.pop(sql.UPSERT_MEMORY, [])
-                if memories:
-                    # One statement may touch a row once: the last write of each memory wins, as it would
-                    # in turn.
-                    latest = list({(row[0], row[1]): row for row in memories}.values())
-                    await cursor.execute(_UPSERT_MEMORIES, (_ROWS_DOCUMENT.encode(latest),))
-                for statement, params in statements.items():
-                    await cursor.executemany(_pg(statement), params)
-                await cursor.execute(_SET_LOG_HEAD, (plan.last_global_position,))
+            await cursor.execute(_INSERT_EVENTS, (_ROWS_DOCUMENT.encode(rows),))
+            memories = statements.pop(sql.UPSERT_MEMORY, [])
+            if memories:
+                # One statement may touch a row once: the last write of each memory wins, as it would in turn.
+                latest = list({(row[0], row[1]): row for row in memories}.values())
+                await cursor.execute(_UPSERT_MEMORIES, (_ROWS_DOCUMENT.encode(latest),))
+            for statement, params in statements.items():
+                await cursor.executemany(_pg(statement), params)
+            await cursor.execute(_SET_LOG_HEAD, (plan.last_global_position,))
 
     async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
         async with self._translated(), self._pool.connection() as connection:
