@@ -137,8 +137,12 @@ def _ladder_table() -> NDArray[np.uint8]:
 
 
 _LADDER = _ladder_table()
-# The action kind of a cadence call, by cause (0 = no call).
-_CALL_KIND = np.array([0, R.ACTION_KIND_PLAN, R.ACTION_KIND_REFLECT, R.ACTION_KIND_SUMMARIZE], dtype=u8)
+# The action kind of a call, by cause (0 = no call; the guard's reflection is a reflection).
+_CALL_KIND = np.zeros(R.COGNITION_CAUSE_GUARD_REFLECTION + 1, dtype=u8)
+_CALL_KIND[R.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING] = R.ACTION_KIND_PLAN
+_CALL_KIND[R.COGNITION_CAUSE_LACHESIS_REFLECTION] = R.ACTION_KIND_REFLECT
+_CALL_KIND[R.COGNITION_CAUSE_ATROPOS_SUMMARY] = R.ACTION_KIND_SUMMARIZE
+_CALL_KIND[R.COGNITION_CAUSE_GUARD_REFLECTION] = R.ACTION_KIND_REFLECT
 
 
 def assign_ladder_reason(a: AgentArrays, proximity_mm: int, out: NDArray[np.uint8]) -> None:
@@ -291,13 +295,16 @@ def _settle(
     before = previous[rows]
     transition = candidate != before
     cause = _cadence(a, p, tick, rows, candidate=candidate, transition=transition)
-    call_kind = _CALL_KIND.take(cause)
     bits = f["agent_bits"][rows]
     repeat_fire = _repeat_guard(a, p, rows, bits)
     stale = stale_fire[rows]
-    cause[repeat_fire] = R.COGNITION_CAUSE_GUARD_REFLECTION
+    guarded = repeat_fire | stale
+    guards = bool(guarded.any())  # rare: the guards' rewrites are skipped without one
+    if guards:
+        cause[repeat_fire] = R.COGNITION_CAUSE_GUARD_REFLECTION
     overridden = cause.astype(bool)
-    overridden |= stale
+    if guards:
+        overridden |= stale
     f["agent_bits"][rows] = overridden.view(u8) * u8(AGENT_BIT_OUT_OVERRIDDEN)
     changed = f["tier_reason"][rows] != previous_reason[rows]
     changed |= transition
@@ -309,21 +316,17 @@ def _settle(
             a,
             p,
             rows[answer],
-            call_kind=call_kind[answer],
-            repeat_fire=repeat_fire[answer],
-            stale_fire=stale[answer],
+            call_kind=_CALL_KIND.take(cause[answer]),
+            guards=(repeat_fire[answer], stale[answer]) if guards else None,
         )
-    _emit(
-        a,
-        rows,
-        cause=cause,
-        transition=transition,
-        before=before,
-        candidate=candidate,
-        repeat_fire=repeat_fire,
-        stale_fire=stale,
-        changed=changed,
-    )
+    _emit(a, rows, cause=cause, transition=transition, before=before, candidate=candidate, changed=changed)
+    if guards:
+        n = _compact(rows, guarded, a.outputs["guard_slot"], a.counts, COUNT_GUARDS)
+        guard_bits = stale[guarded].view(u8) << u8(1)  # GUARD_BIT_STALE_GOAL
+        guard_bits |= repeat_fire[guarded].view(u8)  # GUARD_BIT_REPEATED_ACTION
+        a.outputs["guard_bits"][:n] = guard_bits
+    else:
+        a.counts[COUNT_GUARDS] = 0
 
 
 def _cadence(
@@ -389,11 +392,12 @@ def _answer(
     at: NDArray[np.intp],
     *,
     call_kind: NDArray[np.uint8],
-    repeat_fire: NDArray[np.bool_],
-    stale_fire: NDArray[np.bool_],
+    guards: tuple[NDArray[np.bool_], NDArray[np.bool_]] | None,
 ) -> NDArray[np.bool_]:
-    """The output action of these agents: cached, the call's kind over it, a guard's rewrite over that.
-    Stored; returns where it differs from the last answer."""
+    """The output action of these agents: cached, the call's kind over it (a repeated-action guard's
+    reflection among them), a stale-goal guard's rewrite over that. `guards`: where the repeated-action
+    and stale-goal guards fired (None: neither did). Stored; returns where it differs from the last
+    answer."""
     f = a.fields
     kind = f["cached_kind"][at]
     np.copyto(kind, call_kind, where=call_kind != 0)
@@ -401,12 +405,13 @@ def _answer(
     goal = f["cached_goal_ref"][at]
     priority = f["cached_priority"][at]
     step = f["cached_plan_step"][at]
-    kind[repeat_fire] = R.ACTION_KIND_REFLECT
-    kind[stale_fire] = R.ACTION_KIND_CHANGE_GOAL
-    goal[stale_fire] = f["goal_ref"][at[stale_fire]]
-    guard = repeat_fire | stale_fire
-    source[guard] = R.ACTION_SOURCE_GUARD
-    priority[guard] = p.guard_priority_bp
+    if guards is not None:
+        repeat_fire, stale_fire = guards
+        kind[stale_fire] = R.ACTION_KIND_CHANGE_GOAL
+        goal[stale_fire] = f["goal_ref"][at[stale_fire]]
+        guard = repeat_fire | stale_fire
+        source[guard] = R.ACTION_SOURCE_GUARD
+        priority[guard] = p.guard_priority_bp
     differs: NDArray[np.bool_] = (
         (kind != f["out_kind"][at])
         | (source != f["out_source"][at])
@@ -430,11 +435,9 @@ def _emit(
     transition: NDArray[np.bool_],
     before: NDArray[np.uint8],
     candidate: NDArray[np.uint8],
-    repeat_fire: NDArray[np.bool_],
-    stale_fire: NDArray[np.bool_],
     changed: NDArray[np.bool_],
 ) -> None:
-    """The compacted lists, in slot order (`rows` is sorted), and their counts."""
+    """The candidate, transition and changed lists, in slot order (`rows` is sorted), and their counts."""
     out = a.outputs
     counts = a.counts
     issued = cause.astype(bool)
@@ -446,10 +449,4 @@ def _emit(
     n = _compact(rows, transition, out["transition_slot"], counts, COUNT_TRANSITIONS)
     out["transition_from"][:n] = before[transition]
     out["transition_to"][:n] = candidate[transition]
-    guarded = repeat_fire | stale_fire
-    n = _compact(rows, guarded, out["guard_slot"], counts, COUNT_GUARDS)
-    if n:
-        bits = stale_fire[guarded].view(u8) << u8(1)  # GUARD_BIT_STALE_GOAL
-        bits |= repeat_fire[guarded].view(u8)  # GUARD_BIT_REPEATED_ACTION
-        out["guard_bits"][:n] = bits
     _compact(rows, changed, out["changed_slot"], counts, COUNT_CHANGED)
