@@ -182,7 +182,7 @@ def run_core_numpy(a: AgentArrays, p: CoreParams, *, tick: int, observed_all: bo
         a,
         p,
         now,
-        np.flatnonzero(marked),
+        marked.nonzero()[0],  # not np.flatnonzero: its Python wrapper costs more than the search
         previous=previous,
         previous_reason=previous_reason,
         stale_fire=stale_fire,
@@ -223,11 +223,11 @@ def _assign_tiers(a: AgentArrays, p: CoreParams, tick: np.uint64, previous: NDAr
     tier += signal.view(u8)  # bools as bytes: a bool operand would take numpy's casting loop
     np.subtract(u8(ATROPOS), tier, out=tier)
     last_clotho = a.live("last_clotho_signal_tick")
-    np.copyto(last_clotho, tick, where=signal)
+    last_clotho[signal] = tick
     ticks_in_tier = a.live("ticks_in_tier")
     # Grace and damping only concern agents whose candidate differs from their tier, usually a few,
     # so they run over those rows. A Clotho losing its signal is one of them (its candidate is not Clotho).
-    differs = np.flatnonzero(tier != previous)
+    differs = (tier != previous).nonzero()[0]
     was = previous[differs]
     rung = reason[differs]
     graced = was == CLOTHO
@@ -260,13 +260,15 @@ def _guard_stale_goals(a: AgentArrays, p: CoreParams, *, observed_all: bool) -> 
     seen_progress[:] = progress
     bits = a.live("agent_bits")
     stale = a.live("stale_goal_ticks")
-    # counted = has_goal * (1 + same * min(stale, 254)), as the C core writes it: no masks to invert.
-    # A full frame observed every agent, so the count is worked out in place.
+    # counted = has_goal * (1 + same * min(stale, 254)) as the C core writes it, here as
+    # (same and has_goal) * min(stale, 254) + has_goal: no masks to invert. A full frame observed
+    # every agent, so the count is worked out in place.
+    has_goal = goal.astype(bool).view(u8)
+    same &= has_goal.view(bool)
     counted = stale if observed_all else stale.copy()
     counted -= (counted == u8(255)).view(u8)  # min(stale, 254) (a scalar min is numpy's slow loop)
     counted *= same.view(u8)
-    counted += u8(1)
-    counted *= goal.astype(bool).view(u8)
+    counted += has_goal
     fire: NDArray[np.bool_] = counted >= p.stale_goal_tick_limit  # the limit is >= 1: no goal never fires
     if observed_all:
         np.copyto(counted, u8(0), where=fire)
