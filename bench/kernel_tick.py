@@ -1,7 +1,8 @@
 """In-process tick latency: apply a full frame to the agent arrays, then one core call (C or numpy).
 
-Prints one JSON object: {"agents", "core", "p50_us", "p99_us", "ns_per_agent", ...}. The result and
-protobuf encoding are measured separately ("encode_*"), since a co-located world reads the arrays.
+Prints one JSON object: {"agents", "core", "p50_us", "p99_us", "ns_per_agent", ..., "load_average_1m"}.
+The result and protobuf encoding are measured separately ("encode_*"), since a co-located world reads
+the arrays.
 With `--behavior on` the behaviour layer's 10 Hz step runs between the frame and the core, as in
 `Kernel.tick` (in the same core, C or numpy), and its own p50 is reported as "behavior_p50_us".
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -76,6 +78,7 @@ def main() -> None:
                 "lachesis": int(arrays.tier_counts[2]),
                 "atropos": int(arrays.tier_counts[3]),
                 **behavior,
+                "load_average_1m": round(os.getloadavg()[0], 2),  # other work sharing the cores
             }
         )
     )
