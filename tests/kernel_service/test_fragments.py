@@ -312,7 +312,7 @@ def test_compact_guard_runs_hand_over_what_the_listed_form_does(
         assert apply(compact, tick, op) == apply(listed, tick, op)
         for store in (compact, listed):  # the open-run index agrees with the moments it indexes
             for slot in range(3):
-                assert store._open_actions.get(slot) is store._open(slot, ActionRun)
+                assert store._actions.run_of(slot) is store._open(slot, ActionRun)
     assert len(listed) == len(compact)
     for slot in range(3):
         assert taken(compact, slot, 99) == taken(listed, slot, 99)
