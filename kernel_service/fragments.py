@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
 from kernel_service.agent_state import guard_bits, guard_names
+from kernel_service.wire_bytes import field_tag, length_delimited
 from services.errors import FieldViolation
 
 FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
@@ -271,23 +272,9 @@ def _built(kind: int, tick: int, payload: dict[str, Any]) -> bytes:
     return fragment.SerializeToString(deterministic=True)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _length_delimited(tag: bytes, body: bytes) -> bytes:
-    """One length-delimited field in protobuf's wire format."""
-    return tag + _varint(len(body)) + body
-
-
 # Wire tags (field number, wire type 2: length-delimited) of the two fields a hand-over writes as bytes.
-_FRAGMENT_ID_TAG = _varint(biography_pb2.ConsolidationFragment.FRAGMENT_ID_FIELD_NUMBER << 3 | 2)
-_REQUEST_FRAGMENTS_TAG = _varint(action_pb2.LifecycleRequest.FRAGMENTS_FIELD_NUMBER << 3 | 2)
+_FRAGMENT_ID_TAG = field_tag(biography_pb2.ConsolidationFragment.FRAGMENT_ID_FIELD_NUMBER, 2)
+_REQUEST_FRAGMENTS_TAG = field_tag(action_pb2.LifecycleRequest.FRAGMENTS_FIELD_NUMBER, 2)
 
 
 def _named_bytes(ori_id: str, moment: Moment) -> bytes:
@@ -295,7 +282,7 @@ def _named_bytes(ori_id: str, moment: Moment) -> bytes:
     sets it when they are parsed."""
     sequence, kept = moment
     body = kept if isinstance(kept, bytes) else kept.fragment()
-    return body + _length_delimited(_FRAGMENT_ID_TAG, f"{ori_id}:fragment:{sequence}".encode())
+    return body + length_delimited(_FRAGMENT_ID_TAG, f"{ori_id}:fragment:{sequence}".encode())
 
 
 def _named(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
@@ -556,7 +543,7 @@ class FragmentStore:
                 },
             )
             named.insert(0, elided.SerializeToString(deterministic=True))
-        request.MergeFromString(b"".join(_length_delimited(_REQUEST_FRAGMENTS_TAG, body) for body in named))
+        request.MergeFromString(b"".join(length_delimited(_REQUEST_FRAGMENTS_TAG, body) for body in named))
         # The sequence survives the hand-over so ids stay unique for the Ori's next stint.
         if entry.next_sequence:
             self._entry(request.slot).next_sequence = entry.next_sequence

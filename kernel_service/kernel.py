@@ -26,7 +26,13 @@ from kernel_service.fragments import FragmentStore
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
-from kernel_service.tick_result import GuardStamps, Registry, build_tick_result, guard_stamps
+from kernel_service.tick_result import (
+    GuardStamps,
+    Registry,
+    build_tick_result,
+    guard_stamps,
+    report_constants,
+)
 from services.errors import FieldViolation, InvalidArgument, NotFound
 
 # Bit t of a tick's `cognition_unavailable_tiers` is CognitionTier t (Clotho 1, Lachesis 2, Atropos 3).
@@ -56,6 +62,7 @@ class Kernel:
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.core_params = CoreParams.from_config(config)
         self.call_tables = CallTables.from_config(config)
+        self.report_constants = report_constants(config, core.name, self.fingerprint)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
@@ -157,8 +164,7 @@ class Kernel:
             merged_payloads=payloads,
             merged_count=len(merged),
             row_codec=self.row_codec,
-            core_name=self.core.name,
-            fingerprint=self.fingerprint,
+            constants=self.report_constants,
         )
         self._record_fragments(decoded.tick, merged, guards)
         for request in result.lifecycle:
