@@ -43,6 +43,9 @@ ALL_TIER_BITS = (
 )
 
 
+NO_ESCALATIONS = Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
+
+
 class Kernel:
     """One world's population and its tick. Not thread-safe: one tick at a time, by design."""
 
@@ -179,7 +182,7 @@ class Kernel:
         """Arbitration's escalations that still stand after the core ran: the agent is still Lachesis,
         and the core issued it no call this tick (a reflection or guard call already answers it)."""
         if escalations is None or len(escalations.slots) == 0:
-            return Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
+            return NO_ESCALATIONS
         a = self.arrays
         slots = escalations.slots
         keep = a.fields["tier"][slots] == LACHESIS

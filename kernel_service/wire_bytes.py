@@ -4,8 +4,13 @@
 from __future__ import annotations
 
 
+_ONE_BYTE = [bytes([value]) for value in range(0x80)]
+
+
 def varint(value: int) -> bytes:
-    """A non-negative integer as a protobuf varint."""
+    """A non-negative integer as a protobuf varint (values below 128, the commonest, from a table)."""
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
