@@ -132,12 +132,9 @@ def _decode_columns(
             "batch.columns.count", f"a full frame covers all {registered} registered agents, got {count}"
         )
     decoded: dict[str, NDArray[Any]] = {}
-    # The fields the batch set, in field-number order, in one call (a getattr per absent column
-    # costs more than the columns a world leaves out).
-    for field, raw in columns.ListFields():
-        name = field.name
-        dtype = PERCEPTION_COLUMNS.get(name)
-        if dtype is None:  # layout_version, count, slots
+    for name, dtype in PERCEPTION_COLUMNS.items():
+        raw: bytes = getattr(columns, name)
+        if not raw:
             continue
         if len(raw) != count * dtype.itemsize:
             raise InvalidArgument.field(
