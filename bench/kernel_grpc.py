@@ -8,7 +8,6 @@ Prints one JSON object: {"agents", "encoding", "transport", "p50_ms", "p99_ms", 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ import numpy as np
 from bench.kernel_population import WORLD, frames, registrations
 from egbe.v1 import kernel_pb2, kernel_pb2_grpc, perception_pb2
 from services.auth import bearer_metadata
+from services.runtime import run_event_loop
 
 FRAME_VARIANTS = 8
 MAX_MESSAGE = 512 * 1024 * 1024
@@ -173,7 +173,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as scratch:
         process, target, token = start_kernel(Path(scratch), args.transport, args.core, args.behavior)
         try:
-            samples, kernel_micros = asyncio.run(measure(target, token, args))
+            # On uvloop, as the services run theirs: ~40 µs less client CPU a round trip than asyncio's.
+            samples, kernel_micros = run_event_loop(measure(target, token, args))
         finally:
             process.send_signal(signal.SIGTERM)
             try:
