@@ -75,7 +75,20 @@ class ActionRun:
         }
 
     def fragment(self) -> bytes:
-        return _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, int(self.table.first_tick[self.row]), self.payload())
+        first_tick = int(self.table.first_tick[self.row])
+        return _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, first_tick, self.payload())
+
+
+# An ActionRunTable's per-row arrays (the counts are a second, two-dimensional one).
+_RUN_COLUMNS: dict[str, type[np.generic]] = {
+    "first_tick": np.uint64,
+    "last_tick": np.uint64,
+    "kind": np.uint8,
+    "source": np.uint8,
+    "goal_ref": np.uint32,
+    "priority": np.uint16,
+    "slot": np.int64,
+}
 
 
 class ActionRunTable:
@@ -83,15 +96,6 @@ class ActionRunTable:
     per ActionKind, the first and last tick, and the latest action. Rows are reused once a run is
     closed; which row a run has never shows in what it hands over."""
 
-    _ROW_COLUMNS: dict[str, type[np.generic]] = {
-        "first_tick": np.uint64,
-        "last_tick": np.uint64,
-        "kind": np.uint8,
-        "source": np.uint8,
-        "goal_ref": np.uint32,
-        "priority": np.uint16,
-        "slot": np.int64,
-    }
     first_tick: NDArray[np.uint64]
     last_tick: NDArray[np.uint64]
     kind: NDArray[np.uint8]
@@ -102,7 +106,7 @@ class ActionRunTable:
 
     def __init__(self) -> None:
         self.row_of = np.full(0, -1, np.intp)  # intp: numpy indexes fastest with it
-        for name, dtype in self._ROW_COLUMNS.items():
+        for name, dtype in _RUN_COLUMNS.items():
             setattr(self, name, np.zeros(0, dtype))
         self.counts = np.zeros((0, 256), np.uint32)  # by row, then ActionKind (a uint8 in the arrays)
         self.handles: list[ActionRun | None] = []  # by row
@@ -124,7 +128,7 @@ class ActionRunTable:
         if not self._free:
             rows = len(self.handles)
             size = max(16, 2 * rows)
-            for name in self._ROW_COLUMNS:
+            for name in _RUN_COLUMNS:
                 old = getattr(self, name)
                 grown = np.zeros(size, old.dtype)
                 grown[:rows] = old
@@ -158,6 +162,7 @@ class ActionRunTable:
         self,
         rows: NDArray[np.intp],
         tick: int,
+        *,
         kind: NDArray[np.uint8],
         source: NDArray[np.uint8],
         goal_ref: NDArray[np.uint32],
@@ -183,7 +188,6 @@ class ActionRunTable:
         for name, count in payload["kinds"].items():
             self.counts[row, _ACTION_NUMBER[name]] = int(count)
         return run
-
 
 
 class GuardStamp(NamedTuple):
@@ -504,10 +508,10 @@ class FragmentStore:
         actions.extend(
             rows,
             tick,
-            fields["out_kind"][slots],
-            fields["out_source"][slots],
-            fields["out_goal_ref"][slots],
-            fields["out_priority"][slots],
+            kind=fields["out_kind"][slots],
+            source=fields["out_source"][slots],
+            goal_ref=fields["out_goal_ref"][slots],
+            priority=fields["out_priority"][slots],
         )
 
     def take_into(self, request: action_pb2.LifecycleRequest, tick: int) -> None:

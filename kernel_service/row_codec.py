@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -210,7 +210,7 @@ class CRowCodec:
         )
         if written < 0:
             raise ValueError("intent encoder ran out of room")
-        batch.MergeFromString(memoryview(out)[:written])
+        batch.MergeFromString(_written(out, written))
 
     def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None:
         count = len(calls.slots)
@@ -252,15 +252,24 @@ class CRowCodec:
         )
         if written < 0:
             raise ValueError("candidate encoder ran out of room")
-        result.MergeFromString(memoryview(out)[:written])
+        result.MergeFromString(_written(out, written))
 
     def _table_pointers(self, table: StringTable) -> tuple[Any, Any]:
         """A table's blob and offsets as C pointers, made once per table (a registry's table lives
         until registration changes it; ~1 µs a tick each otherwise)."""
         if table.c_pointers is None:
             ffi = self._ffi
-            table.c_pointers = (ffi.from_buffer("uint8_t[]", table.blob), ffi.from_buffer("uint32_t[]", table.offsets))
+            blob, offsets = (
+                ffi.from_buffer("uint8_t[]", table.blob),
+                ffi.from_buffer("uint32_t[]", table.offsets),
+            )
+            table.c_pointers = (blob, offsets)
         return table.c_pointers
+
+
+def _written(out: bytearray, length: int) -> bytes:
+    """The encoder's output, uncopied: upb parses any buffer (its stubs say bytes)."""
+    return cast(bytes, memoryview(out)[:length])
 
 
 class StringTable:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 _ONE_BYTE = [bytes([value]) for value in range(0x80)]
 
 

@@ -8,10 +8,10 @@ from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2
 from kernel_service.agent_state import COUNT_CHANGED, COUNT_GUARDS, AgentArrays
+from kernel_service.cognition_calls import CallTables, estimate_calls
 from kernel_service.config import KernelConfig
 from kernel_service.perception_codec import DecodedBatch, Encoding
 from kernel_service.row_codec import PythonRowCodec
-from kernel_service.cognition_calls import CallTables, estimate_calls
 from kernel_service.tick_result import Registry, build_actions, fill_report, guard_stamps, report_constants
 from services.column_layout import ACTION_COLUMNS, SLOT_DTYPE
 
