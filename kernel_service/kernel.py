@@ -107,6 +107,7 @@ class Kernel:
         if world_id and not self.world_id and registrations:  # an empty registration claims no world
             self.world_id = world_id
         self.arrays.add(len(new))
+        self.fragments.reserve(self.arrays.capacity)
         for ori_id, registration in first_of.items():
             self.ori_ids.append(ori_id)
             self.tenant_ids.append(registration.ori.tenant_id)
@@ -352,6 +353,7 @@ class Kernel:
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
         self.arrays.restore(arrays)
         self.fragments.restore(snapshot.pending_fragments)
+        self.fragments.reserve(self.arrays.capacity)
 
 
 def _decode_arrays(
