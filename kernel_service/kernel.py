@@ -73,6 +73,7 @@ class Kernel:
         self.slot_by_ori: dict[str, int] = {}
         self.last_tick: int | None = None
         self.fragments = FragmentStore(config.max_pending_fragments)
+        self._answer_marks = np.zeros(0, np.uint8)  # build_actions' scratch, a byte per slot
 
     @property
     def registry(self) -> Registry:
@@ -107,7 +108,7 @@ class Kernel:
         if world_id and not self.world_id and registrations:  # an empty registration claims no world
             self.world_id = world_id
         self.arrays.add(len(new))
-        self.fragments.reserve(self.arrays.capacity)
+        self._reserve()
         for ori_id, registration in first_of.items():
             self.ori_ids.append(ori_id)
             self.tenant_ids.append(registration.ori.tenant_id)
@@ -169,6 +170,7 @@ class Kernel:
             merged_count=len(merged),
             row_codec=self.row_codec,
             constants=self.report_constants,
+            marks=self._answer_marks,
         )
         self._record_fragments(decoded.tick, merged, guards)
         for request in result.lifecycle:
@@ -353,7 +355,13 @@ class Kernel:
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
         self.arrays.restore(arrays)
         self.fragments.restore(snapshot.pending_fragments)
+        self._reserve()
+
+    def _reserve(self) -> None:
+        """Size the per-slot side arrays with the agent arrays, so no tick grows one."""
         self.fragments.reserve(self.arrays.capacity)
+        if len(self._answer_marks) < self.arrays.capacity:
+            self._answer_marks = np.zeros(self.arrays.capacity, np.uint8)
 
 
 def _decode_arrays(

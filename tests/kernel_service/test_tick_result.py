@@ -30,6 +30,7 @@ def test_delta_answer_is_the_union_of_changed_guarded_and_merged_agents_in_slot_
     payload = struct_pb2.Struct()
     payload.update({"said": "hello"})
     batch = action_pb2.ActionBatch()
+    marks = np.zeros(16, np.uint8)
     build_actions(
         KernelConfig(),
         a=a,
@@ -39,7 +40,9 @@ def test_delta_answer_is_the_union_of_changed_guarded_and_merged_agents_in_slot_
         merged_payloads={3: payload},
         row_codec=PythonRowCodec(),
         batch=batch,
+        marks=marks,
     )
+    assert not marks.any()  # left zeroed for the next tick
     columns = batch.columns
     assert columns.count == 4
     assert np.frombuffer(columns.slots, SLOT_DTYPE).tolist() == [1, 3, 5, 7]
@@ -55,6 +58,7 @@ def test_delta_answer_without_guards_or_results_is_the_changed_list() -> None:
     a.outputs["changed_slot"][:3] = [0, 4, 9]
     a.counts[COUNT_CHANGED] = 3
     batch = action_pb2.ActionBatch()
+    marks = np.zeros(16, np.uint8)
     build_actions(
         KernelConfig(),
         a=a,
@@ -64,7 +68,9 @@ def test_delta_answer_without_guards_or_results_is_the_changed_list() -> None:
         merged_payloads={},
         row_codec=PythonRowCodec(),
         batch=batch,
+        marks=marks,
     )
+    assert not marks.any()  # left zeroed for the next tick
     columns = batch.columns
     assert columns.count == 3
     assert np.frombuffer(columns.slots, SLOT_DTYPE).tolist() == [0, 4, 9]
@@ -122,3 +128,30 @@ def test_the_report_parsed_from_wire_bytes_equals_the_one_built_field_by_field()
         cognition_results_merged=1,
     )
     assert estimates.overhead_tokens_saved > 0  # the three reflections coalesced
+
+
+def test_a_full_answers_guard_column_holds_only_this_ticks_stamps() -> None:
+    """The column is worked out in the kernel's reused scratch: the last tick's stamps must not show."""
+    a = AgentArrays()
+    a.add(6)
+    marks = np.zeros(8, np.uint8)
+    columns = []
+    for slot, bits in ((1, 2), (4, 1)):
+        a.outputs["guard_slot"][:1] = [slot]
+        a.outputs["guard_bits"][:1] = [bits]
+        a.counts[COUNT_GUARDS] = 1
+        batch = action_pb2.ActionBatch()
+        build_actions(
+            KernelConfig(),
+            a=a,
+            registry=Registry("w", [f"ori-{i}" for i in range(6)], ["t"] * 6),
+            decoded=DecodedBatch(Encoding.COLUMNS_FULL, 4, None, {}),
+            guards=guard_stamps(a),
+            merged_payloads={},
+            row_codec=PythonRowCodec(),
+            batch=batch,
+            marks=marks,
+        )
+        columns.append(np.frombuffer(batch.columns.guard_bits, ACTION_COLUMNS["guard_bits"]).tolist())
+    assert columns == [[0, 2, 0, 0, 0, 0], [0, 0, 0, 0, 1, 0]]
+    assert not marks.any()
