@@ -39,6 +39,19 @@ class RowCodec(Protocol):
 
     def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None: ...
 
+    def answered_slots(
+        self,
+        changed: NDArray[np.uint32],
+        guarded: NDArray[np.uint32],
+        guard_bits: NDArray[np.uint8],
+        merged: NDArray[np.uint32],
+        marks: NDArray[np.uint8],
+    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.uint8]]:
+        """A delta answer's slots, ascending: the union of three ascending lists without repeats,
+        with each slot's guard bits (0 when unguarded). `marks` is a zeroed byte per agent slot
+        that may be used and must be left zeroed."""
+        ...
+
 
 @dataclass(frozen=True)
 class Calls:
@@ -126,6 +139,25 @@ class PythonRowCodec:
             ori.tenant_id = tenant_ids[slot]
             ori.world_id = world
             ori.ori_id = ori_ids[slot]
+
+
+    def answered_slots(
+        self,
+        changed: NDArray[np.uint32],
+        guarded: NDArray[np.uint32],
+        guard_bits: NDArray[np.uint8],
+        merged: NDArray[np.uint32],
+        marks: NDArray[np.uint8],
+    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.uint8]]:
+        """One byte-wide mark per agent (0 = not answered, else 1 + guard bits) does the union and
+        the guard bits at once."""
+        marks[changed] = 1
+        marks[merged] = 1
+        marks[guarded] = guard_bits + np.uint8(1)
+        answered = np.flatnonzero(marks != 0)  # numpy finds nonzero bools ~4x faster than nonzero bytes
+        bits = marks[answered] - np.uint8(1)
+        marks[answered] = 0
+        return answered, bits
 
 
 def _getter() -> Any:
@@ -253,6 +285,36 @@ class CRowCodec:
         if written < 0:
             raise ValueError("candidate encoder ran out of room")
         result.MergeFromString(_written(out, written))
+
+    def answered_slots(
+        self,
+        changed: NDArray[np.uint32],
+        guarded: NDArray[np.uint32],
+        guard_bits: NDArray[np.uint8],
+        merged: NDArray[np.uint32],
+        marks: NDArray[np.uint8],
+    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.uint8]]:
+        """One merge pass over the three lists in C (moirai_union_slots): no pass over every agent."""
+        ffi = self._ffi
+        most = len(changed) + len(guarded) + len(merged)
+        answered = np.empty(most, np.uint32)
+        bits = np.empty(most, np.uint8)
+
+        def pointer(kind: str, values: NDArray[Any]) -> Any:
+            return ffi.from_buffer(kind, np.ascontiguousarray(values))
+
+        count = self._lib.moirai_union_slots(
+            pointer("uint32_t[]", changed),
+            len(changed),
+            pointer("uint32_t[]", guarded),
+            pointer("uint8_t[]", guard_bits),
+            len(guarded),
+            pointer("uint32_t[]", merged),
+            len(merged),
+            ffi.from_buffer("uint32_t[]", answered, require_writable=True),
+            ffi.from_buffer("uint8_t[]", bits, require_writable=True),
+        )
+        return answered[:count], bits[:count]
 
     def _table_pointers(self, table: StringTable) -> tuple[Any, Any]:
         """A table's blob and offsets as C pointers, made once per table (a registry's table lives
