@@ -140,7 +140,6 @@ class PythonRowCodec:
             ori.world_id = world
             ori.ori_id = ori_ids[slot]
 
-
     def answered_slots(
         self,
         changed: NDArray[np.uint32],
