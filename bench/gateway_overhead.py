@@ -2,23 +2,29 @@
 
 Prints one JSON object. The gateway runs as its own process (`egbe serve gateway`) on SQLite and, when a
 PostgreSQL DSN is given (`--postgres-dsn` or EGBE_TEST_POSTGRES_DSN), on a fresh PostgreSQL database.
-Per backend: overhead_p50_ms / overhead_p99_ms of a run (AdmitRun, Generate, EndRun: the gateway's share
-of a Submit, the cognition service's Think excluded), admissions_per_s with 64 concurrent clients calling
-AdmitRun, and admit_end_cycles_per_s (AdmitRun then EndRun). SQLite is measured with synchronous=FULL
-(the default: every commit fsynced) and NORMAL.
+Per backend: overhead_p50_ms / overhead_p99_ms of a run of one model call through the fused `Run` RPC
+(admission, the call and the ending in one round trip; `rpcs_per_run` 1), and the same run as three
+RPCs (`three_rpc_overhead_*`: AdmitRun, Generate, EndRun, the gateway's share of a Submit, the cognition
+service's Think excluded), interleaved run by run; admissions_per_s with 64 concurrent clients calling
+AdmitRun, fused_runs_per_s with them calling Run, and admit_end_cycles_per_s (AdmitRun then EndRun).
+SQLite is measured with synchronous=FULL (the default: every commit fsynced) and NORMAL.
 The baselines, measured in the same run, interleaved with the runs:
 - a store-free RPC of the gateway (EvaluateBudget with no requests) through the whole chassis (token,
   role, log context, error mapping): `baseline_rpc_floor_*` per round trip, and how many of those the 64
   clients complete per second (`baseline_store_free_rpcs_per_s`: the ceiling any admission rate is
   bounded by here). `overhead_beyond_rpc_floor_*` is each run minus the adapter and three of these round
-  trips measured just before it: the gateway's own work (store, checks, audit) without the transport;
+  trips measured just before it (one for the fused run): the gateway's own work (store, checks, audit)
+  without the transport;
 - a bare grpc.aio server (`bare_grpc_aio_*`: its own process on the same event loop, the same
   EvaluateBudget method answering an empty message, no interceptor, no auth, no handler work) called by
   the same client: the Python gRPC floor of this machine. `bare_grpc_aio_run_floor_p50_ms` is three of
   its round trips, the least any run of three RPCs can cost here;
 - the server process's CPU per store-free RPC, ours and the bare server's (`*_server_cpu_us_per_rpc`,
   from /proc over the 64-client phases): what the chassis adds per call, less moved by the machine's
-  other load than the wall-clock figures (cache and scheduler contention still inflate it).
+  other load than the wall-clock figures (cache and scheduler contention still inflate it); and the
+  bench client's own CPU per completed call and its share of one core over the 64-client phases
+  (`client_cpu_*`; a share well under 1.0 says the one client process is not what limits the rate): on
+  two cores, server CPU + client CPU per call bounds the calls per second whatever the gateway does.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 from services.runtime import run_event_loop
 
-RPCS_PER_RUN = 3  # AdmitRun, Generate, EndRun
+THREE_RPCS = 3  # AdmitRun, Generate, EndRun
 PROMPT = gateway_pb2.PromptEnvelope(
     system_policy="You are Ada, a baker. Stay in character.",
     task_instruction="Answer the speaker.",
@@ -61,6 +67,14 @@ PROMPT = gateway_pb2.PromptEnvelope(
         ),
     ],
 )
+
+
+def admit_request(ori: str) -> gateway_pb2.AdmitRunRequest:
+    return gateway_pb2.AdmitRunRequest(
+        ori=common_pb2.OriRef(tenant_id="bench", world_id="bench", ori_id=ori),
+        tier=common_pb2.COGNITION_TIER_CLOTHO,
+        cause=1,  # type: ignore[arg-type]
+    )
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -133,6 +147,33 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def _rate(
+    step: Callable[[int], Awaitable[Any]],
+    clients: int,
+    seconds: float,
+    pid: int,
+    client_cpu: list[tuple[float, float, int]],
+) -> tuple[float, float]:
+    """Completions per second of `clients` looping on `step`, and `pid`'s CPU per completion; appends
+    this process's CPU, the elapsed time and the completions to `client_cpu`."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(index: int) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await step(index)
+            done += 1
+
+    cpu = _cpu_seconds(pid) if pid else 0.0
+    own_cpu = time.process_time()
+    started = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    elapsed = time.perf_counter() - started
+    client_cpu.append((time.process_time() - own_cpu, elapsed, done))
+    return done / elapsed, ((_cpu_seconds(pid) - cpu) / done if pid else 0.0)
+
+
 async def measure(
     target: str, bare_target: str, pids: tuple[int, int], tokens: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -146,12 +187,17 @@ async def measure(
         nothing = gateway_pb2.EvaluateBudgetRequest()
 
         async def admit(ori: str) -> gateway_pb2.AdmitRunResponse:
-            reply: gateway_pb2.AdmitRunResponse = await stub.AdmitRun(
-                gateway_pb2.AdmitRunRequest(
-                    ori=common_pb2.OriRef(tenant_id="bench", world_id="bench", ori_id=ori),
-                    tier=common_pb2.COGNITION_TIER_CLOTHO,
-                    cause=1,  # type: ignore[arg-type]
-                ),
+            reply: gateway_pb2.AdmitRunResponse = await stub.AdmitRun(admit_request(ori), metadata=service)
+            return reply
+
+        def generate_request(run_id: str = "") -> gateway_pb2.GenerateRequest:
+            return gateway_pb2.GenerateRequest(
+                run_id=run_id, mode=gateway_pb2.COGNITION_MODE_DIALOGUE, prompt=PROMPT
+            )
+
+        async def fused(ori: str) -> gateway_pb2.RunResponse:
+            reply: gateway_pb2.RunResponse = await stub.Run(
+                gateway_pb2.RunRequest(admit=admit_request(ori), generate=generate_request()),
                 metadata=service,
             )
             return reply
@@ -170,37 +216,21 @@ async def measure(
         for _ in range(100):  # both servers warm (connections, caches) before anything is timed
             await stub.EvaluateBudget(nothing, metadata=service)
             await bare.EvaluateBudget(nothing, metadata=service)
-        floor, bare_floor, per_run = [], [], []
+        floor, bare_floor, per_run, per_fused_run = [], [], [], []
         for n in range(args.runs):
             bare_floor.append(await timed(bare.EvaluateBudget(nothing, metadata=service)))
             floor.append(await timed(stub.EvaluateBudget(nothing, metadata=service)))
+            per_fused_run.append(await timed(fused(f"ori-{n % 256}")))
             started = time.perf_counter()
             run = await admit(f"ori-{n % 256}")
-            await stub.Generate(
-                gateway_pb2.GenerateRequest(
-                    run_id=run.run_id, mode=gateway_pb2.COGNITION_MODE_DIALOGUE, prompt=PROMPT
-                ),
-                metadata=service,
-            )
+            await stub.Generate(generate_request(run.run_id), metadata=service)
             await end(run.run_id)
             per_run.append(time.perf_counter() - started)
 
-        async def rate(step: Callable[[int], Awaitable[Any]], pid: int = 0) -> tuple[float, float]:
-            """Completions per second of `clients` looping on `step`, and `pid`'s CPU per completion."""
-            done = 0
-            deadline = time.perf_counter() + args.seconds
+        client_cpu: list[tuple[float, float, int]] = []  # (client CPU s, elapsed s, calls) per phase
 
-            async def client(index: int) -> None:
-                nonlocal done
-                while time.perf_counter() < deadline:
-                    await step(index)
-                    done += 1
-
-            cpu = _cpu_seconds(pid) if pid else 0.0
-            started = time.perf_counter()
-            await asyncio.gather(*(client(i) for i in range(args.clients)))
-            elapsed = time.perf_counter() - started
-            return done / elapsed, ((_cpu_seconds(pid) - cpu) / done if pid else 0.0)
+        def rate(step: Callable[[int], Awaitable[Any]], pid: int = 0) -> Awaitable[tuple[float, float]]:
+            return _rate(step, args.clients, args.seconds, pid, client_cpu)
 
         async def admit_only(index: int) -> None:
             await admit(f"ori-{index}")
@@ -212,7 +242,11 @@ async def measure(
         floor_rate = await rate(lambda _: stub.EvaluateBudget(nothing, metadata=service), pids[0])
         admissions, _ = await rate(admit_only)
         cycles, _ = await rate(admit_and_end)
+        fused_runs, _ = await rate(lambda index: fused(f"ori-{index}"))
     return {
+        "per_fused_run": per_fused_run,
+        "fused_runs_per_s": fused_runs,
+        "client_cpu": client_cpu,
         "per_run": per_run,
         "floor": floor,
         "bare_floor": bare_floor,
@@ -239,21 +273,29 @@ async def bench_backend(
             bare.kill()
             bare.wait()
             served.stop_all()
-    overhead_ms = [max(0.0, (t - adapter_s) * 1000) for t in figures["per_run"]]
     floor_ms = [t * 1000 for t in figures["floor"]]
     bare_ms = [t * 1000 for t in figures["bare_floor"]]
-    # The gateway's own share: each run minus the adapter and three store-free round trips measured
-    # right before it (the transport, interceptor and event loop every RPC pays, store or not).
-    beyond_ms = [
-        max(0.0, (t - adapter_s - RPCS_PER_RUN * f) * 1000)
-        for t, f in zip(figures["per_run"], figures["floor"], strict=True)
-    ]
+
+    def overhead(runs: list[float], rpcs: int, prefix: str = "") -> dict[str, float]:
+        """Each run minus the adapter; and (beyond the floor) minus `rpcs` store-free round trips
+        measured right before it (the transport, chassis and event loop every RPC pays, store or not)."""
+        total = [max(0.0, (t - adapter_s) * 1000) for t in runs]
+        beyond = [
+            max(0.0, (t - adapter_s - rpcs * f) * 1000) for t, f in zip(runs, figures["floor"], strict=True)
+        ]
+        return {
+            f"{prefix}overhead_p50_ms": round(_percentile(total, 0.50), 3),
+            f"{prefix}overhead_p99_ms": round(_percentile(total, 0.99), 3),
+            f"{prefix}overhead_beyond_rpc_floor_p50_ms": round(_percentile(beyond, 0.50), 3),
+            f"{prefix}overhead_beyond_rpc_floor_p99_ms": round(_percentile(beyond, 0.99), 3),
+        }
+
+    client_cpu, client_elapsed, client_calls = (sum(x) for x in zip(*figures["client_cpu"], strict=True))
     return {
-        "overhead_p50_ms": round(_percentile(overhead_ms, 0.50), 3),
-        "overhead_p99_ms": round(_percentile(overhead_ms, 0.99), 3),
-        "overhead_beyond_rpc_floor_p50_ms": round(_percentile(beyond_ms, 0.50), 3),
-        "overhead_beyond_rpc_floor_p99_ms": round(_percentile(beyond_ms, 0.99), 3),
+        **overhead(figures["per_fused_run"], 1),
+        **overhead(figures["per_run"], THREE_RPCS, "three_rpc_"),
         "admissions_per_s": round(figures["admissions_per_s"], 1),
+        "fused_runs_per_s": round(figures["fused_runs_per_s"], 1),
         "admit_end_cycles_per_s": round(figures["admit_end_per_s"], 1),
         "baseline_rpc_floor_p50_ms": round(_percentile(floor_ms, 0.50), 3),
         "baseline_rpc_floor_p99_ms": round(_percentile(floor_ms, 0.99), 3),
@@ -261,10 +303,12 @@ async def bench_backend(
         "baseline_server_cpu_us_per_rpc": round(figures["floor_rate"][1] * 1e6, 1),
         "bare_grpc_aio_rpc_p50_ms": round(_percentile(bare_ms, 0.50), 3),
         "bare_grpc_aio_rpc_p99_ms": round(_percentile(bare_ms, 0.99), 3),
-        "bare_grpc_aio_run_floor_p50_ms": round(RPCS_PER_RUN * _percentile(bare_ms, 0.50), 3),
+        "bare_grpc_aio_three_rpc_floor_p50_ms": round(THREE_RPCS * _percentile(bare_ms, 0.50), 3),
         "bare_grpc_aio_rpcs_per_s": round(figures["bare_rate"][0], 1),
         "bare_grpc_aio_server_cpu_us_per_rpc": round(figures["bare_rate"][1] * 1e6, 1),
-        "rpcs_per_run": RPCS_PER_RUN,
+        "client_cpu_us_per_call": round(client_cpu / client_calls * 1e6, 1),
+        "client_cpu_share_of_one_core": round(client_cpu / client_elapsed, 2),
+        "rpcs_per_run": 1,
     }
 
 

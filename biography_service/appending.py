@@ -51,31 +51,30 @@ def plan_append(
         raise WrongExpectedVersion(ori_id, expected.describe(), head.version)
     version = -1 if head.version is None else head.version
     linker = StreamLinker(ori_id, head.hash, recorded_at_us)
+    link = linker.link
     events: list[RecordedEvent] = []
     payloads: list[str] = []
     ops: list[ProjectionOp] = []
-    for offset, new in enumerate(proposed, start=1):
-        payload_json = new.payload_json
-        stream_version = version + offset
-        global_position = next_global_position + offset - 1
+    global_position = next_global_position - 1
+    for stream_version, new in enumerate(proposed, start=version + 1):
+        global_position += 1
         previous = linker.previous_hash
-        digest = linker.link(new, stream_version, global_position)
         event = RecordedEvent(
-            event_id=new.event_id,
-            ori_id=ori_id,
-            stream_version=stream_version,
-            global_position=global_position,
-            kind=new.kind,
-            payload=new.payload,
-            world_tick=new.world_tick,
-            recorded_at_us=recorded_at_us,
-            provenance_ref=new.provenance_ref,
-            previous_hash=previous,
-            hash=digest,
+            new.event_id,
+            ori_id,
+            stream_version,
+            global_position,
+            new.kind,
+            new.payload,
+            new.world_tick,
+            recorded_at_us,
+            new.provenance_ref,
+            previous,
+            link(new, stream_version, global_position),
         )
         events.append(event)
-        payloads.append(payload_json)
-        ops.extend(projection_ops(event))
+        payloads.append(new.payload_json)
+        ops += projection_ops(event)
     result = AppendResult(
         last_version=events[-1].stream_version,
         first_global_position=events[0].global_position,

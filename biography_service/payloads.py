@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from biography_service.events import EventKind, JsonObject
@@ -13,89 +13,95 @@ ARC_STATUSES = ("active", "completed", "abandoned")
 
 # (field path inside the payload, what is wrong)
 Problem = tuple[str, str]
-Checker = Callable[[JsonObject], Iterator[Problem]]
+# Appends the payload's problems to the list. Checkers append rather than yield: they run for every
+# appended event, and a valid payload (nearly all of them) then costs no generator per field.
+Checker = Callable[[JsonObject, list[Problem]], None]
 
 
-def _text(payload: JsonObject, key: str, *, required: bool) -> Iterator[Problem]:
+def _text(payload: JsonObject, key: str, problems: list[Problem], *, required: bool) -> None:
     value = payload.get(key)
     if value is None:
         if required:
-            yield key, "is required"
+            problems.append((key, "is required"))
     elif not isinstance(value, str) or not value.strip():
-        yield key, "must be a non-empty string"
+        problems.append((key, "must be a non-empty string"))
 
 
-def _number(payload: JsonObject, key: str, low: float, high: float, *, required: bool) -> Iterator[Problem]:
+def _number(
+    payload: JsonObject, key: str, low: float, high: float, problems: list[Problem], *, required: bool
+) -> None:
     value = payload.get(key)
     if value is None:
         if required:
-            yield key, "is required"
+            problems.append((key, "is required"))
     elif isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
-        yield key, f"must be a number in [{low:g}, {high:g}]"
+        problems.append((key, f"must be a number in [{low:g}, {high:g}]"))
 
 
-def _memory(payload: JsonObject) -> Iterator[Problem]:
-    yield from _text(payload, "text", required=True)
-    yield from _number(payload, "salience_bp", 0, SALIENCE_MAX_BP, required=False)
+def _memory(payload: JsonObject, problems: list[Problem]) -> None:
+    _text(payload, "text", problems, required=True)
+    _number(payload, "salience_bp", 0, SALIENCE_MAX_BP, problems, required=False)
 
 
-def _relationship(payload: JsonObject) -> Iterator[Problem]:
-    yield from _text(payload, "other_ori_id", required=True)
+def _relationship(payload: JsonObject, problems: list[Problem]) -> None:
+    _text(payload, "other_ori_id", problems, required=True)
     for key in ("bond", "respect"):
-        yield from _number(payload, key, -RELATIONSHIP_BOUND, RELATIONSHIP_BOUND, required=False)
-    yield from _text(payload, "summary", required=False)
+        _number(payload, key, -RELATIONSHIP_BOUND, RELATIONSHIP_BOUND, problems, required=False)
+    _text(payload, "summary", problems, required=False)
     if "ended" in payload and not isinstance(payload["ended"], bool):
-        yield "ended", "must be a boolean"
+        problems.append(("ended", "must be a boolean"))
 
 
-def _arc(payload: JsonObject) -> Iterator[Problem]:
-    yield from _text(payload, "arc_ref", required=True)
+def _arc(payload: JsonObject, problems: list[Problem]) -> None:
+    _text(payload, "arc_ref", problems, required=True)
     status = payload.get("status", "active")
     if status not in ARC_STATUSES:
-        yield "status", f"must be one of {list(ARC_STATUSES)}"
+        problems.append(("status", f"must be one of {list(ARC_STATUSES)}"))
 
 
-def _personality(payload: JsonObject) -> Iterator[Problem]:
-    yield from _text(payload, "summary", required=True)
+def _personality(payload: JsonObject, problems: list[Problem]) -> None:
+    _text(payload, "summary", problems, required=True)
 
 
-def _value(payload: JsonObject) -> Iterator[Problem]:
-    yield from _text(payload, "value_ref", required=True)
-    yield from _number(payload, "weight_bp", 0, SALIENCE_MAX_BP, required=True)
+def _value(payload: JsonObject, problems: list[Problem]) -> None:
+    _text(payload, "value_ref", problems, required=True)
+    _number(payload, "weight_bp", 0, SALIENCE_MAX_BP, problems, required=True)
 
 
-def _consolidated(payload: JsonObject) -> Iterator[Problem]:
+def _consolidated(payload: JsonObject, problems: list[Problem]) -> None:
     kind_name = payload.get("fragment_kind")
     try:
         kind = EventKind(str(kind_name))
     except ValueError:
-        yield "fragment_kind", "must name an event kind"
+        problems.append(("fragment_kind", "must name an event kind"))
         return
     if kind is EventKind.CONSOLIDATED:
-        yield "fragment_kind", "a consolidation cannot fold consolidations"
+        problems.append(("fragment_kind", "a consolidation cannot fold consolidations"))
         return
     fragments = payload.get("fragments")
     if not isinstance(fragments, list) or not fragments:
-        yield "fragments", "must be a non-empty list"
+        problems.append(("fragments", "must be a non-empty list"))
         return
     for i, fragment in enumerate(fragments):
         if not isinstance(fragment, dict):
-            yield f"fragments[{i}]", "must be an object"
+            problems.append((f"fragments[{i}]", "must be an object"))
             continue
-        yield from ((f"fragments[{i}].{field}", why) for field, why in _fragment(kind, fragment))
+        problems.extend((f"fragments[{i}].{field}", why) for field, why in _fragment(kind, fragment))
 
 
-def _fragment(kind: EventKind, fragment: JsonObject) -> Iterator[Problem]:
-    yield from _text(fragment, "fragment_id", required=True)
+def _fragment(kind: EventKind, fragment: JsonObject) -> list[Problem]:
+    problems: list[Problem] = []
+    _text(fragment, "fragment_id", problems, required=True)
     inner = fragment.get("payload")
     if not isinstance(inner, dict):
-        yield "payload", "must be an object"
-        return
-    yield from ((f"payload.{field}", why) for field, why in payload_problems(kind, inner))
+        problems.append(("payload", "must be an object"))
+        return problems
+    problems.extend((f"payload.{field}", why) for field, why in payload_problems(kind, inner))
+    return problems
 
 
-def _free(payload: JsonObject) -> Iterator[Problem]:
-    return iter(())
+def _free(payload: JsonObject, problems: list[Problem]) -> None:
+    pass
 
 
 _CHECKERS: dict[EventKind, Checker] = {
@@ -113,7 +119,9 @@ _CHECKERS: dict[EventKind, Checker] = {
 
 def payload_problems(kind: EventKind, payload: JsonObject) -> list[Problem]:
     """Every way `payload` falls short of what `kind` needs; empty when it is fine."""
-    return list(_CHECKERS[kind](payload))
+    problems: list[Problem] = []
+    _CHECKERS[kind](payload, problems)
+    return problems
 
 
 def as_int(value: Any, default: int) -> int:

@@ -52,6 +52,8 @@ class ValueUpsert(NamedTuple):
 
 
 # Named tuples, not frozen dataclasses: one is built per appended event, and they build far faster.
+# Each op's fields are its table's columns after ori_id, in order (store/sql.py binds them as they
+# are); RelationshipUpsert alone is bound field by field (absent values keep the stored ones).
 ProjectionOp = MemoryRow | RelationshipUpsert | ArcUpsert | PersonalityRow | ValueUpsert
 
 

@@ -21,15 +21,25 @@ from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_mic
 from gateway.inflight import InFlight, InFlightRun, SchemaStats
 from gateway.metrics import GatewayMetrics
 from gateway.provider_errors import ProviderError, to_gateway_error
-from gateway.records import AuditEntry, Control, ControlKind, ControlScope, RunEnd, RunSpec, RunStatus
-from gateway.routing import config_fingerprint, select_route
-from gateway.store.base import ControlRefusal, GatewayStore
+from gateway.records import (
+    AuditEntry,
+    CallGrant,
+    Control,
+    ControlKind,
+    ControlScope,
+    RunEnd,
+    RunSpec,
+    RunStatus,
+)
+from gateway.routing import ModelRoute, config_fingerprint, select_route
+from gateway.store.base import ControlRefusal, GatewayStore, call_grant
 from services.causes import CAUSE_LABELS
 from services.errors import Aborted, FieldViolation, InvalidArgument
 from services.logging import get_logger
 
 log = get_logger(__name__)
 Clock = Callable[[], float]
+TEXT_LIMIT = 1_000  # the longest ending detail kept
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,15 @@ class GenerateResult:
     model_ref: str
     micro_usd: int
     cost_estimated: bool
+
+
+@dataclass(frozen=True)
+class FusedRun:
+    """A run of one model call: its admission, and when admitted (not a repeat) its call and ending."""
+
+    admission: AdmitResult
+    call: GenerateResult | None = None
+    ended: RunEnd | None = None
 
 
 def _aborted(control: Control) -> Aborted:
@@ -141,6 +160,10 @@ class CognitionGateway:
         self, who: Who, tier: int, cause: int, *, request_id: str = "", kernel_call_id: str = ""
     ) -> AdmitResult:
         """Controls, world-cap reservation of the tier's max tokens and the run budget, in one transaction."""
+        return await self._admit(self._new_run(who, tier, cause, request_id, kernel_call_id))
+
+    def _new_run(self, who: Who, tier: int, cause: int, request_id: str, kernel_call_id: str) -> RunSpec:
+        """A run to admit, with its tier's per-run budget; INVALID_ARGUMENT naming each bad field."""
         violations = []
         if tier not in TIER_NAMES:
             violations.append(FieldViolation("tier", "must be CLOTHO, LACHESIS or ATROPOS"))
@@ -153,7 +176,7 @@ class CognitionGateway:
         if violations:
             raise InvalidArgument(violations)
         budget = self.config.run_budgets.for_tier(tier)
-        spec = RunSpec(
+        return RunSpec(
             run_id=uuid.uuid4().hex,
             tenant_id=who.tenant_id,
             world_id=who.world_id,
@@ -166,6 +189,8 @@ class CognitionGateway:
             request_id=request_id or None,
             kernel_call_id=kernel_call_id,
         )
+
+    async def _admit(self, spec: RunSpec, first_call_grants: tuple[str, ...] | None = None) -> AdmitResult:
         now_ms = self._now_ms()
         admission = await self.store.admit(
             spec,
@@ -173,8 +198,9 @@ class CognitionGateway:
             window_start_ms=self._window_start_ms(now_ms),
             now_ms=now_ms,
             deadline_ms=now_ms + int(self.config.run_timeout_seconds * 1000),
+            first_call_grants=first_call_grants,
         )
-        tier_name = TIER_NAMES[tier]
+        tier_name = TIER_NAMES[spec.tier]
         if admission.admitted:
             self.metrics.admissions.labels(tier=tier_name).inc(0 if admission.repeated else 1)
             if admission.repeated:
@@ -223,16 +249,7 @@ class CognitionGateway:
         spec = await self._run_spec(run_id)
         run = self.inflight.track(spec)
         self._raise_if_stopped(run)
-        route = select_route(self.config.routing, spec.tier)
-        request = ModelRequest(
-            **{
-                **vars(request),
-                "model_class": route.model_class,
-                "concrete_model_id": route.concrete_model_id,
-                "deferrable": spec.tier == 3,
-                "max_output_tokens": request.max_output_tokens or spec.max_tokens,
-            }
-        )
+        route, request = self._routed(spec, request)
         input_tokens = await self.adapter.count_input_tokens(request)
         grant = await self.store.begin_call(
             run_id,
@@ -245,6 +262,30 @@ class CognitionGateway:
             self.inflight.apply(grant.control)
             self.metrics.kills.labels(scope=grant.control.scope.name.lower()).inc()
             raise _aborted(grant.control)
+        result, entry = await self._call(run, route, request, grant, attempt)
+        await self.store.record_call(entry)
+        self._account(run, result)
+        return result
+
+    def _routed(self, spec: RunSpec, request: ModelRequest) -> tuple[ModelRoute, ModelRequest]:
+        """The tier's route, and the request completed with its model and the run's output bound."""
+        route = select_route(self.config.routing, spec.tier)
+        return route, ModelRequest(
+            **{
+                **vars(request),
+                "model_class": route.model_class,
+                "concrete_model_id": route.concrete_model_id,
+                "deferrable": spec.tier == 3,
+                "max_output_tokens": request.max_output_tokens or spec.max_tokens,
+            }
+        )
+
+    async def _call(
+        self, run: InFlightRun, route: ModelRoute, request: ModelRequest, grant: CallGrant, attempt: int
+    ) -> tuple[GenerateResult, AuditEntry]:
+        """The adapter call a boundary granted, and its audit record for the caller to write with the
+        ledger update (a call that got no answer is audited here)."""
+        spec, run_id = run.spec, run.spec.run_id
         request = ModelRequest(**{**vars(request), "max_output_tokens": grant.max_output_tokens})
         schema = run.schemas.setdefault(request.output_schema or request.mode, SchemaStats())
         schema.attempts += 1
@@ -292,12 +333,76 @@ class CognitionGateway:
             micro_usd = billed_micro_usd(cost, route.model_class, reply.usage, batched=reply.batched)
         else:
             micro_usd = estimated_micro_usd(self.config.cost, route.model_class, reply.usage.total)
-        await self.store.record_call(
-            audit(output=reply.text, usage=reply.usage, micro_usd=micro_usd, cost_estimated=not exact)
+        entry = audit(output=reply.text, usage=reply.usage, micro_usd=micro_usd, cost_estimated=not exact)
+        return GenerateResult(call_id, reply, model_ref, micro_usd, not exact), entry
+
+    async def run_once(
+        self,
+        who: Who,
+        tier: int,
+        cause: int,
+        request: ModelRequest,
+        *,
+        request_id: str = "",
+        kernel_call_id: str = "",
+        result_of: Callable[[AdmitResult, GenerateResult, RunEnd], str] = lambda *_: "",
+    ) -> FusedRun:
+        """Admit, call the model once and end, with two store transactions: the admission, which is also
+        the call's model boundary (controls; the call checked against the fresh run's budget first, so an
+        oversized prompt reserves nothing), then the call's audit record, its ledger update and the
+        ending together. A control pushed after the admission stops the call as in `generate`; every
+        other ending (error, cancel, kill) releases the reservation. `result_of` is what a repeat of
+        `request_id` answers."""
+        spec = self._new_run(who, tier, cause, request_id, kernel_call_id)
+        route, request = self._routed(spec, request)
+        input_tokens = await self.adapter.count_input_tokens(request)
+        grant = call_grant(
+            spec,
+            model_calls=0,
+            used_tokens=0,
+            input_tokens=input_tokens,
+            max_output_tokens=request.max_output_tokens,
         )
-        run.add_usage(reply.usage, micro_usd, estimated=not exact)
-        self.metrics.record_call(TIER_NAMES[spec.tier], model_ref, reply.usage, micro_usd)
-        return GenerateResult(call_id, reply, model_ref, micro_usd, not exact)
+        admission = await self._admit(spec, first_call_grants=request.tool_grants)
+        if not admission.admitted or admission.repeated:
+            return FusedRun(admission)
+        run = self.inflight.track(spec)
+        try:
+            self._raise_if_stopped(run)
+            call, entry = await self._call(run, route, request, grant, 1)
+            self._account(run, call)
+            self.inflight.forget(spec.run_id)
+            # What a repeat of the request id answers (none without one): the run as this call ends it.
+            used = call.reply.usage.total
+            planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
+            ended = await self.store.finish_call(
+                entry,
+                stats=run.stats(),
+                now_ms=self._now_ms(),
+                result=result_of(admission, call, planned) if spec.request_id else "",
+            )
+        except BaseException as error:
+            await asyncio.shield(self._end_after(spec.run_id, error))
+            raise
+        self.metrics.runs_ended.labels(status=RunStatus.COMPLETED.value).inc(int(ended.ended_now))
+        return FusedRun(admission, call, ended)
+
+    async def _end_after(self, run_id: str, error: BaseException) -> None:
+        """End a run its error stopped (releasing its reservation); a store that is down leaves it to the
+        sweep, and the caller's own error is the one reported."""
+        status = {"killed": RunStatus.KILLED, "cancelled": RunStatus.CANCELLED}.get(
+            failure_class(error), RunStatus.FAILED
+        )
+        try:
+            await self.end_run(run_id, status, detail=str(error)[:TEXT_LIMIT] or type(error).__name__)
+        except Exception as exc:
+            log.warning("run not ended after its error", run_id=run_id, error=str(exc))
+
+    def _account(self, run: InFlightRun, result: GenerateResult) -> None:
+        """A recorded call's usage, on the run (for its answer and stats) and in the metrics."""
+        usage = result.reply.usage
+        run.add_usage(usage, result.micro_usd, estimated=result.cost_estimated)
+        self.metrics.record_call(TIER_NAMES[run.spec.tier], result.model_ref, usage, result.micro_usd)
 
     async def _record_failed_call(self, entry: AuditEntry) -> None:
         """A call that got no answer is audited too, in the same transaction as its ledger update (zero

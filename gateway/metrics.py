@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gateway.cost import Usage
@@ -28,18 +30,30 @@ class GatewayMetrics:
         )
         self._prompt_tokens = 0
         self._cache_read_tokens = 0
+        # Each (tier, model)'s children, resolved once: a label lookup per counter per call cost about
+        # as much as the rest of the call's metrics work.
+        self._call_children: dict[tuple[str, str], tuple[Any, ...]] = {}
+
+    def _children(self, tier: str, model: str) -> tuple[Any, ...]:
+        """(input, output, cache_read, cache_write tokens, cost, calls) children of one tier and model."""
+        children = self._call_children.get((tier, model))
+        if children is None:
+            kinds = ("input", "output", "cache_read", "cache_write")
+            children = self._call_children[(tier, model)] = (
+                *(self.tokens.labels(tier=tier, model=model, kind=kind) for kind in kinds),
+                self.cost.labels(tier=tier, model=model),
+                self.calls.labels(tier=tier, model=model),
+            )
+        return children
 
     def record_call(self, tier: str, model: str, usage: Usage, micro_usd: int) -> None:
-        kinds = {
-            "input": usage.input_tokens,
-            "output": usage.output_tokens,
-            "cache_read": usage.cache_read_tokens,
-            "cache_write": usage.cache_write_tokens,
-        }
-        for kind, count in kinds.items():
-            self.tokens.labels(tier=tier, model=model, kind=kind).inc(count)
-        self.cost.labels(tier=tier, model=model).inc(micro_usd)
-        self.calls.labels(tier=tier, model=model).inc()
+        inputs, outputs, cache_reads, cache_writes, cost, calls = self._children(tier, model)
+        inputs.inc(usage.input_tokens)
+        outputs.inc(usage.output_tokens)
+        cache_reads.inc(usage.cache_read_tokens)
+        cache_writes.inc(usage.cache_write_tokens)
+        cost.inc(micro_usd)
+        calls.inc()
         self._prompt_tokens += usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
         self._cache_read_tokens += usage.cache_read_tokens
         if self._prompt_tokens:

@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from egbe.v1 import cognition_pb2, common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest, UntrustedPart
-from gateway.admission import CognitionGateway, Who
+from gateway.admission import AdmitResult, CognitionGateway, GenerateResult, Who
 from gateway.budget import TokenRequest, evaluate_budget, resolve_world_cap
 from gateway.cognition_client import CognitionClient
 from gateway.config import TIER_NAMES
 from gateway.cost import Usage
-from gateway.records import AuditEntry, Control, ControlKind, ControlScope, OperatorAttempt, RunStatus
+from gateway.records import (
+    AuditEntry,
+    Control,
+    ControlKind,
+    ControlScope,
+    OperatorAttempt,
+    RunEnd,
+    RunStatus,
+)
 from gateway.retry_stats import roll_up
 from gateway.routing import model_ref, select_route
 from services.auth import Principal, Role
@@ -42,6 +51,7 @@ METHOD_ROLES = {
         "AdmitRun": frozenset({Role.SERVICE}),
         "EndRun": frozenset({Role.SERVICE}),
         "CheckToolCall": frozenset({Role.SERVICE}),
+        "Run": frozenset({Role.SERVICE}),
     },
     _OPERATOR: {
         method.name: _OPERATOR_ONLY
@@ -146,14 +156,15 @@ def _page(page_size: int, page_token: str) -> tuple[int, int]:
     return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
 
 
-def _earlier_reply(run_id: str, request_id: str, earlier_result: str) -> gateway_pb2.SubmitResponse:
-    """A repeated request id answers the first run's result, or says that run is still going."""
+def _earlier_reply(run_id: str, request_id: str, earlier_result: str) -> bytes:
+    """A repeated request id answers the first run's result (serialized), or says that run is still
+    going."""
     if not earlier_result:
         raise Aborted(
             f"request_id {request_id!r} is already running as run {run_id}",
             metadata={"run_id": run_id, "request_id": request_id},
         )
-    return gateway_pb2.SubmitResponse.FromString(base64.b64decode(earlier_result))
+    return base64.b64decode(earlier_result)
 
 
 ID_CHARS = 128
@@ -187,6 +198,93 @@ def _who(ori: common_pb2.OriRef) -> Who:
     return Who(tenant_id=ori.tenant_id, world_id=ori.world_id, ori_id=ori.ori_id)
 
 
+def _model_request(request: gateway_pb2.GenerateRequest) -> ModelRequest:
+    """A Generate request's model call, validated (field names relative to the request)."""
+    mode = _MODE_NAMES.get(request.mode, "")
+    prompt = request.prompt
+    check_texts(ID_CHARS * 2, request_id=request.request_id, output_schema=request.output_schema)
+    check_texts(
+        0,
+        prompt__system_policy=prompt.system_policy,
+        prompt__task_instruction=prompt.task_instruction,
+        **{f"prompt__tool_grants[{i}]": grant for i, grant in enumerate(prompt.tool_grants)},
+        **{f"prompt__untrusted[{i}]__content": zone.content for i, zone in enumerate(prompt.untrusted)},
+    )
+    unknown_zones = [
+        FieldViolation(f"prompt.untrusted[{i}].kind", "must name an untrusted zone kind")
+        for i, zone in enumerate(prompt.untrusted)
+        if zone.kind not in _ZONE_NAMES
+    ]
+    if unknown_zones:
+        raise InvalidArgument(unknown_zones)
+    if not mode and not request.output_schema:
+        raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
+    return ModelRequest(
+        system_policy=prompt.system_policy,
+        task_instruction=prompt.task_instruction,
+        tool_grants=tuple(prompt.tool_grants),
+        untrusted=tuple(UntrustedPart(_ZONE_NAMES[zone.kind], zone.content) for zone in prompt.untrusted),
+        mode=mode,
+        output_schema=request.output_schema,
+        max_output_tokens=request.max_output_tokens,
+        request_id=request.request_id,
+    )
+
+
+def _generate_response(result: GenerateResult) -> gateway_pb2.GenerateResponse:
+    return gateway_pb2.GenerateResponse(
+        text=result.reply.text,
+        usage=_usage_message(result.reply.usage),
+        cost=common_pb2.CostMicroUsd(micro_usd=result.micro_usd, estimated=result.cost_estimated),
+        model_ref=result.model_ref,
+        offline=result.reply.offline,
+        call_id=result.call_id,
+        provider_attempts=result.reply.provider_attempts,
+    )
+
+
+def admission_response(
+    admission: AdmitResult, fingerprint: common_pb2.ConfigFingerprint
+) -> gateway_pb2.AdmitRunResponse:
+    spec = admission.run
+    return gateway_pb2.AdmitRunResponse(
+        run_id=spec.run_id if admission.admitted else "",
+        admitted=admission.admitted,
+        budget=gateway_pb2.RunBudget(
+            max_model_calls=spec.max_model_calls,
+            max_tool_calls=spec.max_tool_calls,
+            max_tokens=spec.max_tokens,
+        ),
+        reserved_tokens=admission.reserved_tokens,
+        config_fingerprint=fingerprint,
+        detail=admission.detail,
+    )
+
+
+def _run_response(
+    admission: gateway_pb2.AdmitRunResponse, call: GenerateResult, ended: RunEnd
+) -> gateway_pb2.RunResponse:
+    return gateway_pb2.RunResponse(
+        outcome=gateway_pb2.RUN_OUTCOME_COMPLETED,
+        admission=admission,
+        generation=_generate_response(call),
+        ending=gateway_pb2.EndRunResponse(
+            used_tokens=ended.used_tokens, released_tokens=ended.released_tokens, ended_now=ended.ended_now
+        ),
+    )
+
+
+@contextlib.contextmanager
+def _fields_under(prefix: str) -> Iterator[None]:
+    """Field violations raised inside name their fields under `prefix` (a nested request message)."""
+    try:
+        yield
+    except InvalidArgument as error:
+        raise InvalidArgument(
+            FieldViolation(prefix + v.field, v.description) for v in error.violations
+        ) from None
+
+
 class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer):
     def __init__(self, gateway: CognitionGateway, cognition: CognitionClient) -> None:
         self._gateway = gateway
@@ -217,7 +315,9 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             kernel_call_id=candidate.call_id,
         )
         if admission.repeated:
-            return _earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
+            return gateway_pb2.SubmitResponse.FromString(
+                _earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
+            )
         route = select_route(self._gateway.config.routing, candidate.tier)
         reply = gateway_pb2.SubmitResponse(
             run_id=admission.run.run_id,
@@ -300,50 +400,50 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     async def Generate(
         self, request: gateway_pb2.GenerateRequest, context: Context
     ) -> gateway_pb2.GenerateResponse:
-        mode = _MODE_NAMES.get(request.mode, "")
-        prompt = request.prompt
-        check_texts(
-            ID_CHARS * 2,
-            run_id=request.run_id,
-            request_id=request.request_id,
-            output_schema=request.output_schema,
-        )
-        check_texts(
-            0,
-            prompt__system_policy=prompt.system_policy,
-            prompt__task_instruction=prompt.task_instruction,
-            **{f"prompt__tool_grants[{i}]": grant for i, grant in enumerate(prompt.tool_grants)},
-            **{f"prompt__untrusted[{i}]__content": zone.content for i, zone in enumerate(prompt.untrusted)},
-        )
-        unknown_zones = [
-            FieldViolation(f"prompt.untrusted[{i}].kind", "must name an untrusted zone kind")
-            for i, zone in enumerate(prompt.untrusted)
-            if zone.kind not in _ZONE_NAMES
-        ]
-        if unknown_zones:
-            raise InvalidArgument(unknown_zones)
-        if not mode and not request.output_schema:
-            raise InvalidArgument.field("mode", "must name a cognition mode (or set output_schema)")
-        model_request = ModelRequest(
-            system_policy=prompt.system_policy,
-            task_instruction=prompt.task_instruction,
-            tool_grants=tuple(prompt.tool_grants),
-            untrusted=tuple(UntrustedPart(_ZONE_NAMES[zone.kind], zone.content) for zone in prompt.untrusted),
-            mode=mode,
-            output_schema=request.output_schema,
-            max_output_tokens=request.max_output_tokens,
-            request_id=request.request_id,
-        )
+        check_texts(ID_CHARS * 2, run_id=request.run_id)
+        model_request = _model_request(request)
         result = await self._gateway.generate(request.run_id, model_request, attempt=request.attempt or 1)
-        return gateway_pb2.GenerateResponse(
-            text=result.reply.text,
-            usage=_usage_message(result.reply.usage),
-            cost=common_pb2.CostMicroUsd(micro_usd=result.micro_usd, estimated=result.cost_estimated),
-            model_ref=result.model_ref,
-            offline=result.reply.offline,
-            call_id=result.call_id,
-            provider_attempts=result.reply.provider_attempts,
-        )
+        return _generate_response(result)
+
+    async def Run(self, request: gateway_pb2.RunRequest, context: Context) -> gateway_pb2.RunResponse:
+        admit, generate = request.admit, request.generate
+        with _fields_under("admit."):
+            _check_ori("", admit.ori)
+            check_texts(ID_CHARS * 2, request_id=admit.request_id, kernel_call_id=admit.kernel_call_id)
+        with _fields_under("generate."):
+            if generate.run_id:
+                raise InvalidArgument.field("run_id", "must be empty: Run admits the run itself")
+            model_request = _model_request(generate)
+        fingerprint = self._fingerprint()
+
+        def answer(admission: AdmitResult, call: GenerateResult, ended: RunEnd) -> str:
+            """What a repeat of the request id answers: this run's response."""
+            reply = _run_response(admission_response(admission, fingerprint), call, ended)
+            return base64.b64encode(reply.SerializeToString()).decode()
+
+        # (admit.* names every field the admission refuses: ori, tier, cause)
+        with _fields_under("admit."):
+            fused = await self._gateway.run_once(
+                _who(admit.ori),
+                admit.tier,
+                admit.cause,
+                model_request,
+                request_id=admit.request_id,
+                kernel_call_id=admit.kernel_call_id,
+                result_of=answer,
+            )
+        admission = fused.admission
+        if admission.stopped_by is not None:
+            raise Aborted(admission.detail, metadata={"control_id": admission.stopped_by.control_id})
+        if admission.repeated:
+            earlier = _earlier_reply(admission.run.run_id, admit.request_id, admission.earlier_result)
+            return gateway_pb2.RunResponse.FromString(earlier)
+        if fused.call is None or fused.ended is None:
+            return gateway_pb2.RunResponse(
+                outcome=gateway_pb2.RUN_OUTCOME_DEFERRED_BY_WORLD_CAP,
+                admission=admission_response(admission, fingerprint),
+            )
+        return _run_response(admission_response(admission, fingerprint), fused.call, fused.ended)
 
     async def EvaluateBudget(
         self, request: gateway_pb2.EvaluateBudgetRequest, context: Context
@@ -402,19 +502,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         )
         if admission.stopped_by is not None:
             raise Aborted(admission.detail, metadata={"control_id": admission.stopped_by.control_id})
-        spec = admission.run
-        return gateway_pb2.AdmitRunResponse(
-            run_id=spec.run_id if admission.admitted else "",
-            admitted=admission.admitted,
-            budget=gateway_pb2.RunBudget(
-                max_model_calls=spec.max_model_calls,
-                max_tool_calls=spec.max_tool_calls,
-                max_tokens=spec.max_tokens,
-            ),
-            reserved_tokens=admission.reserved_tokens,
-            config_fingerprint=self._fingerprint(),
-            detail=admission.detail,
-        )
+        return admission_response(admission, self._fingerprint())
 
     async def EndRun(
         self, request: gateway_pb2.EndRunRequest, context: Context

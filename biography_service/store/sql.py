@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from biography_service.errors import CorruptEvent
 from biography_service.events import EventKind, RecordedEvent
@@ -15,6 +15,7 @@ from biography_service.projections import (
     PersonalityRow,
     ProjectionOp,
     RelationshipUpsert,
+    ValueUpsert,
 )
 
 
@@ -125,18 +126,32 @@ _KIND_NAMES = {kind: kind.value for kind in EventKind}
 
 
 def event_row(event: RecordedEvent, payload_json: str) -> tuple[Any, ...]:
+    """The event's row in EVENT_COLUMNS order (the tuple unpacked at once: built for every event)."""
+    (
+        event_id,
+        ori_id,
+        stream_version,
+        position,
+        kind,
+        _,
+        world_tick,
+        recorded_at_us,
+        provenance,
+        previous,
+        digest,
+    ) = event
     return (
-        event.event_id,
-        event.ori_id,
-        event.stream_version,
-        event.global_position,
-        _KIND_NAMES[event.kind],
+        event_id,
+        ori_id,
+        stream_version,
+        position,
+        _KIND_NAMES[kind],
         payload_json,
-        event.world_tick,
-        event.recorded_at_us,
-        event.provenance_ref,
-        event.previous_hash,
-        event.hash,
+        world_tick,
+        recorded_at_us,
+        provenance,
+        previous,
+        digest,
     )
 
 
@@ -198,44 +213,45 @@ _UPSERT_VALUE = (
 )
 
 
+# The ops whose parameters are the Ori id followed by the op's own fields, in column order.
+_PLAIN_UPSERTS: dict[type, str] = {
+    MemoryRow: UPSERT_MEMORY,
+    ArcUpsert: _UPSERT_ARC,
+    PersonalityRow: _UPSERT_PERSONALITY,
+    ValueUpsert: _UPSERT_VALUE,
+}
+
+
 def projection_statements(ori_id: str, ops: Sequence[ProjectionOp]) -> dict[str, list[tuple[Any, ...]]]:
     """Parameter rows per statement, in op order within each statement (each statement owns one table)."""
     grouped: dict[str, list[tuple[Any, ...]]] = {}
     for op in ops:
-        statement, params = _statement(ori_id, op)
-        grouped.setdefault(statement, []).append(params)
+        statement = _PLAIN_UPSERTS.get(type(op))
+        if statement is None:
+            statement, params = _relationship(ori_id, cast(RelationshipUpsert, op))
+        else:
+            params = (ori_id, *op)
+        rows = grouped.get(statement)
+        if rows is None:
+            grouped[statement] = [params]
+        else:
+            rows.append(params)
     return grouped
 
 
-def _statement(ori_id: str, op: ProjectionOp) -> tuple[str, tuple[Any, ...]]:
-    if isinstance(op, MemoryRow):
-        return UPSERT_MEMORY, (
-            ori_id,
-            op.ref,
-            op.stream_version,
-            op.seq,
-            op.text,
-            op.salience_bp,
-            op.world_tick,
-        )
-    if isinstance(op, RelationshipUpsert):
-        return _UPSERT_RELATIONSHIP, (
-            ori_id,
-            op.other_ori_id,
-            op.bond or 0,
-            op.respect or 0,
-            op.summary or "",
-            int(op.ended),
-            op.stream_version,
-            op.bond,
-            op.respect,
-            op.summary,
-        )
-    if isinstance(op, ArcUpsert):
-        return _UPSERT_ARC, (ori_id, op.arc_ref, op.status, op.stream_version)
-    if isinstance(op, PersonalityRow):
-        return _UPSERT_PERSONALITY, (ori_id, op.ref, op.stream_version, op.seq, op.summary)
-    return _UPSERT_VALUE, (ori_id, op.value_ref, op.weight_bp, op.stream_version)
+def _relationship(ori_id: str, op: RelationshipUpsert) -> tuple[str, tuple[Any, ...]]:
+    return _UPSERT_RELATIONSHIP, (
+        ori_id,
+        op.other_ori_id,
+        op.bond or 0,
+        op.respect or 0,
+        op.summary or "",
+        int(op.ended),
+        op.stream_version,
+        op.bond,
+        op.respect,
+        op.summary,
+    )
 
 
 SNAPSHOT_TOTALS = (

@@ -544,6 +544,68 @@ class CheckToolCallResponse(_message.Message):
 Global___CheckToolCallResponse: _TypeAlias = CheckToolCallResponse  # noqa: Y015
 
 @_typing.final
+class RunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADMIT_FIELD_NUMBER: _builtins.int
+    GENERATE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def admit(self) -> Global___AdmitRunRequest:
+        """The admission, as AdmitRun takes it; `request_id` repeats answer the first run's response."""
+
+    @_builtins.property
+    def generate(self) -> Global___GenerateRequest:
+        """The one model call, as Generate takes it; its `run_id` must be empty (the run is admitted here)."""
+
+    def __init__(
+        self,
+        *,
+        admit: Global___AdmitRunRequest | None = ...,
+        generate: Global___GenerateRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admit", b"admit", "generate", b"generate"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit", b"admit", "generate", b"generate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunRequest: _TypeAlias = RunRequest  # noqa: Y015
+
+@_typing.final
+class RunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    ENDING_FIELD_NUMBER: _builtins.int
+    outcome: Global___RunOutcome.ValueType
+    """COMPLETED, or DEFERRED_BY_WORLD_CAP when the cap could not hold the reservation (no call was made).
+    A control that stops the run answers ABORTED, a budget RESOURCE_EXHAUSTED, as the separate RPCs do.
+    """
+    @_builtins.property
+    def admission(self) -> Global___AdmitRunResponse: ...
+    @_builtins.property
+    def generation(self) -> Global___GenerateResponse: ...
+    @_builtins.property
+    def ending(self) -> Global___EndRunResponse: ...
+    def __init__(
+        self,
+        *,
+        outcome: Global___RunOutcome.ValueType = ...,
+        admission: Global___AdmitRunResponse | None = ...,
+        generation: Global___GenerateResponse | None = ...,
+        ending: Global___EndRunResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "ending", b"ending", "generation", b"generation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "ending", b"ending", "generation", b"generation", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunResponse: _TypeAlias = RunResponse  # noqa: Y015
+
+@_typing.final
 class GenerateResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

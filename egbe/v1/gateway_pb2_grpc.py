@@ -70,6 +70,11 @@ class CognitionGatewayServiceStub:
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallResponse.FromString,
                 _registered_method=True)
+        self.Run = channel.unary_unary(
+                '/egbe.v1.CognitionGatewayService/Run',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.RunRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.RunResponse.FromString,
+                _registered_method=True)
 
 
 class CognitionGatewayServiceServicer:
@@ -126,6 +131,15 @@ class CognitionGatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Run(self, request, context):
+        """A whole run of one model call in one round trip: AdmitRun, Generate and EndRun fused. The admission
+        transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
+        update and the run's ending are one transaction; every way the run ends releases its reservation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CognitionGatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +177,11 @@ def add_CognitionGatewayServiceServicer_to_server(servicer, server):
                     servicer.CheckToolCall,
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.CheckToolCallResponse.SerializeToString,
+            ),
+            'Run': grpc.unary_unary_rpc_method_handler(
+                    servicer.Run,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.RunRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.RunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +374,33 @@ class CognitionGatewayService:
             '/egbe.v1.CognitionGatewayService/CheckToolCall',
             egbe_dot_v1_dot_gateway__pb2.CheckToolCallRequest.SerializeToString,
             egbe_dot_v1_dot_gateway__pb2.CheckToolCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Run(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.CognitionGatewayService/Run',
+            egbe_dot_v1_dot_gateway__pb2.RunRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.RunResponse.FromString,
             options,
             channel_credentials,
             insecure,

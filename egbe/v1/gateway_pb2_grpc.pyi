@@ -49,6 +49,11 @@ class CognitionGatewayServiceStub:
     """Ends an admitted run: reconciles the ledger and releases what the run reserved but did not use."""
     CheckToolCall: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CheckToolCallRequest, _gateway_pb2.CheckToolCallResponse]
     """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches."""
+    Run: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.RunRequest, _gateway_pb2.RunResponse]
+    """A whole run of one model call in one round trip: AdmitRun, Generate and EndRun fused. The admission
+    transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
+    update and the run's ending are one transaction; every way the run ends releases its reservation.
+    """
 
 @_typing.type_check_only
 class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
@@ -71,6 +76,11 @@ class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
     """Ends an admitted run: reconciles the ledger and releases what the run reserved but did not use."""
     CheckToolCall: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CheckToolCallRequest, _gateway_pb2.CheckToolCallResponse]  # type: ignore[assignment]
     """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches."""
+    Run: _aio.UnaryUnaryMultiCallable[_gateway_pb2.RunRequest, _gateway_pb2.RunResponse]  # type: ignore[assignment]
+    """A whole run of one model call in one round trip: AdmitRun, Generate and EndRun fused. The admission
+    transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
+    update and the run's ending are one transaction; every way the run ends releases its reservation.
+    """
 
 class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     """Admission, routing and model calls."""
@@ -132,6 +142,17 @@ class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.CheckToolCallResponse, _abc.Awaitable[_gateway_pb2.CheckToolCallResponse]]:
         """A tool boundary inside an admitted run: counts the tool call and checks budget and kill switches."""
+
+    @_abc_1.abstractmethod
+    def Run(
+        self,
+        request: _gateway_pb2.RunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.RunResponse, _abc.Awaitable[_gateway_pb2.RunResponse]]:
+        """A whole run of one model call in one round trip: AdmitRun, Generate and EndRun fused. The admission
+        transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
+        update and the run's ending are one transaction; every way the run ends releases its reservation.
+        """
 
 def add_CognitionGatewayServiceServicer_to_server(servicer: CognitionGatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

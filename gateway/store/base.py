@@ -7,6 +7,7 @@ serialize on it and the sum of reservations can never pass the cap.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from abc import ABC, abstractmethod
@@ -85,6 +86,51 @@ _AUDIT_COLUMNS = (
 )
 
 
+_INSERT_AUDIT = (
+    f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
+    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
+    return (
+        entry.call_id,
+        entry.run_id,
+        entry.tenant_id,
+        entry.world_id,
+        entry.ori_id,
+        entry.tier,
+        entry.cause,
+        entry.model_ref,
+        entry.model_class,
+        json.dumps(entry.input_context, sort_keys=True),
+        entry.output,
+        entry.usage.input_tokens,
+        entry.usage.output_tokens,
+        entry.usage.cache_read_tokens,
+        entry.usage.cache_write_tokens,
+        entry.micro_usd,
+        int(entry.cost_estimated),
+        entry.policy_decision,
+        entry.retention_policy_id,
+        entry.config_fingerprint,
+        int(entry.offline),
+        entry.recorded_at_ms,
+        entry.kernel_call_id,
+        entry.error_class,
+    )
+
+
+@dataclass(frozen=True)
+class _FinishItem:
+    """One fused run's call and completion waiting for the writer (`stats` already JSON)."""
+
+    entry: AuditEntry
+    stats: str
+    now_ms: int
+    result: str
+
+
 @dataclass(frozen=True)
 class _AdmitItem:
     """One admission waiting for the writer."""
@@ -94,9 +140,13 @@ class _AdmitItem:
     window_start_ms: int
     now_ms: int
     deadline_ms: int
+    # Set for a fused run (`Run`): the admission is also its first model boundary, so the run row starts
+    # with that call counted and its tool grants recorded.
+    first_call_grants: tuple[str, ...] | None = None
 
     def row(self) -> tuple[Any, ...]:
         run = self.run
+        grants = self.first_call_grants
         return (
             run.run_id,
             run.request_id or None,
@@ -113,6 +163,8 @@ class _AdmitItem:
             self.now_ms,
             self.deadline_ms,
             run.kernel_call_id,
+            int(grants is not None),
+            "\n".join(sorted(set(grants or ()))),
         )
 
 
@@ -217,6 +269,27 @@ def _audit_from(row: Row) -> AuditEntry:
     )
 
 
+def call_grant(
+    run: RunSpec, *, model_calls: int, used_tokens: int, input_tokens: int, max_output_tokens: int
+) -> CallGrant:
+    """A model call fits the run's budget (calls and tokens so far); else RESOURCE_EXHAUSTED naming the
+    limit. The grant's output tokens are what the run has left after the prompt."""
+    if model_calls >= run.max_model_calls:
+        raise ResourceExhausted(
+            f"run {run.run_id} used all {run.max_model_calls} model calls of its "
+            f"{run.tier_name} budget (max_model_calls)",
+            metadata={"limit": "max_model_calls", "run_id": run.run_id},
+        )
+    remaining = run.max_tokens - used_tokens
+    if input_tokens >= remaining:
+        raise ResourceExhausted(
+            f"run {run.run_id} has {max(remaining, 0)} of its {run.max_tokens} tokens left and the "
+            f"prompt needs {input_tokens} (max_tokens)",
+            metadata={"limit": "max_tokens", "run_id": run.run_id},
+        )
+    return CallGrant(run, model_calls + 1, min(max_output_tokens, remaining - input_tokens))
+
+
 class GatewayStore(ABC):
     """Ledger, runs, audit log and controls; every method is one transaction; failures fail closed."""
 
@@ -298,13 +371,22 @@ class GatewayStore(ABC):
         return _run_from(row)
 
     async def admit(
-        self, run: RunSpec, *, cap_tokens: int, window_start_ms: int, now_ms: int, deadline_ms: int
+        self,
+        run: RunSpec,
+        *,
+        cap_tokens: int,
+        window_start_ms: int,
+        now_ms: int,
+        deadline_ms: int,
+        first_call_grants: tuple[str, ...] | None = None,
     ) -> Admission:
         """Check controls and the world cap and reserve the run's max tokens, all in one transaction.
 
         Admissions arriving together are applied by one `_admit_burst` (durable: on disk before the
-        answer, so no model call can run against a reservation a crash could lose)."""
-        item = _AdmitItem(run, cap_tokens, window_start_ms, now_ms, deadline_ms)
+        answer, so no model call can run against a reservation a crash could lose). With
+        `first_call_grants` the admission is also the run's first model boundary (the caller checked the
+        call against the fresh run's budget with `call_grant`): the call is counted in the same row."""
+        item = _AdmitItem(run, cap_tokens, window_start_ms, now_ms, deadline_ms, first_call_grants)
         admission: Admission = await self.transact_item(item, self._admit_burst, durable=True)
         return admission
 
@@ -356,7 +438,8 @@ class GatewayStore(ABC):
             tx.executemany(
                 "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
                 " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
-                " deadline_ms, kernel_call_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " deadline_ms, kernel_call_id, model_calls, tool_grants)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 inserted,
             )
         for (world_id, window_start_ms), ledger in ledgers.items():
@@ -449,77 +532,41 @@ class GatewayStore(ABC):
             if control is not None:
                 self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
                 return ControlRefusal(control)
-            if run.model_calls >= run.spec.max_model_calls:
-                raise ResourceExhausted(
-                    f"run {run_id} used all {run.spec.max_model_calls} model calls of its "
-                    f"{run.spec.tier_name} budget (max_model_calls)",
-                    metadata={"limit": "max_model_calls", "run_id": run_id},
-                )
-            remaining = run.spec.max_tokens - run.used_tokens
-            if input_tokens >= remaining:
-                raise ResourceExhausted(
-                    f"run {run_id} has {max(remaining, 0)} of its {run.spec.max_tokens} tokens left and the "
-                    f"prompt needs {input_tokens} (max_tokens)",
-                    metadata={"limit": "max_tokens", "run_id": run_id},
-                )
+            grant = call_grant(
+                run.spec,
+                model_calls=run.model_calls,
+                used_tokens=run.used_tokens,
+                input_tokens=input_tokens,
+                max_output_tokens=max_output_tokens,
+            )
             grants = "\n".join(sorted(run.tool_grants.union(tool_grants)))
             tx.execute(
                 "UPDATE gateway_runs SET model_calls = model_calls + 1, tool_grants = ? WHERE run_id = ?",
                 (grants, run_id),
             )
-            return CallGrant(run.spec, run.model_calls + 1, min(max_output_tokens, remaining - input_tokens))
+            return grant
 
         return await self.transact(body, durable=False)
 
     async def record_call(self, entry: AuditEntry) -> None:
         """Write the call's audit record and move its tokens from reservation to consumption, together."""
+        await self.transact(lambda tx: self._record(tx, entry), durable=False)
 
-        def body(tx: Tx) -> None:
-            run = self._lock_run(tx, entry.run_id)
-            tokens = entry.usage.total
-            from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
-            tx.execute(
-                f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
-                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    entry.call_id,
-                    entry.run_id,
-                    entry.tenant_id,
-                    entry.world_id,
-                    entry.ori_id,
-                    entry.tier,
-                    entry.cause,
-                    entry.model_ref,
-                    entry.model_class,
-                    json.dumps(entry.input_context, sort_keys=True),
-                    entry.output,
-                    entry.usage.input_tokens,
-                    entry.usage.output_tokens,
-                    entry.usage.cache_read_tokens,
-                    entry.usage.cache_write_tokens,
-                    entry.micro_usd,
-                    int(entry.cost_estimated),
-                    entry.policy_decision,
-                    entry.retention_policy_id,
-                    entry.config_fingerprint,
-                    int(entry.offline),
-                    entry.recorded_at_ms,
-                    entry.kernel_call_id,
-                    entry.error_class,
-                ),
-            )
-            tx.execute(
-                "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
-                (tokens, entry.run_id),
-            )
-            tx.execute(
-                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
-                " WHERE world_id = ? AND window_start_ms = ?",
-                (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
-            )
-
-        await self.transact(body, durable=False)
+    def _record(self, tx: Tx, entry: AuditEntry) -> None:
+        run = self._lock_run(tx, entry.run_id)
+        tokens = entry.usage.total
+        from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
+        tx.execute(_INSERT_AUDIT, _audit_row(entry))
+        tx.execute(
+            "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
+            (tokens, entry.run_id),
+        )
+        tx.execute(
+            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+            " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+            " WHERE world_id = ? AND window_start_ms = ?",
+            (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
+        )
 
     async def count_tool_call(
         self, run_id: str, tool_name: str, *, now_ms: int
@@ -579,6 +626,72 @@ class GatewayStore(ABC):
             return RunEnd(run.used_tokens, released, ended_now=True)
 
         return await self.transact(body, durable=False)
+
+    async def finish_call(
+        self, entry: AuditEntry, *, stats: dict[str, Any], now_ms: int, result: str = ""
+    ) -> RunEnd:
+        """A fused run's call and its completion in one transaction: the audit record with its ledger
+        update, and the release of what the run reserved but did not use. Finishes arriving together are
+        applied by one `_finish_burst` (answered once applied, as `record_call` and `end_run` are)."""
+        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result)
+        ended: RunEnd = await self.transact_item(item, self._finish_burst, durable=False)
+        return ended
+
+    def _finish_burst(self, tx: Tx, items: list[_FinishItem]) -> list[RunEnd]:
+        """Each item exactly as `record_call` then `end_run` would apply it, in a few statements for the
+        burst: one locked read of the runs, one multi-row audit insert, one multi-row run update, one
+        ledger update per world window. A run a control already ended keeps its ending (its call is
+        still audited and consumed, as `record_call` does)."""
+        ids = [item.entry.run_id for item in items]
+        rows = tx.all(
+            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
+            f"{self._for_update}",
+            ids,
+        )
+        runs = {row[0]: _run_from(row) for row in rows}
+        ledgers: dict[tuple[str, int], list[int]] = {}  # (world, window) -> [released, consumed, micro_usd]
+        completed, consumed_only, answers = [], [], []
+        for item in items:
+            entry = item.entry
+            run = runs.get(entry.run_id)
+            if run is None:
+                raise _no_run(entry.run_id)
+            tokens = entry.usage.total
+            used = run.used_tokens + tokens
+            ledger = ledgers.setdefault((run.spec.world_id, run.window_start_ms), [0, 0, 0])
+            ledger[1] += tokens
+            ledger[2] += entry.micro_usd
+            if run.status is RunStatus.ACTIVE:
+                # The call's tokens move from reservation to consumption and the rest is released: the
+                # whole unused reservation leaves `reserved_tokens`.
+                ledger[0] += run.unused_reservation
+                completed.append(
+                    (used, RunStatus.COMPLETED.value, item.stats, item.now_ms, item.result, entry.run_id)
+                )
+                answers.append(RunEnd(used, max(0, run.spec.max_tokens - used), ended_now=True))
+            else:
+                consumed_only.append((tokens, entry.run_id))
+                answers.append(RunEnd(used, 0, ended_now=False))
+            runs[entry.run_id] = dataclasses.replace(run, used_tokens=used, status=RunStatus.COMPLETED)
+        tx.executemany(_INSERT_AUDIT, [_audit_row(item.entry) for item in items])
+        if completed:
+            tx.executemany(
+                "UPDATE gateway_runs SET used_tokens = ?, status = ?, detail = '', stats = ?,"
+                " ended_at_ms = ?, result = ? WHERE run_id = ?",
+                completed,
+            )
+        if consumed_only:
+            tx.executemany(
+                "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
+            )
+        for (world_id, window_start_ms), (released, consumed, micro_usd) in ledgers.items():
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+                " WHERE world_id = ? AND window_start_ms = ?",
+                (released, consumed, micro_usd, world_id, window_start_ms),
+            )
+        return answers
 
     async def expire_runs(self, *, now_ms: int) -> int:
         """Time out every active run past its deadline, releasing its reservation."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sqlite3
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from biography_service.chain import GENESIS_HASH
 from biography_service.config import BiographyConfig
 from biography_service.errors import EventIdConflict, WrongExpectedVersion
-from biography_service.events import ANY, NO_STREAM, STREAM_EXISTS, EventKind, exact
+from biography_service.events import ANY, NO_STREAM, STREAM_EXISTS, EventKind, NewEvent, exact
 from biography_service.rehydration import LoadBudget
 from biography_service.service import Biography
 from biography_service.store.base import BiographyStore
@@ -86,7 +85,10 @@ async def test_repeat_with_exact_expected_version_at_the_original_position(biogr
 async def test_same_ids_with_different_content_are_refused(biography: Biography) -> None:
     batch = memories(2)
     await biography.append("ori-a", NO_STREAM, batch)
-    changed = [batch[0], dataclasses.replace(batch[1], payload={"text": "rewritten", "salience_bp": 1})]
+    rewritten = NewEvent(
+        batch[1].event_id, batch[1].kind, {"text": "rewritten", "salience_bp": 1}, batch[1].world_tick
+    )
+    changed = [batch[0], rewritten]
     with pytest.raises(EventIdConflict) as caught:
         await biography.append("ori-a", ANY, changed)
     assert caught.value.event_id == batch[1].event_id
@@ -144,7 +146,7 @@ async def test_events_round_trip_every_field(biography: Biography) -> None:
         {"other_ori_id": "ori-b", "bond": 12, "nested": {"list": [1, "two", None, True]}},
         tick=42,
     )
-    proposed = dataclasses.replace(proposed, provenance_ref="bundle:7")
+    proposed = proposed._replace(provenance_ref="bundle:7")
     await biography.append("ori-a", NO_STREAM, [proposed])
     (stored,) = (await biography.read("ori-a", None, 1)).events
     assert stored.same_content(proposed)
@@ -163,7 +165,7 @@ async def test_events_round_trip_every_field(biography: Biography) -> None:
 async def test_text_fields_round_trip_exactly_and_chain_intact(biography: Biography, text: str) -> None:
     """Every text column reaches storage unchanged (PostgreSQL receives a group's rows as one JSON
     document, so JSON's own escapes must not leak into the stored text or the hashed payload)."""
-    proposed = dataclasses.replace(memory(text), provenance_ref=text)
+    proposed = memory(text)._replace(provenance_ref=text)
     await biography.append(f"ori {text}", NO_STREAM, [proposed])
     (stored,) = (await biography.read(f"ori {text}", None, 1)).events
     assert stored.same_content(proposed)

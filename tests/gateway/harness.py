@@ -69,19 +69,24 @@ class GatewayHarness:
     async def generate(
         self, run_id: str, *, mode: int = gateway_pb2.COGNITION_MODE_DIALOGUE, **prompt: Any
     ) -> Any:
-        envelope = gateway_pb2.PromptEnvelope(
-            system_policy=prompt.get("system_policy", "You are Ada, a baker. Stay in character."),
-            task_instruction=prompt.get("task_instruction", "Objective: open the bakery\nSpeaker: Bram"),
-            tool_grants=prompt.get("tool_grants", ()),
-            untrusted=[
-                gateway_pb2.UntrustedZone(
-                    kind=gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY,
-                    content=prompt.get("memory", "[mem-7] Bram lent me flour last winter."),
-                )
-            ],
-        )
         return await self.gateway.Generate(
-            gateway_pb2.GenerateRequest(run_id=run_id, mode=mode, prompt=envelope),  # type: ignore[arg-type]
+            generate_request(run_id, mode=mode, **prompt), metadata=self.metadata(Role.SERVICE)
+        )
+
+    async def run(
+        self, ori: str, *, tier: int = CLOTHO, world: str = "world-1", request_id: str = "", **prompt: Any
+    ) -> Any:
+        """A fused run (`Run`): admit, one model call, end."""
+        return await self.gateway.Run(
+            gateway_pb2.RunRequest(
+                admit=gateway_pb2.AdmitRunRequest(
+                    ori=common_pb2.OriRef(tenant_id="tenant-a", world_id=world, ori_id=ori),
+                    tier=tier,  # type: ignore[arg-type]
+                    cause=CAUSE_FOR_TIER[tier],  # type: ignore[arg-type]
+                    request_id=request_id,
+                ),
+                generate=generate_request("", **prompt),
+            ),
             metadata=self.metadata(Role.SERVICE),
         )
 
@@ -114,6 +119,23 @@ class GatewayHarness:
     async def stop(self) -> None:
         await self.channel.close(grace=None)
         await self.running.stop()
+
+
+def generate_request(
+    run_id: str, *, mode: int = gateway_pb2.COGNITION_MODE_DIALOGUE, **prompt: Any
+) -> gateway_pb2.GenerateRequest:
+    envelope = gateway_pb2.PromptEnvelope(
+        system_policy=prompt.get("system_policy", "You are Ada, a baker. Stay in character."),
+        task_instruction=prompt.get("task_instruction", "Objective: open the bakery\nSpeaker: Bram"),
+        tool_grants=prompt.get("tool_grants", ()),
+        untrusted=[
+            gateway_pb2.UntrustedZone(
+                kind=gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY,
+                content=prompt.get("memory", "[mem-7] Bram lent me flour last winter."),
+            )
+        ],
+    )
+    return gateway_pb2.GenerateRequest(run_id=run_id, mode=mode, prompt=envelope)  # type: ignore[arg-type]
 
 
 async def start_gateway(settings: EgbeSettings) -> GatewayHarness:

@@ -33,9 +33,9 @@ def slow_model() -> Iterator[FakeAnthropic]:
     fake.stop()
 
 
-async def _wait_for_model_call(fake: FakeAnthropic) -> None:
+async def _wait_for_model_call(fake: FakeAnthropic, count: int = 1) -> None:
     for _ in range(500):
-        if fake.message_requests():
+        if len(fake.message_requests()) >= count:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the model call never reached the fake API")
@@ -158,6 +158,28 @@ async def test_a_kill_on_one_gateway_stops_work_on_another_sharing_postgres(
                     metadata=service,
                 )
             assert refused.value.code() == grpc.StatusCode.ABORTED
+
+            # The same for a fused run (`Run`) in flight on B.
+            bram = common_pb2.OriRef(tenant_id="t", world_id="w", ori_id="bram")
+            fused = asyncio.ensure_future(
+                gateway_b.Run(
+                    gateway_pb2.RunRequest(
+                        admit=gateway_pb2.AdmitRunRequest(
+                            ori=bram, tier=common_pb2.COGNITION_TIER_CLOTHO, cause=1
+                        ),
+                        generate=gateway_pb2.GenerateRequest(mode=gateway_pb2.COGNITION_MODE_DIALOGUE),
+                    ),
+                    metadata=service,
+                )
+            )
+            await _wait_for_model_call(slow_model, 2)
+            await gateway_pb2_grpc.OperatorServiceStub(channel_a).KillOri(
+                gateway_pb2.KillOriRequest(ori_id="bram", reason="runaway"), metadata=operator
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as stopped_run:
+                await asyncio.wait_for(fused, PUSH_BOUND_SECONDS)
+            assert stopped_run.value.code() == grpc.StatusCode.ABORTED
+            assert "kill ori 'bram'" in (stopped_run.value.details() or "")
     finally:
         for process in processes:
             process.terminate()

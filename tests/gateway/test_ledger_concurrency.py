@@ -113,3 +113,21 @@ async def test_a_burst_applies_repeats_kills_and_the_cap_in_arrival_order(capped
     spend = await capped.spend()
     assert spend.reserved_tokens == CAP
     assert (spend.admissions, spend.blocked_by_world_cap, spend.killed) == (CAP // CLOTHO_RESERVATION, 16, 5)
+
+
+@pytest.mark.slow
+async def test_500_concurrent_fused_runs_stay_under_the_cap_and_equal_to_the_audit_log(
+    capped: GatewayHarness,
+) -> None:
+    replies = await asyncio.gather(*(capped.run(f"ori-{n}") for n in range(RUNS)))
+    completed = [r for r in replies if r.outcome == gateway_pb2.RUN_OUTCOME_COMPLETED]
+    deferred = [r for r in replies if r.outcome == gateway_pb2.RUN_OUTCOME_DEFERRED_BY_WORLD_CAP]
+    assert len(completed) + len(deferred) == RUNS
+    spend = await capped.spend()
+    records = await capped.audit_records()
+    audited = sum(r.usage.input_tokens + r.usage.output_tokens for r in records)
+    assert spend.reserved_tokens == 0  # every ending released its reservation
+    assert spend.consumed_tokens == audited == sum(r.ending.used_tokens for r in completed)
+    assert spend.consumed_tokens <= CAP
+    assert len(records) == len(completed) == spend.admissions
+    assert spend.blocked_by_world_cap == len(deferred)

@@ -1,10 +1,12 @@
-"""Ledger invariants under random interleavings of admissions, calls, endings, kills and resumes."""
+"""Ledger invariants under random interleavings of admissions, calls, endings, fused runs, kills and
+resumes."""
 
 from __future__ import annotations
 
 import asyncio
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,7 +15,7 @@ from gateway.adapters.base import ModelRequest
 from gateway.adapters.offline import OfflineAdapter
 from gateway.admission import CognitionGateway, Who
 from gateway.config import BudgetConfig, GatewayConfig
-from gateway.records import ControlKind, ControlScope, RunStatus
+from gateway.records import AuditEntry, ControlKind, ControlScope, RunEnd, RunStatus
 from gateway.store.sqlite import SqliteGatewayStore
 from services.errors import EgbeError
 
@@ -22,7 +24,7 @@ ORIS = ("ada", "bram", "cyd")
 Step = tuple[str, int, int]
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["admit", "generate", "end", "kill", "resume"]),
+        st.sampled_from(["admit", "generate", "end", "run", "kill", "resume"]),
         st.integers(0, len(ORIS) - 1),
         st.integers(1, 3),  # tier
     ),
@@ -42,6 +44,10 @@ async def _play(gateway: CognitionGateway, chunk: list[Step], runs: list[str]) -
             elif action == "generate" and runs:
                 await gateway.generate(
                     runs[ori_index % len(runs)], ModelRequest("p", f"Objective: {ori}", mode="summary")
+                )
+            elif action == "run":
+                await gateway.run_once(
+                    Who("t", "w", ori), tier, tier, ModelRequest("p", f"Objective: {ori}", mode="summary")
                 )
             elif action == "end" and runs:
                 await gateway.end_run(runs[ori_index % len(runs)], RunStatus.COMPLETED)
@@ -79,3 +85,32 @@ async def test_reservations_and_consumption_always_add_up(plan: list[Step], conc
             assert consumed == await store.audited_tokens()
         finally:
             await gateway.stop()
+
+
+async def test_a_fused_call_finishing_after_a_kill_is_audited_and_keeps_the_kill(tmp_path: Path) -> None:
+    """The kill ended the run (and released it) between the call's answer and its finish: the call is
+    still audited and consumed, the run stays killed, nothing is released twice."""
+    config = GatewayConfig(budget=BudgetConfig(world_cap_tokens_per_hour=CAP))
+    store = SqliteGatewayStore(tmp_path / "g.sqlite3", timeout_seconds=5)
+    gateway = CognitionGateway(config, store, OfflineAdapter())
+    await gateway.start()
+    finish = store.finish_call
+
+    async def kill_first(entry: AuditEntry, **kwargs: Any) -> RunEnd:
+        await gateway.add_control(ControlKind.KILL, ControlScope.ORI, "ada", reason="r", operator_id="o")
+        return await finish(entry, **kwargs)
+
+    store.finish_call = kill_first  # type: ignore[method-assign]
+    try:
+        fused = await gateway.run_once(
+            Who("t", "w", "ada"), 1, 1, ModelRequest("p", "Speak.", mode="dialogue")
+        )
+        assert fused.call is not None
+        assert fused.ended == RunEnd(fused.call.reply.usage.total, 0, ended_now=False)
+        reserved, consumed = await store.ledger_totals()
+        assert (reserved, consumed) == (0, fused.call.reply.usage.total)
+        assert consumed == await store.audited_tokens()
+        spend = await store.spend(world_id="w", tenant_id="", window_start_ms=gateway.spend_window_start_ms())
+        assert spend.killed == 1
+    finally:
+        await gateway.stop()
