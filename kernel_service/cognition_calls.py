@@ -124,11 +124,15 @@ def estimate_calls(
     group_of = np.full(count, -1, dtype=np.int32)
     group_ids: list[str] = []
     eligible = np.flatnonzero(_BATCHABLE[causes])
-    eligible_routes = route_of[tiers[eligible]]
-    present = sorted(set(eligible_routes.tolist()))
     saved = gross = 0
-    if len(eligible) >= config.batch_min_requests and len(present) < len(eligible):
-        gross = int(tokens[eligible].sum())
+    # Fewer groups than calls needs two eligible calls at least: most ticks stop here.
+    if len(eligible) >= max(2, config.batch_min_requests):
+        eligible_routes = route_of[tiers[eligible]]
+        present = sorted(set(eligible_routes.tolist()))
+        if len(present) >= len(eligible):
+            present = []
+        else:
+            gross = int(tokens[eligible].sum())
         for route in present:
             members = eligible[eligible_routes == route]
             if len(members) < 2:

@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, kernel_pb2
 from kernel_service.agent_state import guard_bits, guard_names
+from kernel_service.wire_bytes import field_tag, length_delimited
 from services.errors import FieldViolation
 
 FRAGMENT_SCHEMA = "egbe.moirai.fragment.1"
@@ -42,53 +43,150 @@ class ActionRun:
     """A Clotho agent's run of action changes between its other moments, as the core answered them:
     how many changes, of which kinds, up to which tick, and the latest action. A fallback tree can
     change an on-screen Ori's action every step, so the changes are folded into the run as they
-    happen (a handful of integers) instead of one moment each; the run is spelled out only when
-    handed over or snapshotted, and a snapshot restores it as a run."""
+    happen instead of one moment each; the run is spelled out only when handed over or
+    snapshotted, and a snapshot restores it as a run.
 
-    __slots__ = ("counts", "first_tick", "goal_ref", "kind", "last_tick", "priority", "source")
+    The run itself is a row of `ActionRunTable` (this object names the row): a crowd of Clotho Ori
+    changing actions on one tick extends all their runs in one numpy pass, not one call each."""
 
-    def __init__(self, tick: int, kind: int, source: int, goal_ref: int, priority: int) -> None:
-        self.counts: dict[int, int] = {}
-        self.first_tick = self.last_tick = tick
-        self.kind, self.source, self.goal_ref, self.priority = kind, source, goal_ref, priority
-        self.extend(tick, kind, source, goal_ref, priority)
+    __slots__ = ("row", "table")
 
-    def extend(self, tick: int, kind: int, source: int, goal_ref: int, priority: int) -> None:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        self.last_tick = tick
-        self.kind, self.source, self.goal_ref, self.priority = kind, source, goal_ref, priority
+    def __init__(self, table: ActionRunTable, row: int) -> None:
+        self.table = table
+        self.row = row
 
     def payload(self) -> dict[str, Any]:
-        kinds = {_ACTION[kind]: count for kind, count in sorted(self.counts.items())}
+        t, row = self.table, self.row
+        counts = t.counts[row]
+        present = np.flatnonzero(counts).tolist()
+        kinds = {_ACTION[kind]: int(counts[kind]) for kind in present}
         return {
             "text": "acted: " + ", ".join(f"{name} x{count}" for name, count in kinds.items()),
             "template": True,
             "moment": "action",
-            "action_kind": _ACTION[self.kind],
-            "source": _SOURCE[self.source],
-            "goal_ref": self.goal_ref,
-            "priority": self.priority,
+            "action_kind": _ACTION[int(t.kind[row])],
+            "source": _SOURCE[int(t.source[row])],
+            "goal_ref": int(t.goal_ref[row]),
+            "priority": int(t.priority[row]),
             "tier": _TIER[common_pb2.COGNITION_TIER_CLOTHO],
-            "changes": sum(self.counts.values()),
+            "changes": sum(kinds.values()),
             "kinds": kinds,
-            "last_tick": self.last_tick,
+            "last_tick": int(t.last_tick[row]),
         }
 
     def fragment(self) -> bytes:
-        return _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, self.first_tick, self.payload())
+        first_tick = int(self.table.first_tick[self.row])
+        return _built(biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED, first_tick, self.payload())
 
-    @classmethod
-    def from_payload(cls, tick: int, payload: dict[str, Any]) -> ActionRun:
-        """Inverse of `payload` (a restored snapshot keeps extending the run it held)."""
-        run = cls(
-            tick,
-            _ACTION_NUMBER[payload["action_kind"]],
-            _SOURCE_NUMBER[payload["source"]],
-            int(payload["goal_ref"]),
-            int(payload["priority"]),
-        )
-        run.counts = {_ACTION_NUMBER[name]: int(count) for name, count in payload["kinds"].items()}
-        run.last_tick = int(payload["last_tick"])
+
+# An ActionRunTable's per-row arrays (the counts are a second, two-dimensional one).
+_RUN_COLUMNS: dict[str, type[np.generic]] = {
+    "first_tick": np.uint64,
+    "last_tick": np.uint64,
+    "kind": np.uint8,
+    "source": np.uint8,
+    "goal_ref": np.uint32,
+    "priority": np.uint16,
+    "slot": np.int64,
+}
+
+
+class ActionRunTable:
+    """Every open action run as one row of arrays, found by slot (`row_of`, -1 = none): the counts
+    per ActionKind, the first and last tick, and the latest action. Rows are reused once a run is
+    closed; which row a run has never shows in what it hands over."""
+
+    first_tick: NDArray[np.uint64]
+    last_tick: NDArray[np.uint64]
+    kind: NDArray[np.uint8]
+    source: NDArray[np.uint8]
+    goal_ref: NDArray[np.uint32]
+    priority: NDArray[np.uint16]
+    slot: NDArray[np.int64]
+
+    def __init__(self) -> None:
+        self.row_of = np.full(0, -1, np.intp)  # intp: numpy indexes fastest with it
+        for name, dtype in _RUN_COLUMNS.items():
+            setattr(self, name, np.zeros(0, dtype))
+        self.counts = np.zeros((0, 256), np.uint32)  # by row, then ActionKind (a uint8 in the arrays)
+        self.handles: list[ActionRun | None] = []  # by row
+        self._free: list[int] = []
+
+    def grow_slots(self, slots: int) -> None:
+        if slots > len(self.row_of):
+            grown = np.full(max(slots, 2 * len(self.row_of)), -1, np.intp)
+            grown[: len(self.row_of)] = self.row_of
+            self.row_of = grown
+
+    def run_of(self, slot: int) -> ActionRun | None:
+        """The slot's open action run, if it has one."""
+        if slot >= len(self.row_of) or self.row_of[slot] < 0:
+            return None
+        return self.handles[int(self.row_of[slot])]
+
+    def _row(self) -> int:
+        if not self._free:
+            rows = len(self.handles)
+            size = max(16, 2 * rows)
+            for name in _RUN_COLUMNS:
+                old = getattr(self, name)
+                grown = np.zeros(size, old.dtype)
+                grown[:rows] = old
+                setattr(self, name, grown)
+            counts = np.zeros((size, 256), np.uint32)
+            counts[:rows] = self.counts
+            self.counts = counts
+            self.handles.extend([None] * (size - rows))
+            self._free = list(range(size - 1, rows - 1, -1))
+        return self._free.pop()
+
+    def open(self, slot: int, tick: int) -> ActionRun:
+        """An empty run for the slot from `tick` on (`extend` puts its first change in)."""
+        row = self._row()
+        self.grow_slots(slot + 1)
+        self.row_of[slot] = row
+        self.slot[row] = slot
+        self.first_tick[row] = self.last_tick[row] = tick
+        self.counts[row] = 0
+        run = self.handles[row] = ActionRun(self, row)
+        return run
+
+    def close(self, run: ActionRun) -> None:
+        """Forget the run (spelled out, dropped to the bound, or handed over)."""
+        row = run.row
+        self.row_of[self.slot[row]] = -1
+        self.handles[row] = None
+        self._free.append(row)
+
+    def extend(
+        self,
+        rows: NDArray[np.intp],
+        tick: int,
+        *,
+        kind: NDArray[np.uint8],
+        source: NDArray[np.uint8],
+        goal_ref: NDArray[np.uint32],
+        priority: NDArray[np.uint16],
+    ) -> None:
+        """Fold one change into each listed run (rows distinct)."""
+        self.counts.reshape(-1)[rows * self.counts.shape[1] + kind] += np.uint32(1)
+        self.last_tick[rows] = tick
+        self.kind[rows] = kind
+        self.source[rows] = source
+        self.goal_ref[rows] = goal_ref
+        self.priority[rows] = priority
+
+    def reopen(self, slot: int, tick: int, payload: dict[str, Any]) -> ActionRun:
+        """Inverse of `ActionRun.payload` (a restored snapshot keeps extending the run it held)."""
+        run = self.open(slot, tick)
+        row = run.row
+        self.kind[row] = _ACTION_NUMBER[payload["action_kind"]]
+        self.source[row] = _SOURCE_NUMBER[payload["source"]]
+        self.goal_ref[row] = int(payload["goal_ref"])
+        self.priority[row] = int(payload["priority"])
+        self.last_tick[row] = int(payload["last_tick"])
+        for name, count in payload["kinds"].items():
+            self.counts[row, _ACTION_NUMBER[name]] = int(count)
         return run
 
 
@@ -178,23 +276,9 @@ def _built(kind: int, tick: int, payload: dict[str, Any]) -> bytes:
     return fragment.SerializeToString(deterministic=True)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _length_delimited(tag: bytes, body: bytes) -> bytes:
-    """One length-delimited field in protobuf's wire format."""
-    return tag + _varint(len(body)) + body
-
-
 # Wire tags (field number, wire type 2: length-delimited) of the two fields a hand-over writes as bytes.
-_FRAGMENT_ID_TAG = _varint(biography_pb2.ConsolidationFragment.FRAGMENT_ID_FIELD_NUMBER << 3 | 2)
-_REQUEST_FRAGMENTS_TAG = _varint(action_pb2.LifecycleRequest.FRAGMENTS_FIELD_NUMBER << 3 | 2)
+_FRAGMENT_ID_TAG = field_tag(biography_pb2.ConsolidationFragment.FRAGMENT_ID_FIELD_NUMBER, 2)
+_REQUEST_FRAGMENTS_TAG = field_tag(action_pb2.LifecycleRequest.FRAGMENTS_FIELD_NUMBER, 2)
 
 
 def _named_bytes(ori_id: str, moment: Moment) -> bytes:
@@ -202,20 +286,23 @@ def _named_bytes(ori_id: str, moment: Moment) -> bytes:
     sets it when they are parsed."""
     sequence, kept = moment
     body = kept if isinstance(kept, bytes) else kept.fragment()
-    return body + _length_delimited(_FRAGMENT_ID_TAG, f"{ori_id}:fragment:{sequence}".encode())
+    return body + length_delimited(_FRAGMENT_ID_TAG, f"{ori_id}:fragment:{sequence}".encode())
 
 
 def _named(ori_id: str, moment: Moment) -> biography_pb2.ConsolidationFragment:
     return biography_pb2.ConsolidationFragment.FromString(_named_bytes(ori_id, moment))
 
 
-def _moment(fragment: biography_pb2.ConsolidationFragment, *, reopen: bool) -> Moment:
+def _moment(
+    fragment: biography_pb2.ConsolidationFragment, *, reopen: bool, slot: int, actions: ActionRunTable
+) -> Moment:
     """Inverse of `_named`; a run the snapshot held open is `reopen`ed, to keep folding as it would have."""
     sequence = int(fragment.fragment_id.rsplit(":", 1)[1])
     if reopen:
         payload = json_format.MessageToDict(fragment.payload)
-        run = ActionRun if payload["moment"] == "action" else GuardRun
-        return sequence, run.from_payload(fragment.world_tick, payload)
+        if payload["moment"] == "action":
+            return sequence, actions.reopen(slot, fragment.world_tick, payload)
+        return sequence, GuardRun.from_payload(fragment.world_tick, payload)
     kept = biography_pb2.ConsolidationFragment()
     kept.CopyFrom(fragment)
     kept.ClearField("fragment_id")
@@ -251,9 +338,9 @@ class FragmentStore:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._pending: dict[int, _Pending] = {}
-        # Each listed slot's open action run (also in its moments): a Clotho crowd's action changes
-        # find their runs by one lookup each, not by scanning the moments' tail.
-        self._open_actions: dict[int, ActionRun] = {}
+        # Each listed slot's open action run (also in its moments), indexed by slot: a Clotho
+        # crowd's action changes extend their runs in one numpy pass.
+        self._actions = ActionRunTable()
         # Compact form of the commonest state, for slots with no `_pending` entry: nothing but one
         # open guard run. A stale-goal wave over a large population opens and counts these in numpy,
         # with no Python object per Ori; anything else that happens to the slot promotes it first.
@@ -266,6 +353,13 @@ class FragmentStore:
 
     def __len__(self) -> int:
         return sum(len(p.moments) for p in self._pending.values()) + int(np.count_nonzero(self._guard_bits))
+
+    def reserve(self, slots: int) -> None:
+        """Size the per-slot arrays for `slots` agents now. The kernel calls this as its population
+        grows, so no tick pays for growing them: at a million agents, growing on the first guard
+        wave to reach a new highest slot cost 60-140 ms (tens of MB allocated, zeroed and copied)."""
+        self._grow(slots)
+        self._actions.grow_slots(slots)
 
     def _grow(self, slots: int) -> None:
         if slots <= len(self._listed):
@@ -319,15 +413,14 @@ class FragmentStore:
             if isinstance(moment, closes):
                 moments[index] = (sequence, moment.fragment())
                 if isinstance(moment, ActionRun):
-                    del self._open_actions[slot]
+                    self._actions.close(moment)
         if len(moments) == self.limit:
             entry.elided += 1
-            if moments[0][1] is self._open_actions.get(slot):  # the bound drops the open run itself
-                del self._open_actions[slot]
+            dropped = moments[0][1]
+            if isinstance(dropped, ActionRun):  # the bound drops the open run itself
+                self._actions.close(dropped)
         moments.append((entry.next_sequence, kept))
         entry.next_sequence += 1
-        if isinstance(kept, ActionRun):
-            self._open_actions[slot] = kept
 
     def _open(self, slot: int, run: type[Run]) -> Run | None:
         """The slot's open run of that type, if any (open runs are the last two moments at most)."""
@@ -412,20 +505,21 @@ class FragmentStore:
         self._grow(int(slots.max()) + 1)
         for slot in slots[self._guard_bits[slots] != 0].tolist():
             self._promote(slot)
-        open_actions = self._open_actions
-        for slot, kind, source, goal, priority in zip(
-            slots.tolist(),
-            fields["out_kind"][slots].tolist(),
-            fields["out_source"][slots].tolist(),
-            fields["out_goal_ref"][slots].tolist(),
-            fields["out_priority"][slots].tolist(),
-            strict=True,
-        ):
-            run = open_actions.get(slot)
-            if run is not None:
-                run.extend(tick, kind, source, goal, priority)
-            else:
-                self._add(slot, ActionRun(tick, kind, source, goal, priority), closes=())
+        actions = self._actions
+        actions.grow_slots(len(self._listed))
+        rows = actions.row_of[slots]
+        if int(rows.min()) < 0:  # a slot without an open run opens one (its first change goes in below)
+            for slot in slots[rows < 0].tolist():
+                self._add(slot, actions.open(slot, tick), closes=())
+            rows = actions.row_of[slots]
+        actions.extend(
+            rows,
+            tick,
+            kind=fields["out_kind"][slots],
+            source=fields["out_source"][slots],
+            goal_ref=fields["out_goal_ref"][slots],
+            priority=fields["out_priority"][slots],
+        )
 
     def take_into(self, request: action_pb2.LifecycleRequest, tick: int) -> None:
         """Hand over and clear the request's slot's fragments, appended to it in one parse; a leading
@@ -435,9 +529,10 @@ class FragmentStore:
         if entry is None:
             return
         self._listed[request.slot] = False
-        self._open_actions.pop(request.slot, None)
         ori_id = request.ori.ori_id
         named = [_named_bytes(ori_id, moment) for moment in entry.moments]
+        if (run := self._actions.run_of(request.slot)) is not None:
+            self._actions.close(run)  # spelled out above
         if entry.elided:
             first_tick = (
                 biography_pb2.ConsolidationFragment.FromString(named[0]).world_tick if named else tick
@@ -459,7 +554,7 @@ class FragmentStore:
                 },
             )
             named.insert(0, elided.SerializeToString(deterministic=True))
-        request.MergeFromString(b"".join(_length_delimited(_REQUEST_FRAGMENTS_TAG, body) for body in named))
+        request.MergeFromString(b"".join(length_delimited(_REQUEST_FRAGMENTS_TAG, body) for body in named))
         # The sequence survives the hand-over so ids stay unique for the Ori's next stint.
         if entry.next_sequence:
             self._entry(request.slot).next_sequence = entry.next_sequence
@@ -512,7 +607,7 @@ class FragmentStore:
         """Inverse of snapshot (every slot restored in the listed form); the caller checked
         `restore_violations` first."""
         self._pending = {}
-        self._open_actions = {}
+        self._actions = ActionRunTable()
         self._guard_bits[:] = 0
         self._listed[:] = False
         if entries:
@@ -521,11 +616,10 @@ class FragmentStore:
             pending = _Pending(self.limit)
             reopen = _open_runs(entry.fragments)
             pending.moments.extend(
-                _moment(fragment, reopen=index in reopen) for index, fragment in enumerate(entry.fragments)
+                _moment(fragment, reopen=index in reopen, slot=entry.slot, actions=self._actions)
+                for index, fragment in enumerate(entry.fragments)
             )
             pending.elided = entry.elided
             pending.next_sequence = entry.next_sequence
             self._pending[entry.slot] = pending
             self._listed[entry.slot] = True
-            if pending.moments and isinstance(pending.moments[-1][1], ActionRun):
-                self._open_actions[entry.slot] = pending.moments[-1][1]

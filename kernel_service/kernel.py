@@ -26,7 +26,13 @@ from kernel_service.fragments import FragmentStore
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.tick_core import TickCore
-from kernel_service.tick_result import GuardStamps, Registry, build_tick_result, guard_stamps
+from kernel_service.tick_result import (
+    GuardStamps,
+    Registry,
+    build_tick_result,
+    guard_stamps,
+    report_constants,
+)
 from services.errors import FieldViolation, InvalidArgument, NotFound
 
 # Bit t of a tick's `cognition_unavailable_tiers` is CognitionTier t (Clotho 1, Lachesis 2, Atropos 3).
@@ -35,6 +41,9 @@ ALL_TIER_BITS = (
     | 1 << common_pb2.COGNITION_TIER_LACHESIS
     | 1 << common_pb2.COGNITION_TIER_ATROPOS
 )
+
+
+NO_ESCALATIONS = Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
 
 
 class Kernel:
@@ -56,6 +65,7 @@ class Kernel:
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.core_params = CoreParams.from_config(config)
         self.call_tables = CallTables.from_config(config)
+        self.report_constants = report_constants(config, core.name, self.fingerprint)
         self.row_codec: RowCodec = CRowCodec() if core.name == "c" else PythonRowCodec()
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
@@ -63,6 +73,7 @@ class Kernel:
         self.slot_by_ori: dict[str, int] = {}
         self.last_tick: int | None = None
         self.fragments = FragmentStore(config.max_pending_fragments)
+        self._answer_marks = np.zeros(0, np.uint8)  # build_actions' scratch, a byte per slot
 
     @property
     def registry(self) -> Registry:
@@ -97,6 +108,7 @@ class Kernel:
         if world_id and not self.world_id and registrations:  # an empty registration claims no world
             self.world_id = world_id
         self.arrays.add(len(new))
+        self._reserve()
         for ori_id, registration in first_of.items():
             self.ori_ids.append(ori_id)
             self.tenant_ids.append(registration.ori.tenant_id)
@@ -157,8 +169,8 @@ class Kernel:
             merged_payloads=payloads,
             merged_count=len(merged),
             row_codec=self.row_codec,
-            core_name=self.core.name,
-            fingerprint=self.fingerprint,
+            constants=self.report_constants,
+            marks=self._answer_marks,
         )
         self._record_fragments(decoded.tick, merged, guards)
         for request in result.lifecycle:
@@ -173,7 +185,7 @@ class Kernel:
         """Arbitration's escalations that still stand after the core ran: the agent is still Lachesis,
         and the core issued it no call this tick (a reflection or guard call already answers it)."""
         if escalations is None or len(escalations.slots) == 0:
-            return Escalations(np.empty(0, np.uint32), np.empty(0, np.uint8))
+            return NO_ESCALATIONS
         a = self.arrays
         slots = escalations.slots
         keep = a.fields["tier"][slots] == LACHESIS
@@ -343,6 +355,13 @@ class Kernel:
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
         self.arrays.restore(arrays)
         self.fragments.restore(snapshot.pending_fragments)
+        self._reserve()
+
+    def _reserve(self) -> None:
+        """Size the per-slot side arrays with the agent arrays, so no tick grows one."""
+        self.fragments.reserve(self.arrays.capacity)
+        if len(self._answer_marks) < self.arrays.capacity:
+            self._answer_marks = np.zeros(self.arrays.capacity, np.uint8)
 
 
 def _decode_arrays(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +38,19 @@ class RowCodec(Protocol):
     ) -> None: ...
 
     def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None: ...
+
+    def answered_slots(
+        self,
+        changed: NDArray[np.uint32],
+        guarded: NDArray[np.uint32],
+        guard_bits: NDArray[np.uint8],
+        merged: NDArray[np.uint32],
+        marks: NDArray[np.uint8],
+    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.uint8]]:
+        """A delta answer's slots, ascending: the union of three ascending lists without repeats,
+        with each slot's guard bits (0 when unguarded). `marks` is a zeroed byte per agent slot
+        that may be used and must be left zeroed."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,24 @@ class PythonRowCodec:
             ori.world_id = world
             ori.ori_id = ori_ids[slot]
 
+    def answered_slots(
+        self,
+        changed: NDArray[np.uint32],
+        guarded: NDArray[np.uint32],
+        guard_bits: NDArray[np.uint8],
+        merged: NDArray[np.uint32],
+        marks: NDArray[np.uint8],
+    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.uint8]]:
+        """One byte-wide mark per agent (0 = not answered, else 1 + guard bits) does the union and
+        the guard bits at once."""
+        marks[changed] = 1
+        marks[merged] = 1
+        marks[guarded] = guard_bits + np.uint8(1)
+        answered = np.flatnonzero(marks != 0)  # numpy finds nonzero bools ~4x faster than nonzero bytes
+        bits = marks[answered] - np.uint8(1)
+        marks[answered] = 0
+        return answered, bits
+
 
 def _getter() -> Any:
     import operator
@@ -204,14 +235,13 @@ class CRowCodec:
             pointer("uint8_t[]", columns["out_source"]),
             pointer("uint16_t[]", columns["out_plan_step"]),
             pointer("uint8_t[]", columns["tier_reason"]),
-            ffi.from_buffer("uint8_t[]", ori.blob),
-            pointer("uint32_t[]", ori.offsets),
+            *self._table_pointers(ori),
             ffi.from_buffer("uint8_t[]", out, require_writable=True),
             len(out),
         )
         if written < 0:
             raise ValueError("intent encoder ran out of room")
-        batch.MergeFromString(bytes(out[:written]))
+        batch.MergeFromString(_written(out, written))
 
     def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None:
         count = len(calls.slots)
@@ -223,10 +253,9 @@ class CRowCodec:
         if self._routes is None or self._routes[0] is not calls.routes:
             self._routes = (calls.routes, StringTable([calls.routes.get(tier, "") for tier in range(4)]))
         routes = self._routes[1]
-        groups = StringTable(calls.estimates.group_ids)
-        world = calls.world_id.encode() or b"\0"
-        world_len = len(calls.world_id.encode())
-        widest = ori.longest + tenants.longest + routes.longest + groups.longest + 2 * world_len
+        groups = StringTable(calls.estimates.group_ids) if calls.estimates.group_ids else _NO_STRINGS
+        world = calls.world_id.encode()
+        widest = ori.longest + tenants.longest + routes.longest + groups.longest + 2 * len(world)
         out = bytearray(count * (widest + 220) + 16)
         estimates = calls.estimates
 
@@ -243,22 +272,65 @@ class CRowCodec:
             pointer("int64_t[]", estimates.costs),
             pointer("int32_t[]", estimates.group_of),
             calls.tick,
-            ffi.from_buffer("uint8_t[]", world),
-            world_len,
-            ffi.from_buffer("uint8_t[]", ori.blob),
-            pointer("uint32_t[]", ori.offsets),
-            ffi.from_buffer("uint8_t[]", tenants.blob),
-            pointer("uint32_t[]", tenants.offsets),
-            ffi.from_buffer("uint8_t[]", routes.blob),
-            pointer("uint32_t[]", routes.offsets),
-            ffi.from_buffer("uint8_t[]", groups.blob),
-            pointer("uint32_t[]", groups.offsets),
+            ffi.from_buffer("uint8_t[]", world or b"\0"),
+            len(world),
+            *self._table_pointers(ori),
+            *self._table_pointers(tenants),
+            *self._table_pointers(routes),
+            *self._table_pointers(groups),
             ffi.from_buffer("uint8_t[]", out, require_writable=True),
             len(out),
         )
         if written < 0:
             raise ValueError("candidate encoder ran out of room")
-        result.MergeFromString(bytes(out[:written]))
+        result.MergeFromString(_written(out, written))
+
+    def answered_slots(
+        self,
+        changed: NDArray[np.uint32],
+        guarded: NDArray[np.uint32],
+        guard_bits: NDArray[np.uint8],
+        merged: NDArray[np.uint32],
+        marks: NDArray[np.uint8],
+    ) -> tuple[NDArray[np.integer[Any]], NDArray[np.uint8]]:
+        """One merge pass over the three lists in C (moirai_union_slots): no pass over every agent."""
+        ffi = self._ffi
+        most = len(changed) + len(guarded) + len(merged)
+        answered = np.empty(most, np.uint32)
+        bits = np.empty(most, np.uint8)
+
+        def pointer(kind: str, values: NDArray[Any]) -> Any:
+            return ffi.from_buffer(kind, np.ascontiguousarray(values))
+
+        count = self._lib.moirai_union_slots(
+            pointer("uint32_t[]", changed),
+            len(changed),
+            pointer("uint32_t[]", guarded),
+            pointer("uint8_t[]", guard_bits),
+            len(guarded),
+            pointer("uint32_t[]", merged),
+            len(merged),
+            ffi.from_buffer("uint32_t[]", answered, require_writable=True),
+            ffi.from_buffer("uint8_t[]", bits, require_writable=True),
+        )
+        return answered[:count], bits[:count]
+
+    def _table_pointers(self, table: StringTable) -> tuple[Any, Any]:
+        """A table's blob and offsets as C pointers, made once per table (a registry's table lives
+        until registration changes it; ~1 µs a tick each otherwise)."""
+        if table.c_pointers is None:
+            ffi = self._ffi
+            blob, offsets = (
+                ffi.from_buffer("uint8_t[]", table.blob),
+                ffi.from_buffer("uint32_t[]", table.offsets),
+            )
+            table.c_pointers = (blob, offsets)
+        return table.c_pointers
+
+
+def _written(out: bytearray, length: int) -> bytes:
+    """The encoder's output, uncopied: upb parses any buffer (its stubs say bytes)."""
+    return cast(bytes, memoryview(out)[:length])
 
 
 class StringTable:
@@ -267,6 +339,7 @@ class StringTable:
     blob: bytes
     offsets: NDArray[np.uint32]
     longest: int
+    c_pointers: tuple[Any, Any] | None = None  # CRowCodec's pointers to blob and offsets
 
     def __init__(self, strings: Sequence[str], after: StringTable | None = None) -> None:
         """The table of `strings`, or of `after`'s strings followed by them."""
@@ -282,6 +355,9 @@ class StringTable:
             self.longest = max(self.longest, after.longest)
         self.blob = blob or b"\0"  # never empty: cffi wants a buffer to point at
         self.offsets = offsets
+
+
+_NO_STRINGS = StringTable([])
 
 
 class _RegistryTable:

@@ -88,6 +88,13 @@ int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_
 /* bits[slots[i]] |= bit for i < count. */
 void moirai_mark(uint8_t *bits, const uint32_t *slots, uint32_t count, uint8_t bit);
 
+/* A delta answer's slots: the ascending union of three ascending lists without repeats (changed,
+ * guarded with their guard bits, merged) into `out`, with each slot's guard bits (0 if unguarded)
+ * into `out_bits`; both hold n_changed + n_guarded + n_merged at least. Returns the union's length. */
+uint32_t moirai_union_slots(const uint32_t *changed, uint32_t n_changed, const uint32_t *guarded,
+                            const uint8_t *guard_bits, uint32_t n_guarded, const uint32_t *merged,
+                            uint32_t n_merged, uint32_t *out, uint8_t *out_bits);
+
 /* Encode: one CognitionCallCandidate per entry (zero values omitted, as protobuf does), each as TickResult
  * field 3, ready for TickResult.MergeFromString. Per entry: slot, cause, tier, candidate bits (bit 0 =
  * needs rehydration), token and cost estimates, batch group index into group_blob (-1 = none). String

@@ -28,3 +28,26 @@ int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_
 void moirai_mark(uint8_t *bits, const uint32_t *slots, uint32_t count, uint8_t bit) {
     for (uint32_t i = 0; i < count; i++) bits[slots[i]] |= bit;
 }
+
+/* A delta answer's slots: the union of the changed slots, the guarded slots and the merged slots
+ * (each list ascending and without repeats), ascending, with each answered slot's guard bits (0 when
+ * no guard fired for it). One merge pass over the three lists: the numpy way marks a byte per agent
+ * and scans them all, ~1 ms a tick at a million agents against this pass's tens of microseconds. */
+uint32_t moirai_union_slots(const uint32_t *changed, uint32_t n_changed, const uint32_t *guarded,
+                            const uint8_t *guard_bits, uint32_t n_guarded, const uint32_t *merged,
+                            uint32_t n_merged, uint32_t *out, uint8_t *out_bits) {
+    uint32_t c = 0, g = 0, m = 0, n = 0;
+    while (c < n_changed || g < n_guarded || m < n_merged) {
+        uint32_t slot = UINT32_MAX;
+        if (c < n_changed && changed[c] < slot) slot = changed[c];
+        if (g < n_guarded && guarded[g] < slot) slot = guarded[g];
+        if (m < n_merged && merged[m] < slot) slot = merged[m];
+        uint8_t bits = 0;
+        if (c < n_changed && changed[c] == slot) c++;
+        if (g < n_guarded && guarded[g] == slot) bits = guard_bits[g++];
+        if (m < n_merged && merged[m] == slot) m++;
+        out[n] = slot;
+        out_bits[n++] = bits;
+    }
+    return n;
+}

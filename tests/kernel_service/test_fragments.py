@@ -312,7 +312,7 @@ def test_compact_guard_runs_hand_over_what_the_listed_form_does(
         assert apply(compact, tick, op) == apply(listed, tick, op)
         for store in (compact, listed):  # the open-run index agrees with the moments it indexes
             for slot in range(3):
-                assert store._open_actions.get(slot) is store._open(slot, ActionRun)
+                assert store._actions.run_of(slot) is store._open(slot, ActionRun)
     assert len(listed) == len(compact)
     for slot in range(3):
         assert taken(compact, slot, 99) == taken(listed, slot, 99)
@@ -328,3 +328,25 @@ def test_a_guard_wave_over_a_population_keeps_no_python_object_per_ori() -> None
     assert len(store) == len(slots)
     (guard,) = taken(store, 4, 20)
     assert (guard.world_tick, guard.payload["count"], guard.payload["last_tick"]) == (6, 3, 18)
+
+
+def test_registration_sizes_the_fragment_arrays_so_no_tick_grows_them() -> None:
+    """Growing them on a tick (a guard wave or a Clotho agent reaching a new highest slot) cost
+    60-140 ms at a million agents; registration pays for it instead."""
+    kernel = make_kernel(3_000, "numpy", CONFIG)
+    store = kernel.fragments
+
+    def arrays() -> list[object]:
+        return [store._guard_bits, store._listed, store._guard_count, store._actions.row_of]
+
+    before = arrays()
+    tiers = np.full(3_000, common_pb2.COGNITION_TIER_CLOTHO, np.uint8)
+    store.record_guards(1, np.array([2_999], np.uint32), STALE, tiers)
+    fields = {
+        "out_kind": np.full(3_000, action_pb2.ACTION_KIND_EXPLORE, np.uint8),
+        "out_source": np.full(3_000, action_pb2.ACTION_SOURCE_BEHAVIOR_TREE, np.uint8),
+        "out_goal_ref": np.zeros(3_000, np.uint32),
+        "out_priority": np.zeros(3_000, np.uint16),
+    }
+    store.record_actions(2, np.array([2_998]), fields)
+    assert all(after is was for after, was in zip(arrays(), before, strict=True))

@@ -133,3 +133,27 @@ def test_c_writers_follow_a_registry_that_grows_between_ticks() -> None:
         codec.write_intents(by_c, slots, columns, ori_ids)
         PythonRowCodec().write_intents(by_python, slots, columns, ori_ids)
         assert by_c.SerializeToString(deterministic=True) == by_python.SerializeToString(deterministic=True)
+
+
+def ascending(agents: int) -> st.SearchStrategy[np.ndarray]:  # type: ignore[type-arg]
+    return st.sets(st.integers(0, agents - 1)).map(lambda slots: np.array(sorted(slots), np.uint32))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 64), st.data())
+def test_c_delta_answer_union_equals_python(agents: int, data: st.DataObject) -> None:
+    """Changed, guarded and merged slots overlapping any which way (or empty): the same union and
+    guard bits, and the Python codec leaves its mark bytes zeroed."""
+    changed = data.draw(ascending(agents))
+    guarded = data.draw(ascending(agents))
+    guard_bits = np.array(
+        data.draw(st.lists(st.integers(1, 3), min_size=len(guarded), max_size=len(guarded))), np.uint8
+    )
+    merged = data.draw(ascending(agents))
+    marks = np.zeros(agents, np.uint8)
+    expected = PythonRowCodec().answered_slots(changed, guarded, guard_bits, merged, marks)
+    got = CRowCodec().answered_slots(changed, guarded, guard_bits, merged, np.zeros(agents, np.uint8))
+    assert got[0].tolist() == expected[0].tolist()
+    assert got[1].tolist() == expected[1].tolist()
+    assert expected[0].tolist() == sorted({*changed.tolist(), *guarded.tolist(), *merged.tolist()})
+    assert not marks.any()

@@ -1,0 +1,50 @@
+"""The kernel's metrics: tick reports added up per tick, read as Prometheus families when scraped."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from egbe.v1 import action_pb2
+from kernel_service.dispatcher import DispatchStats
+from kernel_service.metrics import KernelMetrics
+
+
+def samples(metrics: KernelMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = metrics.exposition().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_tick_reports_become_counters_gauges_and_a_latency_histogram() -> None:
+    metrics = KernelMetrics("c", DispatchStats())
+    for elapsed, clotho in ((40, 3), (50, 4), (51, 5), (60_000, 6)):
+        metrics.observe(
+            action_pb2.KernelTickReport(
+                elapsed_micros=elapsed,
+                over_latency_budget=elapsed > 50_000,
+                clotho_count=clotho,
+                lachesis_count=10,
+                atropos_count=1,
+                calls_issued=2,
+                estimated_tokens=100,
+                guard_interventions=1,
+            )
+        )
+    got = samples(metrics)
+    assert got[("egbe_kernel_core_info", (("core", "c"),))] == 1
+    assert got[("egbe_kernel_ticks_total", ())] == 4
+    assert got[("egbe_kernel_ticks_over_budget_total", ())] == 1
+    assert got[("egbe_kernel_tick_micros_bucket", (("le", "50.0"),))] == 2  # le is inclusive
+    assert got[("egbe_kernel_tick_micros_bucket", (("le", "100.0"),))] == 3
+    assert got[("egbe_kernel_tick_micros_bucket", (("le", "50000.0"),))] == 3
+    assert got[("egbe_kernel_tick_micros_bucket", (("le", "+Inf"),))] == 4
+    assert got[("egbe_kernel_tick_micros_count", ())] == 4
+    assert got[("egbe_kernel_tick_micros_sum", ())] == 40 + 50 + 51 + 60_000
+    assert got[("egbe_kernel_agents", (("tier", "clotho"),))] == 6  # the last tick's
+    assert got[("egbe_kernel_agents", (("tier", "lachesis"),))] == 10
+    assert got[("egbe_kernel_calls_issued_total", ())] == 8
+    assert got[("egbe_kernel_estimated_tokens_total", ())] == 400
+    assert got[("egbe_kernel_guard_interventions_total", ())] == 4
