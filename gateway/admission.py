@@ -505,8 +505,16 @@ class CognitionGateway:
             method, role=role, operator_id=operator_id, allowed=allowed, detail=detail, now_ms=self._now_ms()
         )
 
-    def spend_window_start_ms(self) -> int:
-        return self._window_start_ms(self._now_ms())
+    def spend_window_start_ms(self, since_ms: int = 0) -> int:
+        """The first ledger window a spend report sums: the one holding `since_ms`, or the current one (0).
+
+        A `since_ms` after now is refused: that report would silently sum nothing."""
+        now_ms = self._now_ms()
+        if since_ms > now_ms:
+            raise InvalidArgument.field(
+                "since_unix_ms", f"{since_ms} is after the gateway's clock ({now_ms})"
+            )
+        return self._window_start_ms(since_ms or now_ms)
 
     # -- the whole run ------------------------------------------------------------------------------
     async def run_guarded(self, spec: RunSpec, work: Awaitable[Any]) -> Any:

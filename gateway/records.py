@@ -172,4 +172,5 @@ class Spend:
     admissions: int
     blocked_by_world_cap: int
     killed: int
+    killed_in_flight: int
     by_tier: list[TierSpend] = field(default_factory=list)

@@ -631,10 +631,9 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     ) -> gateway_pb2.GetSpendResponse:
         check_texts(ID_CHARS, world_id=request.world_id, tenant_id=request.tenant_id)
         await self._audited_read("GetSpend", context, request.world_id)
+        window_start_ms = self._gateway.spend_window_start_ms(request.since_unix_ms)
         spend = await self._gateway.store.spend(
-            world_id=request.world_id,
-            tenant_id=request.tenant_id,
-            window_start_ms=self._gateway.spend_window_start_ms(),
+            world_id=request.world_id, tenant_id=request.tenant_id, window_start_ms=window_start_ms
         )
         return gateway_pb2.GetSpendResponse(
             world_cap_tokens=spend.world_cap_tokens or self._gateway.world_cap_tokens(),
@@ -648,6 +647,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             admissions=spend.admissions,
             blocked_by_world_cap=spend.blocked_by_world_cap,
             killed=spend.killed,
+            killed_in_flight=spend.killed_in_flight,
+            window_start_unix_ms=window_start_ms,
         )
 
     async def ListAuditRecords(

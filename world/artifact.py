@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-ARTIFACT_SCHEMA_VERSION: Literal[1] = 1
+ARTIFACT_SCHEMA_VERSION: Literal[2] = 2  # 2: the bill tells admissions and in-flight kills apart
 Count = Annotated[int, Field(ge=0)]
 TierName = Literal["clotho", "lachesis", "atropos", "unspecified"]
 
@@ -132,7 +132,11 @@ class Bill(_Strict):
     by_tier: list[TierSpend]
     calls_issued: Count
     calls_run: Count = Field(description="Model calls the gateway's audit log holds for this world.")
-    killed: Count = Field(description="Calls the gateway refused under a kill switch.")
+    admissions: Count = Field(description="Runs the gateway admitted for this run's calls.")
+    killed: Count = Field(description="Calls refused under a kill switch, and admitted runs a kill ended.")
+    killed_in_flight: Count = Field(
+        description="Admitted runs a kill switch ended in flight (in killed too)."
+    )
     naive_calls: Count = Field(description="Every Ori thinking on every tick: agents x ticks.")
     naive_tokens: Count
     naive_micro_usd: Count
@@ -182,7 +186,7 @@ class SnapshotRecord(_Strict):
 class RunArtifact(_Strict):
     """One run of a scenario against the services; `schema/run-artifact.schema.json` is this model."""
 
-    schema_version: Literal[1] = ARTIFACT_SCHEMA_VERSION
+    schema_version: Literal[2] = ARTIFACT_SCHEMA_VERSION
     run_id: str
     created_at: str = Field(description="UTC wall-clock time the run started (not used by the run).")
     egbe_version: str

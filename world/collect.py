@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from dataclasses import dataclass, replace
 
 import grpc
 import numpy as np
@@ -36,7 +37,6 @@ ACTIVE_MINUTE_TICKS = TICK_HZ * 60
 REFLECTION_TICKS = TICK_HZ * 600  # a Lachesis reflection is due every 10 game-minutes
 AUDIT_PAGE = 500
 DRAIN_POLL_SECONDS = 0.25
-DRAIN_QUIET_POLLS = 3
 DRAIN_MAX_SECONDS = 30.0
 BIOGRAPHY_LINES = 12
 UNCAPPED_TOKENS = 2**62  # more than any tier cap: the gateway clamps each request to its tier's
@@ -48,23 +48,90 @@ def cause_name(cause: int) -> str:
     return name.removeprefix("COGNITION_CAUSE_").lower()
 
 
-async def wait_for_dispatch(clients: ServiceClients, world_id: str, tenant_id: str) -> None:
-    """Give the kernel's dispatcher time to finish in-flight calls: until the ledger stops moving."""
-    last: tuple[int, int] | None = None
-    quiet = 0
+@dataclass(frozen=True)
+class LedgerView:
+    """The gateway's ledger for one world, summed over the windows since the run started."""
+
+    since_unix_ms: int
+    world_cap_tokens: int = 0
+    reserved_tokens: int = 0
+    consumed_tokens: int = 0
+    consumed_micro_usd: int = 0
+    admissions: int = 0
+    blocked_by_world_cap: int = 0
+    killed: int = 0
+    killed_in_flight: int = 0
+    by_tier: tuple[TierSpend, ...] = ()  # audited spend by tier over the same windows
+
+    @property
+    def outcomes(self) -> int:
+        """Calls the gateway has answered at admission: admitted, refused under a control, or deferred."""
+        return self.admissions + self.killed - self.killed_in_flight + self.blocked_by_world_cap
+
+    def minus(self, start: LedgerView) -> LedgerView:
+        """What happened between `start` and this view (the cap and reservations are levels, kept)."""
+        return replace(
+            self,
+            consumed_tokens=self.consumed_tokens - start.consumed_tokens,
+            consumed_micro_usd=self.consumed_micro_usd - start.consumed_micro_usd,
+            admissions=self.admissions - start.admissions,
+            blocked_by_world_cap=self.blocked_by_world_cap - start.blocked_by_world_cap,
+            killed=self.killed - start.killed,
+            killed_in_flight=self.killed_in_flight - start.killed_in_flight,
+        )
+
+
+async def ledger_view(
+    clients: ServiceClients, world_id: str, tenant_id: str, *, since_unix_ms: int
+) -> LedgerView:
+    """The world's ledger from the window holding `since_unix_ms` (0: the current one) to now, on the
+    gateway's clock; all zero when the gateway keeps none (UNIMPLEMENTED)."""
+    try:
+        spend = await clients.operator.GetSpend(
+            gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id, since_unix_ms=since_unix_ms),
+            metadata=clients.operator_md,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise WorldRunError(describe_rpc_error("GetSpend", exc)) from exc
+        return LedgerView(since_unix_ms)
+    return LedgerView(
+        spend.window_start_unix_ms,
+        world_cap_tokens=spend.world_cap_tokens,
+        reserved_tokens=spend.reserved_tokens,
+        consumed_tokens=spend.consumed_tokens,
+        consumed_micro_usd=spend.consumed_micro_usd,
+        admissions=spend.admissions,
+        blocked_by_world_cap=spend.blocked_by_world_cap,
+        killed=spend.killed,
+        killed_in_flight=spend.killed_in_flight,
+        by_tier=tuple(
+            TierSpend(
+                tier=TIER_NAME.get(t.tier, "unspecified"),
+                calls=t.calls,
+                tokens=t.tokens,
+                micro_usd=t.micro_usd,
+            )
+            for t in spend.by_tier
+        ),
+    )
+
+
+async def wait_for_dispatch(
+    clients: ServiceClients, world_id: str, tenant_id: str, start: LedgerView, issued: int
+) -> LedgerView:
+    """Wait until the gateway has answered every call the run issued and no admitted run is still in flight.
+
+    Bounded by DRAIN_MAX_SECONDS: a call the dispatcher lost never arrives, and the bill then shows it
+    as issued but unaccounted for rather than the run hanging. Returns the last view (the run's share)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DRAIN_MAX_SECONDS
-    while loop.time() < deadline and quiet < DRAIN_QUIET_POLLS:
-        try:
-            spend = await clients.operator.GetSpend(
-                gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id),
-                metadata=clients.operator_md,
-            )
-        except grpc.aio.AioRpcError:
-            return  # no ledger to watch
-        now = (int(spend.admissions), int(spend.consumed_tokens))
-        quiet = quiet + 1 if now == last else 0
-        last = now
+    while True:
+        view = await ledger_view(clients, world_id, tenant_id, since_unix_ms=start.since_unix_ms)
+        share = view.minus(start)
+        settled = share.outcomes >= issued and share.reserved_tokens == 0
+        if settled or loop.time() >= deadline:
+            return share
         await asyncio.sleep(DRAIN_POLL_SECONDS)
 
 
@@ -215,53 +282,29 @@ def _event_line(event: biography_pb2.OriEvent) -> str:
     return f"tick {event.world_tick}: {kind}"
 
 
-async def bill(
-    clients: ServiceClients,
+def bill(
     recording: LoopRecording,
     calls: list[CognitionCall],
     population: Population,
-    tenant_id: str,
+    ledger: LedgerView,
 ) -> Bill:
-    # the naive design pays this run's mean issued call for every Ori on every tick
     """The ledger's view of the run, beside the naive every-agent-every-tick count for the same run."""
-    try:
-        spend = await clients.operator.GetSpend(
-            gateway_pb2.GetSpendRequest(world_id=recording.world_id, tenant_id=tenant_id),
-            metadata=clients.operator_md,
-        )
-        by_tier = [
-            TierSpend(
-                tier=TIER_NAME.get(t.tier, "unspecified"),
-                calls=t.calls,
-                tokens=t.tokens,
-                micro_usd=t.micro_usd,
-            )
-            for t in spend.by_tier
-        ]
-        ledger: tuple[int, ...] = (
-            spend.world_cap_tokens,
-            spend.consumed_tokens,
-            spend.consumed_micro_usd,
-            spend.blocked_by_world_cap,
-            spend.killed,
-        )
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-            raise WorldRunError(describe_rpc_error("GetSpend", exc)) from exc
-        by_tier, ledger = [], (0, 0, 0, 0, 0)
+    # the naive design pays this run's mean issued call for every Ori on every tick
     issued = sum(sums[0] for sums in recording.issued.values())
     naive_calls = population.size * len(recording.ticks)
     mean_tokens = (sum(sums[1] for sums in recording.issued.values()) / issued) if issued else 0.0
     mean_cost = (sum(sums[2] for sums in recording.issued.values()) / issued) if issued else 0.0
     return Bill(
-        world_cap_tokens=ledger[0],
-        consumed_tokens=ledger[1],
-        consumed_micro_usd=ledger[2],
-        blocked_by_world_cap=ledger[3],
-        by_tier=by_tier,
+        world_cap_tokens=ledger.world_cap_tokens,
+        consumed_tokens=ledger.consumed_tokens,
+        consumed_micro_usd=ledger.consumed_micro_usd,
+        blocked_by_world_cap=ledger.blocked_by_world_cap,
+        by_tier=list(ledger.by_tier),
         calls_issued=issued,
         calls_run=len(calls),
-        killed=ledger[4],
+        admissions=ledger.admissions,
+        killed=ledger.killed,
+        killed_in_flight=ledger.killed_in_flight,
         naive_calls=naive_calls,
         naive_tokens=round(naive_calls * mean_tokens),
         naive_micro_usd=round(naive_calls * mean_cost),

@@ -117,8 +117,9 @@ def _calls_by_cause(artifact: RunArtifact) -> str:
             "Cognition calls the kernel issued, by cause, per tier", groups or [("none", [])], "calls"
         )
         + f'<p class="muted">{artifact.bill.calls_issued:,} calls issued; the gateway ran '
-        f"{len(artifact.calls):,} model calls ({escape(detail or 'none')}) and refused "
-        f"{artifact.bill.killed:,} under a kill switch.</p>"
+        f"{len(artifact.calls):,} model calls ({escape(detail or 'none')}) and stopped "
+        f"{artifact.bill.killed:,} under a kill switch ({artifact.bill.killed_in_flight:,} of them in "
+        "flight).</p>"
     )
 
 

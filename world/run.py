@@ -35,6 +35,7 @@ from world.collect import (
     biographies,
     issued_calls,
     kill_records,
+    ledger_view,
     saturation,
     tier_occupancy,
     wait_for_dispatch,
@@ -138,6 +139,7 @@ async def execute(
     progress = ProgressBar(options.end_tick, enabled=options.progress)
     try:
         await register(clients, setup)
+        ledger_start = await ledger_view(clients, world_id, scenario.tenant_id, since_unix_ms=0)
         if start is None:
             save_world_snapshot(run_dir, 0, state)
         else:
@@ -151,7 +153,9 @@ async def execute(
             loop_started = time.monotonic()
             recording = await WorldLoop(clients, setup, progress, hooks).run(state, options.end_tick)
             loop_seconds = time.monotonic() - loop_started
-        await wait_for_dispatch(clients, world_id, scenario.tenant_id)
+        ledger = await wait_for_dispatch(
+            clients, world_id, scenario.tenant_id, ledger_start, issued=sum(recording.calls_issued)
+        )
         audit = await audit_records(clients, world_id)
         calls = audited_calls(audit, recording.run_ticks)
         artifact = RunArtifact(
@@ -177,7 +181,7 @@ async def execute(
             kills=kill_records(recording, calls),
             directives=recording.directives,
             biographies=await biographies(clients, setup.population),
-            bill=await bill(clients, recording, calls, setup.population, scenario.tenant_id),
+            bill=bill(recording, calls, setup.population, ledger),
             saturation=await saturation(clients, recording, setup.population.ids),
             replay=ReplayCheck(checked=False),
             tick_log=_tick_log_record(services, run_dir),

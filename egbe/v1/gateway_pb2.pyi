@@ -1204,17 +1204,23 @@ class GetSpendRequest(_message.Message):
 
     WORLD_ID_FIELD_NUMBER: _builtins.int
     TENANT_ID_FIELD_NUMBER: _builtins.int
+    SINCE_UNIX_MS_FIELD_NUMBER: _builtins.int
     world_id: _builtins.str
     tenant_id: _builtins.str
+    since_unix_ms: _builtins.int
+    """Sum every ledger window from the one holding this instant (Unix ms) to the current one, so a run
+    that crossed a window boundary sees all of its spend; 0 = the current window only.
+    """
     def __init__(
         self,
         *,
         world_id: _builtins.str = ...,
         tenant_id: _builtins.str = ...,
+        since_unix_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant_id", b"tenant_id", "world_id", b"world_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["since_unix_ms", b"since_unix_ms", "tenant_id", b"tenant_id", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1260,6 +1266,8 @@ class GetSpendResponse(_message.Message):
     ADMISSIONS_FIELD_NUMBER: _builtins.int
     BLOCKED_BY_WORLD_CAP_FIELD_NUMBER: _builtins.int
     KILLED_FIELD_NUMBER: _builtins.int
+    KILLED_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    WINDOW_START_UNIX_MS_FIELD_NUMBER: _builtins.int
     world_cap_tokens: _builtins.int
     reserved_tokens: _builtins.int
     consumed_tokens: _builtins.int
@@ -1267,6 +1275,13 @@ class GetSpendResponse(_message.Message):
     admissions: _builtins.int
     blocked_by_world_cap: _builtins.int
     killed: _builtins.int
+    """Runs refused at admission under a control plus admitted runs a control ended in flight."""
+    killed_in_flight: _builtins.int
+    """The admitted runs a control ended in flight (counted in both `admissions` and `killed`)."""
+    window_start_unix_ms: _builtins.int
+    """The start (Unix ms) of the first window summed: pass it back as `since_unix_ms` to sum from there on
+    the gateway's own clock.
+    """
     @_builtins.property
     def by_tier(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierSpend]: ...
     def __init__(
@@ -1280,10 +1295,12 @@ class GetSpendResponse(_message.Message):
         admissions: _builtins.int = ...,
         blocked_by_world_cap: _builtins.int = ...,
         killed: _builtins.int = ...,
+        killed_in_flight: _builtins.int = ...,
+        window_start_unix_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admissions", b"admissions", "blocked_by_world_cap", b"blocked_by_world_cap", "by_tier", b"by_tier", "consumed_micro_usd", b"consumed_micro_usd", "consumed_tokens", b"consumed_tokens", "killed", b"killed", "reserved_tokens", b"reserved_tokens", "world_cap_tokens", b"world_cap_tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admissions", b"admissions", "blocked_by_world_cap", b"blocked_by_world_cap", "by_tier", b"by_tier", "consumed_micro_usd", b"consumed_micro_usd", "consumed_tokens", b"consumed_tokens", "killed", b"killed", "killed_in_flight", b"killed_in_flight", "reserved_tokens", b"reserved_tokens", "window_start_unix_ms", b"window_start_unix_ms", "world_cap_tokens", b"world_cap_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -481,14 +481,15 @@ class GatewayStore(ABC):
     def _end(self, tx: Tx, run: _RunRow, status: RunStatus, *, detail: str, stats: str, now_ms: int) -> int:
         """End an active run and release its unused reservation; returns the tokens released."""
         released = run.unused_reservation
+        killed = int(status is RunStatus.KILLED)
         tx.execute(
             "UPDATE gateway_runs SET status = ?, detail = ?, stats = ?, ended_at_ms = ? WHERE run_id = ?",
             (status.value, detail, stats, now_ms, run.spec.run_id),
         )
         tx.execute(
-            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?, killed = killed + ?"
-            " WHERE world_id = ? AND window_start_ms = ?",
-            (released, int(status is RunStatus.KILLED), run.spec.world_id, run.window_start_ms),
+            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?, killed = killed + ?,"
+            " killed_in_flight = killed_in_flight + ? WHERE world_id = ? AND window_start_ms = ?",
+            (released, killed, killed, run.spec.world_id, run.window_start_ms),
         )
         return released
 
@@ -886,15 +887,16 @@ class GatewayStore(ABC):
         return await self.transact(body, durable=False)
 
     async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
-        """This window's ledger (one world, or all) and audited spend by tier."""
+        """The ledger (one world, or all) and audited spend by tier, summed over every window from the one
+        starting at `window_start_ms` to the current one."""
 
         def body(tx: Tx) -> Spend:
             ledger = tx.one(
                 "SELECT COALESCE(MAX(cap_tokens), 0), COALESCE(SUM(reserved_tokens), 0),"
                 " COALESCE(SUM(consumed_tokens), 0), COALESCE(SUM(consumed_micro_usd), 0),"
                 " COALESCE(SUM(admissions), 0), COALESCE(SUM(blocked_by_world_cap), 0),"
-                " COALESCE(SUM(killed), 0)"
-                " FROM gateway_ledger WHERE window_start_ms = ? AND (? = '' OR world_id = ?)",
+                " COALESCE(SUM(killed), 0), COALESCE(SUM(killed_in_flight), 0)"
+                " FROM gateway_ledger WHERE window_start_ms >= ? AND (? = '' OR world_id = ?)",
                 (window_start_ms, world_id, world_id),
             )
             assert ledger is not None  # an aggregate always answers one row
@@ -904,7 +906,9 @@ class GatewayStore(ABC):
                 " AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?) GROUP BY tier ORDER BY tier",
                 (window_start_ms, world_id, world_id, tenant_id, tenant_id),
             )
-            cap, reserved, consumed, micro_usd, admissions, blocked, killed = (int(v) for v in ledger)
+            cap, reserved, consumed, micro_usd, admissions, blocked, killed, killed_in_flight = (
+                int(v) for v in ledger
+            )
             return Spend(
                 world_cap_tokens=cap,
                 reserved_tokens=reserved,
@@ -913,6 +917,7 @@ class GatewayStore(ABC):
                 admissions=admissions,
                 blocked_by_world_cap=blocked,
                 killed=killed,
+                killed_in_flight=killed_in_flight,
                 by_tier=[TierSpend(int(t), int(tok), int(usd), int(n)) for t, tok, usd, n in tiers],
             )
 

@@ -102,6 +102,8 @@ ADDED_COLUMNS = (
     ("gateway_audit", "error_class", "TEXT NOT NULL DEFAULT ''"),
     # The tools the run's model calls were granted (newline-separated, sorted): a tool call must name one.
     ("gateway_runs", "tool_grants", "TEXT NOT NULL DEFAULT ''"),
+    # Admitted runs a control ended in flight (also in `killed`): what tells them from refusals.
+    ("gateway_ledger", "killed_in_flight", "BIGINT NOT NULL DEFAULT 0"),
 )
 # Indexes over added columns, created once the columns exist.
 LATER_INDEXES = (

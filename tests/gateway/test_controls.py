@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -46,7 +47,8 @@ async def test_kill_ori_ends_its_runs_and_refuses_new_ones(gateway: GatewayHarne
     assert (await gateway.generate(other.run_id)).offline  # other Ori are untouched
     spend = await gateway.spend("world-1")
     assert spend.reserved_tokens + spend.consumed_tokens == 4_000  # only bram's reservation is still held
-    assert spend.killed >= 2
+    # ada's run ended in flight and her later admission refused: two kills, one of them in flight
+    assert (spend.admissions, spend.killed, spend.killed_in_flight) == (2, 2, 1)
 
 
 @pytest.mark.parametrize(
@@ -269,3 +271,38 @@ async def _submit_and_fail(gateway: GatewayHarness) -> None:
     assert "cognition Think failed" in reply.detail
     spend = await gateway.spend("world-1")
     assert (spend.admissions, spend.reserved_tokens) == (1, 0)
+
+
+async def test_spend_sums_every_window_since_the_one_named(tmp_path: Path, database_url: str | None) -> None:
+    """A run that crosses a ledger window sees all its spend when it passes back the first window's start."""
+    harness = await start_gateway(gateway_settings(tmp_path, database_url, ledger_window_seconds=1))
+    try:
+
+        async def next_window(after: int) -> int:
+            while True:  # polled: the window is the gateway's clock, nothing to wait on
+                start = (await harness.spend("world-1")).window_start_unix_ms
+                if start != after:
+                    return start
+                await asyncio.sleep(0.01)
+
+        # start just after a boundary, so ada's admission lands in the window `first` names
+        first = await next_window(await next_window(0))
+        await harness.admit("ada")
+        await next_window(first)
+        await harness.admit("bram")
+        assert (await harness.spend("world-1")).admissions == 1  # the current window alone
+        both = await harness.operator.GetSpend(
+            gateway_pb2.GetSpendRequest(world_id="world-1", since_unix_ms=first),
+            metadata=harness.metadata(Role.OPERATOR),
+        )
+        assert both.admissions == 2
+        assert both.window_start_unix_ms == first
+        with pytest.raises(grpc.aio.AioRpcError) as future:
+            await harness.operator.GetSpend(
+                gateway_pb2.GetSpendRequest(world_id="world-1", since_unix_ms=2**62),
+                metadata=harness.metadata(Role.OPERATOR),
+            )
+        assert future.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "since_unix_ms" in (future.value.details() or "")
+    finally:
+        await harness.stop()

@@ -165,6 +165,6 @@ async def test_a_kill_during_the_call_aborts_the_run_and_releases_it(
         [killed] = await harness.audit_records()
         assert (killed.error_class, killed.output) == ("killed", "")
         spend = await _ledger_equals_audit(harness)
-        assert (spend.reserved_tokens, spend.killed) == (0, 1)
+        assert (spend.reserved_tokens, spend.killed, spend.killed_in_flight) == (0, 1, 1)
     finally:
         await harness.stop()
