@@ -64,12 +64,8 @@ _INSERT_EVENTS = f"INSERT INTO events ({sql.EVENT_COLUMNS}) " + _from_rows_docum
 _STREAM_HEAD = _pg(sql.STREAM_HEAD)
 _LOCK_LOG_HEAD = _pg(sql.LOG_HEAD) + " FOR UPDATE"
 _SET_LOG_HEAD = _pg(sql.SET_LOG_HEAD)
-_MEMORY_TYPES = ("text", "text", "bigint", "bigint", "text", "bigint", "bigint")
-_UPSERT_MEMORIES = (
-    f"INSERT INTO memories ({sql.MEMORY_COLUMNS}) "
-    + _from_rows_document(_MEMORY_TYPES)
-    + f" {sql.MEMORY_ON_CONFLICT}"
-)
+_MEMORY_TYPES = ("text", "text", "bigint", "bigint", "text", "bigint", "bigint", "bigint")
+_INSERT_MEMORIES = f"INSERT INTO memories ({sql.MEMORY_COLUMNS}) " + _from_rows_document(_MEMORY_TYPES)
 # The last event of each stream, one index probe per stream.
 _STREAM_HEADS = (
     "SELECT o.ori_id, e.stream_version, e.hash FROM unnest(%s::text[]) AS o(ori_id)"
@@ -144,7 +140,7 @@ class PostgresStore(BiographyStore):
                 for migration in self._migrations:
                     if migration.version in applied:
                         continue
-                    for statement in migration.statements:
+                    for statement in migration.statements_for("postgres"):
                         await connection.execute(_pg(statement))
                     await connection.execute(
                         "INSERT INTO schema_migrations (version, description) VALUES (%s, %s)",
@@ -275,11 +271,10 @@ class PostgresStore(BiographyStore):
                 statements.setdefault(statement, []).extend(params)
         async with connection.cursor() as cursor:
             await cursor.execute(_INSERT_EVENTS, (_ROWS_DOCUMENT.encode(rows),))
-            memories = statements.pop(sql.UPSERT_MEMORY, [])
+            # Events' own memories are new rows; folded fragments' (rare) upsert one by one below.
+            memories = statements.pop(sql.INSERT_MEMORY, [])
             if memories:
-                # One statement may touch a row once: the last write of each memory wins, as it would in turn.
-                latest = list({(row[0], row[1]): row for row in memories}.values())
-                await cursor.execute(_UPSERT_MEMORIES, (_ROWS_DOCUMENT.encode(latest),))
+                await cursor.execute(_INSERT_MEMORIES, (_ROWS_DOCUMENT.encode(memories),))
             for statement, params in statements.items():
                 await cursor.executemany(_pg(statement), params)
             await cursor.execute(_SET_LOG_HEAD, (plan.last_global_position,))

@@ -19,11 +19,49 @@ from biography_service.projections import (
 )
 
 
+# Ends a CREATE TABLE whose primary key is its access path: on SQLite the rows then live in the key's
+# B-tree (no rowid table beside an index of the key); PostgreSQL has no such clause and drops it.
+WITHOUT_ROWID = " WITHOUT ROWID"
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+
+    def statements_for(self, backend: str) -> tuple[str, ...]:
+        """The statements as `backend` ("sqlite" or "postgres") runs them."""
+        if backend == "sqlite":
+            return self.statements
+        return tuple(statement.removesuffix(WITHOUT_ROWID) for statement in self.statements)
+
+
+def _keyed_by_position(table: str, columns: str, ref_column_types: str) -> tuple[str, ...]:
+    """Rebuild a per-event projection table (one row per event or consolidated fragment, named by
+    `ref`) keyed by its place in the Ori's log, (ori_id, stream_version, seq), instead of (ori_id, ref).
+
+    An event's row has its event id as ref, which is random: keyed by it, every append dirtied a leaf
+    page of that index per event (a third of the WAL written per event, docs/performance.md). Keyed by
+    position, an Ori's rows are appended at the end of its key range, and the key is also the recency
+    order the snapshot reads (the separate recency index goes). An event id never repeats (events'
+    own unique constraint), so only fragment rows, which a later consolidation may fold again, keep a
+    unique ref: a partial index the folded upsert names as its conflict target.
+    """
+    return (
+        f"CREATE TABLE {table}_by_position ("
+        " ori_id TEXT NOT NULL, stream_version BIGINT NOT NULL, seq BIGINT NOT NULL,"
+        f" ref TEXT NOT NULL, folded BIGINT NOT NULL, {ref_column_types},"
+        f" PRIMARY KEY (ori_id, stream_version, seq)){WITHOUT_ROWID}",
+        # A row is folded when the event at its place is a consolidation.
+        f"INSERT INTO {table}_by_position (ori_id, stream_version, seq, ref, folded, {columns})"  # noqa: S608
+        f" SELECT p.ori_id, p.stream_version, p.seq, p.ref, COALESCE((SELECT 1 FROM events e"
+        " WHERE e.ori_id = p.ori_id AND e.stream_version = p.stream_version"
+        f" AND e.kind = 'Consolidated'), 0), {columns} FROM {table} p",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {table}_by_position RENAME TO {table}",
+        f"CREATE UNIQUE INDEX {table}_folded_ref ON {table} (ori_id, ref) WHERE folded = 1",
+    )
 
 
 MIGRATIONS_TABLE = (
@@ -80,6 +118,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         # Rehydration takes the most recent personality events; without this index it sorted all of
         # an Ori's (a 10,000-event Ori: 2,000 rows, ~1.3 ms of SQLite per Rehydrate).
         ("CREATE INDEX personality_recent ON personality_events (ori_id, stream_version, seq)",),
+    ),
+    Migration(
+        3,
+        "memories and personality events keyed by log position",
+        (
+            *_keyed_by_position(
+                "memories",
+                "text, salience_bp, world_tick",
+                "text TEXT NOT NULL, salience_bp BIGINT NOT NULL, world_tick BIGINT NOT NULL",
+            ),
+            *_keyed_by_position("personality_events", "summary", "summary TEXT NOT NULL"),
+        ),
     ),
 )
 
@@ -181,13 +231,15 @@ def _decode(row: Sequence[Any]) -> RecordedEvent:
     )
 
 
-MEMORY_COLUMNS = "ori_id, ref, stream_version, seq, text, salience_bp, world_tick"
-MEMORY_ON_CONFLICT = (
-    "ON CONFLICT (ori_id, ref) DO UPDATE SET"
+MEMORY_COLUMNS = "ori_id, ref, stream_version, seq, text, salience_bp, world_tick, folded"
+# An event's own memory: a new row (its place and its ref, the event id, are new).
+INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
+# A consolidated fragment's: folding a fragment again moves its row to the new place.
+_UPSERT_FOLDED_MEMORY = (
+    f"{INSERT_MEMORY} ON CONFLICT (ori_id, ref) WHERE folded = 1 DO UPDATE SET"
     " stream_version = excluded.stream_version, seq = excluded.seq, text = excluded.text,"
     " salience_bp = excluded.salience_bp, world_tick = excluded.world_tick"
 )
-UPSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) {MEMORY_ON_CONFLICT}"  # noqa: S608
 # Absent bond/respect/summary keep the values already projected.
 _UPSERT_RELATIONSHIP = (
     "INSERT INTO relationships (ori_id, other_ori_id, bond, respect, summary, ended, stream_version)"
@@ -201,10 +253,13 @@ _UPSERT_ARC = (
     " ON CONFLICT (ori_id, arc_ref) DO UPDATE SET status = excluded.status,"
     " stream_version = excluded.stream_version"
 )
-_UPSERT_PERSONALITY = (
-    "INSERT INTO personality_events (ori_id, ref, stream_version, seq, summary) VALUES (?, ?, ?, ?, ?)"
-    " ON CONFLICT (ori_id, ref) DO UPDATE SET stream_version = excluded.stream_version,"
-    " seq = excluded.seq, summary = excluded.summary"
+_INSERT_PERSONALITY = (
+    "INSERT INTO personality_events (ori_id, ref, stream_version, seq, summary, folded)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_FOLDED_PERSONALITY = (
+    f"{_INSERT_PERSONALITY} ON CONFLICT (ori_id, ref) WHERE folded = 1 DO UPDATE SET"
+    " stream_version = excluded.stream_version, seq = excluded.seq, summary = excluded.summary"
 )
 _UPSERT_VALUE = (
     "INSERT INTO ori_values (ori_id, value_ref, weight_bp, stream_version) VALUES (?, ?, ?, ?)"
@@ -214,11 +269,11 @@ _UPSERT_VALUE = (
 
 
 # The ops whose parameters are the Ori id followed by the op's own fields, in column order.
-_PLAIN_UPSERTS: dict[type, str] = {
-    MemoryRow: UPSERT_MEMORY,
-    ArcUpsert: _UPSERT_ARC,
-    PersonalityRow: _UPSERT_PERSONALITY,
-    ValueUpsert: _UPSERT_VALUE,
+_UPSERTS: dict[type, str] = {ArcUpsert: _UPSERT_ARC, ValueUpsert: _UPSERT_VALUE}
+# Rows of one event or fragment each: the statement for an event's own row and for a folded fragment's.
+_ROWS: dict[type, tuple[str, str]] = {
+    MemoryRow: (INSERT_MEMORY, _UPSERT_FOLDED_MEMORY),
+    PersonalityRow: (_INSERT_PERSONALITY, _UPSERT_FOLDED_PERSONALITY),
 }
 
 
@@ -226,11 +281,14 @@ def projection_statements(ori_id: str, ops: Sequence[ProjectionOp]) -> dict[str,
     """Parameter rows per statement, in op order within each statement (each statement owns one table)."""
     grouped: dict[str, list[tuple[Any, ...]]] = {}
     for op in ops:
-        statement = _PLAIN_UPSERTS.get(type(op))
-        if statement is None:
+        kind = type(op)
+        rows_statements = _ROWS.get(kind)
+        if rows_statements is not None:
+            statement, params = rows_statements[cast(MemoryRow | PersonalityRow, op).folded], (ori_id, *op)
+        elif kind is RelationshipUpsert:
             statement, params = _relationship(ori_id, cast(RelationshipUpsert, op))
         else:
-            params = (ori_id, *op)
+            statement, params = _UPSERTS[kind], (ori_id, *op)
         rows = grouped.get(statement)
         if rows is None:
             grouped[statement] = [params]

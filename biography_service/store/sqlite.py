@@ -159,7 +159,7 @@ class SqliteStore(BiographyStore):
         for migration in self._migrations:
             if migration.version in applied:
                 continue
-            for statement in migration.statements:
+            for statement in migration.statements_for("sqlite"):
                 connection.execute(statement)
             connection.execute(
                 "INSERT INTO schema_migrations (version, description) VALUES (?, ?)",

@@ -235,30 +235,6 @@ async def test_migrations_run_once_and_a_reopened_store_keeps_its_events(store_f
         await again.close()
 
 
-async def test_a_database_of_the_first_schema_is_upgraded_in_place(store_factory: object) -> None:
-    """A v1 database (written before the personality index) opens, keeps its log and chains, and the
-    upgraded store ranks its projections as the old one did."""
-    events = [
-        *memories(3),
-        *(event(EventKind.PERSONALITY_EVENT, {"summary": f"grew {i}"}, tick=i) for i in range(4)),
-    ]
-    old: BiographyStore = store_factory(migrations=MIGRATIONS[:1])  # type: ignore[operator]
-    await old.open()
-    await old.append("ori-a", NO_STREAM, events)
-    before = await old.snapshot("ori-a", limit=2, memory_window=10)
-    await old.close()
-    upgraded: BiographyStore = store_factory()  # type: ignore[operator]
-    await upgraded.open()
-    try:
-        biography = Biography(upgraded, BiographyConfig())
-        assert (await biography.verify_chain("ori-a")).events_checked == len(events)
-        assert await upgraded.snapshot("ori-a", limit=2, memory_window=10) == before
-        assert before.personality_events == ["grew 3", "grew 2"]
-        assert (await upgraded.append("ori-a", exact(6), memories(1, "n"))).last_version == 7
-    finally:
-        await upgraded.close()
-
-
 async def test_projections_follow_the_log_in_the_same_transaction(biography: Biography) -> None:
     await biography.append(
         "ori-a",
