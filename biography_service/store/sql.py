@@ -29,9 +29,12 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    only: str | None = None  # the one backend the change concerns; the other records it as done
 
     def statements_for(self, backend: str) -> tuple[str, ...]:
         """The statements as `backend` ("sqlite" or "postgres") runs them."""
+        if self.only is not None and self.only != backend:
+            return ()
         if backend == "sqlite":
             return self.statements
         return tuple(statement.removesuffix(WITHOUT_ROWID) for statement in self.statements)
@@ -63,6 +66,11 @@ def _keyed_by_position(table: str, columns: str, ref_column_types: str) -> tuple
         f"CREATE UNIQUE INDEX {table}_folded_ref ON {table} (ori_id, ref) WHERE folded = 1",
     )
 
+
+EVENT_COLUMNS = (
+    "event_id, ori_id, stream_version, global_position, kind, payload, world_tick,"
+    " recorded_at_us, provenance_ref, previous_hash, hash"
+)
 
 MIGRATIONS_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ( version BIGINT PRIMARY KEY, description TEXT NOT NULL)"
@@ -131,13 +139,36 @@ MIGRATIONS: tuple[Migration, ...] = (
             *_keyed_by_position("personality_events", "summary", "summary TEXT NOT NULL"),
         ),
     ),
+    Migration(
+        4,
+        "SQLite: events stored by global position",
+        (
+            # The global position becomes the rowid (exactly `INTEGER PRIMARY KEY`): the table's own
+            # B-tree is then the $all order, and the separate unique index of positions, one more
+            # B-tree insert per event, goes. PostgreSQL keeps its heap and its unique index as they are.
+            "CREATE TABLE events_by_position ("
+            " global_position INTEGER PRIMARY KEY,"
+            " ori_id TEXT NOT NULL,"
+            " stream_version BIGINT NOT NULL,"
+            " event_id TEXT NOT NULL UNIQUE,"
+            " kind TEXT NOT NULL,"
+            " payload TEXT NOT NULL,"
+            " world_tick BIGINT NOT NULL,"
+            " recorded_at_us BIGINT NOT NULL,"
+            " provenance_ref TEXT NOT NULL,"
+            " previous_hash TEXT NOT NULL,"
+            " hash TEXT NOT NULL,"
+            " UNIQUE (ori_id, stream_version))",
+            f"INSERT INTO events_by_position ({EVENT_COLUMNS})"  # noqa: S608
+            f" SELECT {EVENT_COLUMNS} FROM events ORDER BY global_position",
+            "DROP TABLE events",
+            "ALTER TABLE events_by_position RENAME TO events",
+        ),
+        only="sqlite",
+    ),
 )
 
-# Statements below interpolate only these constant column lists and placeholder counts, never input.
-EVENT_COLUMNS = (
-    "event_id, ori_id, stream_version, global_position, kind, payload, world_tick,"
-    " recorded_at_us, provenance_ref, previous_hash, hash"
-)
+# Statements below interpolate only constant column lists and placeholder counts, never input.
 
 INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
 STREAM_HEAD = "SELECT stream_version, hash FROM events WHERE ori_id = ? ORDER BY stream_version DESC LIMIT 1"

@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import psycopg
+import pytest
 
 from biography_service.appending import AppendPlan, StreamHead, plan_append
 from biography_service.config import BiographyConfig
 from biography_service.consolidation import Fragment, fold_by_kind
+from biography_service.errors import EventIdConflict
 from biography_service.events import ANY, EventKind, NewEvent, exact
 from biography_service.projections import MemoryRow, PersonalityRow
 from biography_service.service import Biography
@@ -71,9 +73,10 @@ def _fragment(fragment_id: str, text: str, tick: int) -> Fragment:
     return Fragment(fragment_id, EventKind.MEMORY_FORMED, {"text": text, "salience_bp": 100 * tick}, tick)
 
 
-async def test_a_version_2_database_is_upgraded_with_its_projections(store_factory: object) -> None:
-    """Memories and personality events (event rows and folded fragments, one fragment folded twice)
-    keep their ranking; after the upgrade a fragment folded again still replaces its row."""
+async def test_a_version_2_database_is_upgraded_with_its_log_and_projections(store_factory: object) -> None:
+    """The log keeps its order and chains; memories and personality events (event rows and folded
+    fragments, one fragment folded twice) keep their ranking; after the upgrade a fragment folded again
+    still replaces its row, and a repeated event id is still refused."""
     batches = [
         [memory("first", 3000, tick=1), *memories(2, "m")],
         [event(EventKind.PERSONALITY_EVENT, {"summary": f"grew {i}"}, tick=i) for i in range(4)],
@@ -89,6 +92,9 @@ async def test_a_version_2_database_is_upgraded_with_its_projections(store_facto
     try:
         biography = Biography(upgraded, BiographyConfig())
         assert (await biography.verify_chain("ori-a")).events_checked == 9
+        logged = await upgraded.read_all(1, 100)
+        assert [e.event_id for e in logged] == [e.event_id for batch in batches for e in batch]
+        assert [e.global_position for e in logged] == list(range(1, 10))
         snapshot = await upgraded.snapshot("ori-a", limit=10, memory_window=10)
         assert [(m.ref, m.text) for m in snapshot.memories] == [
             (batches[0][2].event_id, "m1"),
@@ -104,5 +110,7 @@ async def test_a_version_2_database_is_upgraded_with_its_projections(store_facto
         assert again.totals["memories"] == 5
         assert (again.memories[0].ref, again.memories[0].text) == ("f2", "newer f2")
         assert (await upgraded.append("ori-a", exact(9), memories(1, "n"))).last_version == 10
+        with pytest.raises(EventIdConflict):
+            await upgraded.append("ori-b", ANY, [batches[0][0]])
     finally:
         await upgraded.close()
