@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.types.numeric import Int8BinaryDumper
+from psycopg.types.string import TextLoader
 from psycopg_pool import AsyncConnectionPool
 
 from biography_service.appending import AppendRequest, GroupPlan, StreamHead, plan_group
@@ -48,7 +49,7 @@ def _from_rows_document(types: Sequence[str]) -> str:
 
 
 _EVENT_TYPES = (
-    "text",
+    "uuid",
     "text",
     "bigint",
     "bigint",
@@ -76,7 +77,7 @@ _STREAM_HEADS = (
 # keeps the unique index probe that `IN (SELECT ...)` would turn into a hash join over the whole index.
 _EVENTS_BY_IDS = (
     f"SELECT {sql.EVENT_COLUMNS} FROM events"  # noqa: S608
-    " WHERE event_id = ANY(ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)))"
+    " WHERE event_id = ANY(ARRAY(SELECT jsonb_array_elements_text(%s::jsonb)::uuid))"
 )
 
 
@@ -84,6 +85,8 @@ async def _configure(connection: psycopg.AsyncConnection[Any]) -> None:
     """Python ints go out as int8 (every integer column is BIGINT): the default dumper picks the
     narrowest type per value, which more than doubles the cost of dumping a group's arrays."""
     connection.adapters.register_dumper(int, Int8BinaryDumper)
+    # Event ids are stored as uuid and handled as their canonical text everywhere else.
+    connection.adapters.register_loader("uuid", TextLoader)
 
 
 @dataclass
