@@ -23,7 +23,7 @@ class MemoryRow(NamedTuple):
     world_tick: int
     # 1 for a consolidation fragment's row (ref = fragment id, which a later consolidation may fold
     # again: the row is then updated), 0 for an event's own row (ref = its event id, never repeated).
-    folded: int
+    folded: int = 0
 
 
 class RelationshipUpsert(NamedTuple):
@@ -46,7 +46,7 @@ class PersonalityRow(NamedTuple):
     stream_version: int
     seq: int
     summary: str
-    folded: int  # as MemoryRow.folded
+    folded: int = 0  # as MemoryRow.folded
 
 
 class ValueUpsert(NamedTuple):
@@ -68,32 +68,36 @@ def projection_ops(event: RecordedEvent) -> list[ProjectionOp]:
         if build is None:
             return []
         return [
-            build(
-                fragment["payload"],
-                fragment["fragment_id"],
-                event.stream_version,
-                seq,
-                as_int(fragment.get("world_tick"), event.world_tick),
-                1,
+            _folded(
+                build(
+                    fragment["payload"],
+                    fragment["fragment_id"],
+                    event.stream_version,
+                    seq,
+                    as_int(fragment.get("world_tick"), event.world_tick),
+                )
             )
             for seq, fragment in enumerate(event.payload["fragments"])
         ]
     build = _BUILDERS.get(event.kind)
     if build is None:
         return []
-    return [build(event.payload, event.event_id, event.stream_version, 0, event.world_tick, 0)]
+    return [build(event.payload, event.event_id, event.stream_version, 0, event.world_tick)]
 
 
-def _memory(
-    payload: JsonObject, ref: str, version: int, seq: int, world_tick: int, folded: int
-) -> ProjectionOp:
+def _folded(op: ProjectionOp) -> ProjectionOp:
+    """A consolidated fragment's change: its memory or personality row is marked as folded."""
+    if isinstance(op, MemoryRow | PersonalityRow):
+        return op._replace(folded=1)
+    return op
+
+
+def _memory(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
     salience = as_int(payload.get("salience_bp"), DEFAULT_SALIENCE_BP)
-    return MemoryRow(ref, version, seq, payload["text"], salience, world_tick, folded)
+    return MemoryRow(ref, version, seq, payload["text"], salience, world_tick)
 
 
-def _relationship(
-    payload: JsonObject, ref: str, version: int, seq: int, world_tick: int, folded: int
-) -> ProjectionOp:
+def _relationship(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
     bond, respect = payload.get("bond"), payload.get("respect")
     return RelationshipUpsert(
         payload["other_ori_id"],
@@ -105,27 +109,21 @@ def _relationship(
     )
 
 
-def _arc(
-    payload: JsonObject, ref: str, version: int, seq: int, world_tick: int, folded: int
-) -> ProjectionOp:
+def _arc(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
     return ArcUpsert(payload["arc_ref"], payload.get("status", "active"), version)
 
 
-def _personality(
-    payload: JsonObject, ref: str, version: int, seq: int, world_tick: int, folded: int
-) -> ProjectionOp:
-    return PersonalityRow(ref, version, seq, payload["summary"], folded)
+def _personality(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
+    return PersonalityRow(ref, version, seq, payload["summary"])
 
 
-def _value(
-    payload: JsonObject, ref: str, version: int, seq: int, world_tick: int, folded: int
-) -> ProjectionOp:
+def _value(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
     return ValueUpsert(payload["value_ref"], int(payload["weight_bp"]), version)
 
 
-# (payload, ref, stream version, seq within the event, world tick, folded) -> the change; kinds absent
-# here (DirectiveRefused) change no read model.
-_BUILDERS: dict[EventKind, Callable[[JsonObject, str, int, int, int, int], ProjectionOp]] = {
+# (payload, ref, stream version, seq within the event, world tick) -> the change; kinds absent here
+# (DirectiveRefused) change no read model.
+_BUILDERS: dict[EventKind, Callable[[JsonObject, str, int, int, int], ProjectionOp]] = {
     EventKind.MEMORY_FORMED: _memory,
     EventKind.REFLECTED: _memory,
     EventKind.RELATIONSHIP_CHANGED: _relationship,

@@ -18,7 +18,6 @@ from biography_service.projections import (
     ValueUpsert,
 )
 
-
 # Ends a CREATE TABLE whose primary key is its access path: on SQLite the rows then live in the key's
 # B-tree (no rowid table beside an index of the key); PostgreSQL has no such clause and drops it.
 WITHOUT_ROWID = " WITHOUT ROWID"

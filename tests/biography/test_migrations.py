@@ -53,7 +53,10 @@ def _v2_writes(ori_id: str, batches: Sequence[Sequence[NewEvent]]) -> list[tuple
             else:
                 assert isinstance(op, PersonalityRow)
                 writes.append((_V2_PERSONALITY, (ori_id, *op[:-1])))
-        head, position = StreamHead(plan.events[-1].stream_version, plan.events[-1].hash), position + len(batch)
+        head, position = (
+            StreamHead(plan.events[-1].stream_version, plan.events[-1].hash),
+            position + len(batch),
+        )
     writes.append((sql.SET_LOG_HEAD, (position,)))
     return writes
 

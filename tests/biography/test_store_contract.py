@@ -16,7 +16,6 @@ from biography_service.events import ANY, NO_STREAM, STREAM_EXISTS, EventKind, N
 from biography_service.rehydration import LoadBudget
 from biography_service.service import Biography
 from biography_service.store.base import BiographyStore
-from biography_service.store.sql import MIGRATIONS
 from tests.biography.events_for_tests import event, memories, memory
 
 
