@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moirai_clones.h"
 #include "moirai_core_decls.h"
 
 enum { BP = 10000 };
@@ -249,23 +250,74 @@ static inline uint8_t arbitrate(const struct moirai_behavior_params *p, const st
     return novelty ? MB_CAUSE_NOVELTY : goal != 0 ? MB_CAUSE_NO_METHOD : MB_CAUSE_NO_GOAL;
 }
 
-uint32_t moirai_behavior_step(const struct moirai_behavior_params *p, const struct moirai_behavior_config *c,
-                              const uint32_t *slots, uint32_t n_slots, struct moirai_behavior *b) {
-    const uint64_t tick = p->tick;
+/* A bulk pass over the slots [begin, end): changed[i] = inputs_changed(b, begin + i), for every slot of
+ * the range, stepped this tick or not. Branch-free over contiguous arrays, so the compiler vectorizes
+ * it: the scalar check costs ~20 loads a row (at ~11 ns a stepped row, most of the step), this ~1 ns a
+ * slot. */
+BULK_PASS void mark_changed(const struct moirai_behavior *b, uint32_t begin, uint32_t end, uint8_t *restrict changed) {
+    const uint8_t *restrict evaluated = b->evaluated + begin, *restrict mood_active = b->mood_active + begin,
+                            *restrict goal_adopted = b->goal_adopted + begin;
+    const uint16_t *restrict safety = b->need_safety_bp + begin, *restrict seen_safety = b->seen_safety + begin,
+                             *restrict sustaining = b->need_sustaining_bp + begin,
+                             *restrict seen_sustaining = b->seen_sustaining + begin,
+                             *restrict social = b->need_social_bp + begin, *restrict seen_social = b->seen_social + begin,
+                             *restrict purpose = b->need_purpose_bp + begin,
+                             *restrict seen_purpose = b->seen_purpose + begin, *restrict fatigue = b->fatigue_bp + begin,
+                             *restrict seen_fatigue = b->seen_fatigue + begin, *restrict flags = b->signal_flags + begin,
+                             *restrict seen_flags = b->seen_flags + begin;
+    const uint32_t *restrict goal = b->goal_ref + begin, *restrict seen_goal = b->seen_goal + begin;
+    const uint32_t n = end - begin;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint16_t needs_differ = (uint16_t)((safety[i] ^ seen_safety[i]) | (sustaining[i] ^ seen_sustaining[i]) |
+                                                 (social[i] ^ seen_social[i]) | (purpose[i] ^ seen_purpose[i]) |
+                                                 (fatigue[i] ^ seen_fatigue[i]) | (flags[i] ^ seen_flags[i]));
+        changed[i] = (uint8_t)((evaluated[i] == 0) | (mood_active[i] != 0) | (goal_adopted[i] != 0) |
+                               (needs_differ != 0) | (goal[i] != seen_goal[i]));
+    }
+}
+
+/* One stepped row: due check, re-evaluation when its inputs changed, its next action, arbitration. */
+static inline void step_row(const struct moirai_behavior_params *p, const struct moirai_behavior_config *c,
+                            struct moirai_behavior *b, uint32_t s, int changed, uint32_t *n_escalated) {
+    if (!due(b, s, p->tick)) return;
+    if (changed) evaluate(c, b, s);
+    act(c, b, s);
+    const uint8_t cause = arbitrate(p, c, b, s);
+    if (cause) {
+        b->escalation_slot[*n_escalated] = s;
+        b->escalation_cause[(*n_escalated)++] = cause;
+    }
+}
+
+/* The strided set (slots first, first + every, ...) in blocks of this many slots: the bulk change check
+ * runs over every slot of a block, so it pays while `every` is small (the kernel's is 2). */
+#define STEP_BLOCK 512u
+#define BULK_MAX_EVERY 4u
+
+TICK_CLONES uint32_t moirai_behavior_step(const struct moirai_behavior_params *p,
+                                          const struct moirai_behavior_config *c, const uint32_t *slots,
+                                          uint32_t n_slots, struct moirai_behavior *shared) {
+    /* A private copy of the pointers: stores through the byte-wide arrays may alias anything, and
+     * through `shared` the compiler would reload each pointer after every such store. */
+    struct moirai_behavior local = *shared;
+    struct moirai_behavior *const b = &local;
     uint32_t n_escalated = 0;
-    const uint32_t n = slots != NULL ? n_slots
-                       : p->first < p->count ? (p->count - p->first + p->every - 1) / p->every
-                                             : 0;
-    for (uint32_t k = 0; k < n; k++) {
-        const uint32_t s = slots != NULL ? slots[k] : p->first + k * p->every;
-        if (!due(b, s, tick)) continue;
-        if (inputs_changed(b, s)) evaluate(c, b, s);
-        act(c, b, s);
-        const uint8_t cause = arbitrate(p, c, b, s);
-        if (cause) {
-            b->escalation_slot[n_escalated] = s;
-            b->escalation_cause[n_escalated++] = cause;
-        }
+    if (slots != NULL) {
+        for (uint32_t k = 0; k < n_slots; k++) step_row(p, c, b, slots[k], inputs_changed(b, slots[k]), &n_escalated);
+        return n_escalated;
+    }
+    if (p->every == 0 || p->first >= p->count) return 0;
+    if (p->every > BULK_MAX_EVERY) {
+        for (uint32_t s = p->first; s < p->count; s += p->every)
+            step_row(p, c, b, s, inputs_changed(b, s), &n_escalated);
+        return n_escalated;
+    }
+    uint8_t changed[STEP_BLOCK];
+    uint32_t s = p->first;
+    for (uint32_t begin = s; begin < p->count; begin += STEP_BLOCK) {
+        const uint32_t end = p->count - begin < STEP_BLOCK ? p->count : begin + STEP_BLOCK;
+        mark_changed(b, begin, end, changed);
+        for (; s < end; s += p->every) step_row(p, c, b, s, changed[s - begin], &n_escalated);
     }
     return n_escalated;
 }

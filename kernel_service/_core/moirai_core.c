@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "moirai_clones.h"
 #include "moirai_core_decls.h"
 
 enum { CLOTHO = 1, LACHESIS = 2, ATROPOS = 3 };
@@ -22,18 +23,6 @@ enum {
     F_ON_SCREEN = 1u << 1, F_OPEN_CROSSROADS = 1u << 2, F_IMMINENT_IRREVERSIBLE = 1u << 3,
     F_SCENE_COPRESENCE = 1u << 4, F_PLAYER_NEARBY = 1u << 5
 };
-/* The bulk passes vectorize; on x86-64 with GCC and glibc (which resolves ifuncs) the tick is compiled
- * three times, for AVX-512 (x86-64-v4: mask registers and byte narrowing, still 256-bit vectors under
- * GCC's generic tuning; ~13 % fewer cycles than AVX2 at 10,200 agents on Zen 4), AVX2 and the baseline,
- * and the loader picks the best this CPU runs, so one build serves every machine. Elsewhere it is
- * compiled once for the build's target. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__GLIBC__)
-#define TICK_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define TICK_CLONES
-#endif
-/* The vectorized passes are inlined into moirai_tick, so each clone compiles them for its own target. */
-#define BULK_PASS static inline __attribute__((always_inline))
 
 /* 256 agents x ~90 bytes of state fit a 48 KiB L1d together with the block's scratch. */
 #define BLOCK 256u

@@ -8,7 +8,7 @@ layer alone over explicit slot lists with episodes folding into moods.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2
@@ -66,7 +66,7 @@ configs = st.builds(
         transition_damping_ticks=damping,
         behavior=BehaviorConfig(escalation_cooldown_ticks=cooldown),
     ),
-    st.integers(1, 4),
+    st.integers(1, 6),  # the C step's bulk change check runs for every <= 4, the per-row one above
     st.sampled_from([0, 1, 3, 6, 1_200]),
     st.sampled_from([1, 5, 2_400]),
     st.integers(0, 2),
@@ -75,6 +75,9 @@ configs = st.builds(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs, agents=st.integers(1, 40), ticks=st.integers(1, 24), seed=st.integers(0, 2**32 - 1))
+# Populations past the C step's 512-slot blocks, the strided set starting mid-block.
+@example(config=KernelConfig(lachesis_step_every_ticks=2), agents=1_100, ticks=6, seed=3)
+@example(config=KernelConfig(lachesis_step_every_ticks=3, cognition_hold_ticks=1), agents=1_030, ticks=7, seed=5)
 def test_c_and_numpy_behaviour_steps_are_byte_identical_through_the_kernel(
     config: KernelConfig, agents: int, ticks: int, seed: int
 ) -> None:
