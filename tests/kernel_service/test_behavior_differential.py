@@ -75,9 +75,11 @@ configs = st.builds(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs, agents=st.integers(1, 40), ticks=st.integers(1, 24), seed=st.integers(0, 2**32 - 1))
-# Populations past the C step's 512-slot blocks, the strided set starting mid-block.
+# Populations past the C step's 512-slot blocks (at every 3, a block begins between two stepped slots).
 @example(config=KernelConfig(lachesis_step_every_ticks=2), agents=1_100, ticks=6, seed=3)
-@example(config=KernelConfig(lachesis_step_every_ticks=3, cognition_hold_ticks=1), agents=1_030, ticks=7, seed=5)
+@example(
+    config=KernelConfig(lachesis_step_every_ticks=3, cognition_hold_ticks=1), agents=1_030, ticks=7, seed=5
+)
 def test_c_and_numpy_behaviour_steps_are_byte_identical_through_the_kernel(
     config: KernelConfig, agents: int, ticks: int, seed: int
 ) -> None:
