@@ -119,7 +119,9 @@ class CCore:
             p.begin = begin
             p.count = end
             p.observed_all = observed_all
-            return int(lib.moirai_tick(p, self._agents, self._range_outputs[index - 1] if index else self._outputs))
+            return int(
+                lib.moirai_tick(p, self._agents, self._range_outputs[index - 1] if index else self._outputs)
+            )
 
         if any(status != 0 for status in self.ranges.run(ranges, tick_range)):
             raise ValueError("the C core refused its parameters (an interval of zero)")

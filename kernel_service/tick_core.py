@@ -63,7 +63,11 @@ def c_core_available() -> bool:
 
 
 def select_core(
-    name: str | None = None, *, configured: str = "auto", tick_threads: int = 1, tick_threads_min_agents: int = 100_000
+    name: str | None = None,
+    *,
+    configured: str = "auto",
+    tick_threads: int = 1,
+    tick_threads_min_agents: int = 100_000,
 ) -> TickCore:
     """`c` or `numpy` when named; else EGBE_KERNEL_CORE, else `configured`; `auto` = C when built. The C
     core ticks populations of `tick_threads_min_agents` or more over `tick_threads` threads."""

@@ -152,7 +152,7 @@ class CBehaviorStep:
             self._bind(kernel)
         if slots is not None:  # an explicit list (the layer's own callers; the kernel steps the strided set)
             p = self._params[0]
-            self._set(p, tick, every, 0, kernel.count, cognition_available)
+            self._set(p, tick, every, 0, kernel.count, cognition_available=cognition_available)
             listed = np.ascontiguousarray(slots, dtype=np.uint32)
             escalated = lib.moirai_behavior_step(
                 p, self._config, ffi.from_buffer("uint32_t[]", listed), len(listed), self._b
@@ -165,7 +165,7 @@ class CBehaviorStep:
 
         def step_range(index: int, begin: int, end: int) -> int:
             p = self._params[index]
-            self._set(p, tick, every, begin, end, cognition_available)
+            self._set(p, tick, every, begin, end, cognition_available=cognition_available)
             b = self._range_b[index - 1] if index else self._b
             return int(lib.moirai_behavior_step(p, self._config, ffi.NULL, 0, b))
 
@@ -173,7 +173,7 @@ class CBehaviorStep:
         return self._escalations(compact(list(self._buffers.values()), ranges, counts))
 
     @staticmethod
-    def _set(p: Any, tick: int, every: int, begin: int, end: int, cognition_available: bool) -> None:
+    def _set(p: Any, tick: int, every: int, begin: int, end: int, *, cognition_available: bool) -> None:
         p.tick = tick
         p.every = every
         p.first = -tick % every
@@ -182,4 +182,6 @@ class CBehaviorStep:
         p.cognition_available = cognition_available
 
     def _escalations(self, count: int) -> Escalations:
-        return Escalations(self._buffers["escalation_slot"][:count], self._buffers["escalation_cause"][:count])
+        return Escalations(
+            self._buffers["escalation_slot"][:count], self._buffers["escalation_cause"][:count]
+        )

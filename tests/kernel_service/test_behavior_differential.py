@@ -54,7 +54,9 @@ def registration(rng: np.random.Generator, slot: int) -> kernel_pb2.AgentRegistr
 
 def kernel(core: str | TickCore, config: KernelConfig, agents: int, seed: int) -> Kernel:
     k = Kernel(
-        config, select_core(core) if isinstance(core, str) else core, PersonalityBehaviorLayer(config.behavior)
+        config,
+        select_core(core) if isinstance(core, str) else core,
+        PersonalityBehaviorLayer(config.behavior),
     )
     rng = np.random.default_rng(seed)
     k.register(WORLD, [registration(rng, slot) for slot in range(agents)])

@@ -50,7 +50,8 @@ def test_ranges_split_aligned_above_the_threshold_and_not_below() -> None:
 
 def test_a_split_below_the_threshold_runs_one_range() -> None:
     core = select_core("c", tick_threads=2, tick_threads_min_agents=10_000)
-    assert core.ranges.threads == 2 and core.ranges.split(10_200) == [(0, 5_056), (5_056, 10_200)]
+    assert core.ranges.threads == 2
+    assert core.ranges.split(10_200) == [(0, 5_056), (5_056, 10_200)]
     assert core.ranges.split(9_999) == [(0, 9_999)]
 
 
