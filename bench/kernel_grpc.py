@@ -35,13 +35,14 @@ ROW_BOOLS = {
 
 
 def start_kernel(
-    data_dir: Path, transport: str, core: str, behavior: str
+    data_dir: Path, transport: str, core: str, behavior: str, tick_threads: int
 ) -> tuple[subprocess.Popen[bytes], str, str]:
     listen = ["--ephemeral-ports"] if transport == "tcp" else ["--unix-socket-dir", str(data_dir / "sockets")]
     env = {
         **os.environ,
         "EGBE_KERNEL_CORE": core,
         "EGBE_KERNEL__BEHAVIOR_LAYER": "true" if behavior == "on" else "false",
+        "EGBE_KERNEL__TICK_THREADS": str(tick_threads),
         "EGBE_LOG_LEVEL": "warning",
         "EGBE_MAX_MESSAGE_BYTES": str(MAX_MESSAGE),
     }
@@ -165,13 +166,21 @@ def main() -> None:
         default="on",
         help="the kernel's behaviour layer (on in production; off measures the wire path and the core alone)",
     )
+    parser.add_argument(
+        "--tick-threads",
+        type=int,
+        default=1,
+        help="kernel.tick_threads (engages from kernel.tick_threads_min_agents agents, 100,000 by default)",
+    )
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured first ticks (at least 1)")
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     args = parser.parse_args()
     args.warmup = max(args.warmup, 1)  # tick 1 carries the delta run's full frame
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as scratch:
-        process, target, token = start_kernel(Path(scratch), args.transport, args.core, args.behavior)
+        process, target, token = start_kernel(
+            Path(scratch), args.transport, args.core, args.behavior, args.tick_threads
+        )
         try:
             # On uvloop, as the services run theirs: ~40 µs less client CPU a round trip than asyncio's.
             samples, kernel_micros = run_event_loop(measure(target, token, args))
@@ -193,6 +202,7 @@ def main() -> None:
         "kernel_p99_us": int(np.percentile(kernel_micros, 99)),
         "core": args.core,
         "behavior": args.behavior,
+        "tick_threads": args.tick_threads,
         "ticks": len(samples),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }

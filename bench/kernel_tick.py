@@ -36,12 +36,15 @@ def main() -> None:
         default="off",
         help="also step the behaviour layer each tick, as Kernel.tick does (off: the core alone)",
     )
+    parser.add_argument(
+        "--tick-threads", type=int, default=1, help="kernel.tick_threads (engages from 100,000 agents)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     args = parser.parse_args()
 
     config = KernelConfig()
     layer = PersonalityBehaviorLayer(config.behavior) if args.behavior == "on" else None
-    kernel = Kernel(config, select_core(args.core), layer)
+    kernel = Kernel(config, select_core(args.core, tick_threads=args.tick_threads), layer)
     kernel.register(WORLD, registrations(args.agents))
     variants = frames(args.agents, FRAME_VARIANTS)
     arrays = kernel.arrays
@@ -70,6 +73,7 @@ def main() -> None:
             {
                 "agents": args.agents,
                 "core": kernel.core.name,
+                "tick_threads": args.tick_threads,
                 "p50_us": round(p50 / 1_000, 2),
                 "p99_us": round(float(np.percentile(ns, 99)) / 1_000, 2),
                 "ns_per_agent": round(p50 / args.agents, 3),

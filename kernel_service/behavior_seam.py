@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from egbe.v1 import kernel_pb2
+
+if TYPE_CHECKING:
+    from kernel_service.slot_ranges import SlotRanges
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,9 @@ class BehaviorLayer(Protocol):
     def register(self, first_slot: int, registrations: Sequence[kernel_pb2.AgentRegistration]) -> None:
         """Take personality, values, quirks, vocation and minor flag for slots first_slot.. onwards."""
 
-    def use_core(self, name: str) -> None:
-        """The kernel's tick core ("c" or "numpy"): the step runs in the same implementation."""
+    def use_core(self, name: str, ranges: SlotRanges | None = None) -> None:
+        """The kernel's tick core ("c" or "numpy"): the step runs in the same implementation, over the
+        core's slot ranges (kernel.tick_threads) where it is C."""
 
     def adopt(self, slot: int, goal_ref: int, hold_until: int) -> None:
         """A cognition result became the slot's cached action at this tick: a Lachesis agent holds it

@@ -156,6 +156,16 @@ class KernelSettings(BaseModel):
         default="auto",
         description="Tick core; EGBE_KERNEL_CORE=c|numpy overrides. auto = C when built, else numpy.",
     )
+    tick_threads: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Threads ticking disjoint slot ranges in the C core and behaviour step (byte-identical "
+        "results); above 1 only where the kernel has a spare core while the world waits on it.",
+    )
+    tick_threads_min_agents: int = Field(
+        default=100_000, ge=1, description="Populations below this tick on one thread whatever tick_threads."
+    )
     gateway_target: str | None = Field(
         default=None, description="Dispatcher forwards candidates to this gateway; unset = report only."
     )

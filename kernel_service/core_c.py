@@ -9,8 +9,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kernel_service._core import ffi, lib
-from kernel_service.agent_state import AGENT_BIT_OBSERVED, OUTPUT_FIELDS, AgentArrays
+from kernel_service.agent_state import (
+    AGENT_BIT_OBSERVED,
+    OUTPUT_FIELDS,
+    REASON_COUNT_LEN,
+    TIER_COUNT_LEN,
+    AgentArrays,
+)
 from kernel_service.core_numpy import CoreParams
+from kernel_service.slot_ranges import SlotRanges, compact
 
 C_TYPES = {
     "uint8": "uint8_t",
@@ -21,18 +28,33 @@ C_TYPES = {
 }
 
 
+# The compacted lists by the count (COUNT_*) that says how many entries each holds.
+LISTS_BY_COUNT = (
+    ("candidate_slot", "candidate_cause", "candidate_bits"),
+    ("transition_slot", "transition_from", "transition_to"),
+    ("guard_slot", "guard_bits"),
+    ("changed_slot",),
+)
+
+
 class CCore:
-    """Runs `moirai_tick` over the numpy arrays in place, without copies: one cffi call per tick."""
+    """Runs `moirai_tick` over the numpy arrays in place, without copies: one cffi call per tick, or
+    one per slot range concurrently (`ranges`, kernel.tick_threads) with outputs merged to the same bytes."""
 
     name = "c"
 
-    def __init__(self) -> None:
+    def __init__(self, ranges: SlotRanges | None = None) -> None:
+        self.ranges = ranges or SlotRanges()
         self._agents: Any = ffi.new("struct moirai_agents *")
         self._outputs: Any = ffi.new("struct moirai_outputs *")
-        self._params: Any = ffi.new("struct moirai_params *")
+        self._params: list[Any] = [ffi.new("struct moirai_params *") for _ in range(self.ranges.threads)]
         self._keepalive: list[Any] = []
         self._bound: tuple[int, int] | None = None  # (id of the arrays, their generation)
         self._config: CoreParams | None = None  # the params last copied into self._params
+        # Ranges after the first: outputs pointing `begin` entries into the lists, and counts of their own.
+        self._range_outputs: list[Any] = []
+        self._range_counts: list[dict[str, NDArray[np.uint32]]] = []
+        self._range_begins: list[int] = []
 
     def _bind(self, arrays: AgentArrays) -> None:
         keepalive: list[Any] = []
@@ -51,27 +73,70 @@ class CCore:
         self._outputs.tier_counts = pointer(arrays.tier_counts)
         self._keepalive = keepalive
         self._bound = (id(arrays), arrays.generation)
+        self._range_begins = []
+
+    def _bind_ranges(self, begins: list[int]) -> None:
+        """Outputs for ranges after the first, each list `begin` entries in (rebuilt when bounds move)."""
+        outputs, counts = [], []
+        for begin in begins:
+            out = ffi.new("struct moirai_outputs *")
+            for name in OUTPUT_FIELDS:
+                setattr(out, name, getattr(self._outputs, name) + begin)
+            own = {
+                "counts": np.zeros(4, dtype=np.uint32),
+                "reason_counts": np.zeros(REASON_COUNT_LEN, dtype=np.uint32),
+                "tier_counts": np.zeros(TIER_COUNT_LEN, dtype=np.uint32),
+            }
+            for name, values in own.items():
+                setattr(out, name, ffi.from_buffer("uint32_t[]", values, require_writable=True))
+            outputs.append(out)
+            counts.append(own)
+        self._range_outputs, self._range_counts, self._range_begins = outputs, counts, begins
 
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None:
         if self._bound != (id(arrays), arrays.generation):
             self._bind(arrays)
-        p = self._params
         if params is not self._config:  # the config numbers change with the kernel, not the tick
-            p.decision_interval_ticks = params.decision_interval_ticks
-            p.transition_damping_ticks = params.transition_damping_ticks
-            p.deescalation_grace_ticks = params.deescalation_grace_ticks
-            p.clotho_proximity_mm = params.clotho_proximity_mm
-            p.repeated_action_limit = params.repeated_action_limit
-            p.stale_goal_tick_limit = params.stale_goal_tick_limit
-            p.reflection_interval_ticks = params.reflection_interval_ticks
-            p.summary_interval_ticks = params.summary_interval_ticks
-            p.guard_priority_bp = params.guard_priority_bp
+            for p in self._params:
+                p.decision_interval_ticks = params.decision_interval_ticks
+                p.transition_damping_ticks = params.transition_damping_ticks
+                p.deescalation_grace_ticks = params.deescalation_grace_ticks
+                p.clotho_proximity_mm = params.clotho_proximity_mm
+                p.repeated_action_limit = params.repeated_action_limit
+                p.stale_goal_tick_limit = params.stale_goal_tick_limit
+                p.reflection_interval_ticks = params.reflection_interval_ticks
+                p.summary_interval_ticks = params.summary_interval_ticks
+                p.guard_priority_bp = params.guard_priority_bp
             self._config = params
-        p.tick = tick
-        p.count = arrays.count
-        p.observed_all = observed_all
-        if lib.moirai_tick(p, self._agents, self._outputs) != 0:
+        ranges = self.ranges.split(arrays.count)
+        begins = [begin for begin, _ in ranges[1:]]
+        if begins != self._range_begins:
+            self._bind_ranges(begins)
+
+        def tick_range(index: int, begin: int, end: int) -> int:
+            p = self._params[index]
+            p.tick = tick
+            p.begin = begin
+            p.count = end
+            p.observed_all = observed_all
+            return int(
+                lib.moirai_tick(p, self._agents, self._range_outputs[index - 1] if index else self._outputs)
+            )
+
+        if any(status != 0 for status in self.ranges.run(ranges, tick_range)):
             raise ValueError("the C core refused its parameters (an interval of zero)")
+        if len(ranges) > 1:
+            self._merge(arrays, ranges)
+
+    def _merge(self, arrays: AgentArrays, ranges: list[tuple[int, int]]) -> None:
+        """The ranges' outputs as the single call's: lists concatenated in range order, counts summed."""
+        for name in ("reason_counts", "tier_counts"):
+            total = getattr(arrays, name)
+            for own in self._range_counts:
+                total += own[name]
+        for which, names in enumerate(LISTS_BY_COUNT):
+            counts = [int(arrays.counts[which]), *(int(own["counts"][which]) for own in self._range_counts)]
+            arrays.counts[which] = compact([arrays.outputs[name] for name in names], ranges, counts)
 
     def apply_delta(
         self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]

@@ -60,7 +60,9 @@ class Kernel:
         self.core = core
         self.behavior = behavior
         if behavior is not None:
-            behavior.use_core(core.name)  # the behaviour step runs in the kernel's core (C or numpy)
+            behavior.use_core(
+                core.name, core.ranges
+            )  # the behaviour step runs in the kernel's core (C or numpy)
         self.world_id = world_id
         self.fingerprint = config.fingerprint(behavior.fingerprint_inputs() if behavior is not None else None)
         self.core_params = CoreParams.from_config(config)

@@ -122,12 +122,22 @@ class _TickCollector(Collector):
 class KernelMetrics:
     """Metrics on a registry of their own, so several kernels (tests, benchmarks) never collide."""
 
-    def __init__(self, core: str, dispatch: DispatchStats, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        core: str,
+        dispatch: DispatchStats,
+        registry: CollectorRegistry | None = None,
+        *,
+        tick_threads: int = 1,
+    ) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        Gauge("egbe_kernel_core_info", "The tick core this kernel runs", ["core"], registry=r).labels(
-            core=core
-        ).set(1)
+        Gauge(
+            "egbe_kernel_core_info",
+            "The tick core this kernel runs, and its threads (kernel.tick_threads)",
+            ["core", "tick_threads"],
+            registry=r,
+        ).labels(core=core, tick_threads=str(tick_threads)).set(1)
         self._ticks = _TickCollector()
         r.register(self._ticks)
         r.register(_DispatchCollector(dispatch))

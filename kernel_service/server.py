@@ -20,7 +20,11 @@ from services.settings import EgbeSettings
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
-    core = select_core(configured=kernel_settings.core)
+    core = select_core(
+        configured=kernel_settings.core,
+        tick_threads=kernel_settings.tick_threads,
+        tick_threads_min_agents=kernel_settings.tick_threads_min_agents,
+    )
     behavior = (
         PersonalityBehaviorLayer(kernel_settings.config.behavior) if kernel_settings.behavior_layer else None
     )
@@ -37,7 +41,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         dial=channel_opener(settings),
     )
     await dispatcher.start()
-    metrics = KernelMetrics(core.name, dispatcher.stats)
+    metrics = KernelMetrics(core.name, dispatcher.stats, tick_threads=core.ranges.threads)
     if kernel_settings.metrics_port:
         start_http_server(kernel_settings.metrics_port, registry=metrics.registry)
     tick_log = (
@@ -61,5 +65,5 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         ],
         method_roles=METHOD_ROLES,
         close=close,
-        info={"core": core.name},
+        info={"core": core.name, "tick_threads": str(core.ranges.threads)},
     )

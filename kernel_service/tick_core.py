@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from kernel_service.agent_state import AGENT_BIT_OBSERVED, AgentArrays
 from kernel_service.core_numpy import CoreParams, run_core_numpy
+from kernel_service.slot_ranges import SlotRanges
 
 CORE_ENV = "EGBE_KERNEL_CORE"
 
@@ -19,6 +20,7 @@ class TickCore(Protocol):
     """One tick over every live agent, in place; `observed_all` when the tick's frame was full."""
 
     name: str
+    ranges: SlotRanges  # how many threads tick disjoint slot ranges (the C core; numpy runs one)
 
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None: ...
 
@@ -34,6 +36,9 @@ class NumpyCore:
     """The pure-numpy fallback."""
 
     name = "numpy"
+
+    def __init__(self) -> None:
+        self.ranges = SlotRanges()
 
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None:
         run_core_numpy(arrays, params, tick=tick, observed_all=observed_all)
@@ -57,15 +62,22 @@ def c_core_available() -> bool:
     return True
 
 
-def select_core(name: str | None = None, *, configured: str = "auto") -> TickCore:
-    """`c` or `numpy` when named; else EGBE_KERNEL_CORE, else `configured`; `auto` = C when built."""
+def select_core(
+    name: str | None = None,
+    *,
+    configured: str = "auto",
+    tick_threads: int = 1,
+    tick_threads_min_agents: int = 100_000,
+) -> TickCore:
+    """`c` or `numpy` when named; else EGBE_KERNEL_CORE, else `configured`; `auto` = C when built. The C
+    core ticks populations of `tick_threads_min_agents` or more over `tick_threads` threads."""
     choice = (name or os.environ.get(CORE_ENV) or configured).lower()
     if choice == "numpy":
         return NumpyCore()
     if choice == "c" or (choice == "auto" and c_core_available()):
         from kernel_service.core_c import CCore
 
-        return CCore()
+        return CCore(SlotRanges(tick_threads, tick_threads_min_agents))
     if choice == "auto":
         return NumpyCore()
     raise ValueError(f"{CORE_ENV} must be 'c' or 'numpy', not {choice!r}")

@@ -306,14 +306,15 @@ TICK_CLONES uint32_t moirai_behavior_step(const struct moirai_behavior_params *p
         for (uint32_t k = 0; k < n_slots; k++) step_row(p, c, b, slots[k], inputs_changed(b, slots[k]), &n_escalated);
         return n_escalated;
     }
-    if (p->every == 0 || p->first >= p->count) return 0;
+    if (p->every == 0) return 0;
+    uint32_t s = p->first; /* the strided set's first slot at or after begin */
+    if (s < p->begin) s += (p->begin - s + p->every - 1) / p->every * p->every;
+    if (s >= p->count) return 0;
     if (p->every > BULK_MAX_EVERY) {
-        for (uint32_t s = p->first; s < p->count; s += p->every)
-            step_row(p, c, b, s, inputs_changed(b, s), &n_escalated);
+        for (; s < p->count; s += p->every) step_row(p, c, b, s, inputs_changed(b, s), &n_escalated);
         return n_escalated;
     }
     uint8_t changed[STEP_BLOCK];
-    uint32_t s = p->first;
     for (uint32_t begin = s; begin < p->count; begin += STEP_BLOCK) {
         const uint32_t end = p->count - begin < STEP_BLOCK ? p->count : begin + STEP_BLOCK;
         mark_changed(b, begin, end, changed);

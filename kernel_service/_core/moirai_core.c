@@ -306,7 +306,8 @@ BULK_PASS void count_values(const uint8_t *restrict values, uint32_t n, uint32_t
 }
 
 TICK_CLONES int moirai_tick(const struct moirai_params *p, struct moirai_agents *agents, struct moirai_outputs *o) {
-    if (p->decision_interval_ticks == 0 || p->reflection_interval_ticks == 0 || p->summary_interval_ticks == 0)
+    if (p->decision_interval_ticks == 0 || p->reflection_interval_ticks == 0 || p->summary_interval_ticks == 0 ||
+        p->begin > p->count)
         return -1;
     struct tick_ctx c = {
         .tick = p->tick,
@@ -326,7 +327,7 @@ TICK_CLONES int moirai_tick(const struct moirai_params *p, struct moirai_agents 
     uint32_t reason_counts[R_COUNT] = {0};
     uint32_t tier_counts[4] = {0};
     struct block_scratch scratch;
-    for (uint32_t begin = 0; begin < p->count; begin += BLOCK) {
+    for (uint32_t begin = p->begin; begin < p->count; begin += BLOCK) {
         const uint32_t end = p->count - begin < BLOCK ? p->count : begin + BLOCK;
         memset(scratch.work + (end - begin), 0, BLOCK + 8 - (end - begin));
         assign_tiers(&c, begin, end, &scratch);
@@ -334,8 +335,8 @@ TICK_CLONES int moirai_tick(const struct moirai_params *p, struct moirai_agents 
         guard_stale_goals(&c, begin, end, &scratch);
         settle_block(&c, begin, end, &scratch);
     }
-    count_values(c.a.tier_reason, p->count, R_DEESCALATION_GRACE + 1, reason_counts);
-    count_values(c.a.tier, p->count, ATROPOS + 1, tier_counts);
+    count_values(c.a.tier_reason + p->begin, p->count - p->begin, R_DEESCALATION_GRACE + 1, reason_counts);
+    count_values(c.a.tier + p->begin, p->count - p->begin, ATROPOS + 1, tier_counts);
     memcpy(o->reason_counts, reason_counts, sizeof reason_counts);
     memcpy(o->tier_counts, tier_counts, sizeof tier_counts);
     o->counts[0] = c.n_cand;

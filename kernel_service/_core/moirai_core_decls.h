@@ -50,6 +50,7 @@ struct moirai_outputs {
 
 struct moirai_params {
     uint64_t tick;
+    uint32_t begin; /* the slot range [begin, count) this call ticks (0 for the whole population) */
     uint32_t count;
     uint32_t decision_interval_ticks;
     uint32_t transition_damping_ticks;
@@ -63,7 +64,10 @@ struct moirai_params {
     uint8_t observed_all; /* the frame was full: every agent observed, whatever its AGENT_BIT_OBSERVED */
 };
 
-/* One tick over agents [0, count). Returns 0, or -1 when a parameter is out of range. */
+/* One tick over agents [begin, count): the lists are written from the outputs' pointers on (at most
+ * count - begin entries each) and the counts cover the range, so disjoint ranges may run concurrently
+ * (every per-agent operation reads and writes that agent's state only) and their outputs concatenate in
+ * range order to the whole population's. Returns 0, or -1 when a parameter is out of range. */
 int moirai_tick(const struct moirai_params *params, struct moirai_agents *agents, struct moirai_outputs *outputs);
 
 /* The row form on the wire, without a Python object per frame.
@@ -243,14 +247,15 @@ struct moirai_behavior {
 
 struct moirai_behavior_params {
     uint64_t tick;
-    uint32_t first; /* the strided set: slots first, first + every, ... below count */
+    uint32_t first; /* the strided set: slots first, first + every, ... from begin below count */
     uint32_t every;
+    uint32_t begin; /* 0 for the whole population; disjoint ranges may step concurrently */
     uint32_t count;
     uint8_t cognition_available; /* Lachesis cognition: arbitration may escalate */
 };
 
-/* One tick's step over the due slots (the strided set, or `slots[0, n_slots)` ascending when `slots` is not
- * NULL): a row whose inputs changed is re-evaluated (novelty, emotion, tree, needs -> goal, re-plan), then
+/* One tick's step over the due slots (the strided set in [begin, count), or `slots[0, n_slots)` ascending
+ * when `slots` is not NULL): a row whose inputs changed is re-evaluated (novelty, emotion, tree, needs -> goal, re-plan), then
  * every due row steps its cached plan, is marked fresh if its action changed, and is arbitrated. Returns the
  * number of escalations written. */
 uint32_t moirai_behavior_step(const struct moirai_behavior_params *params, const struct moirai_behavior_config *config,

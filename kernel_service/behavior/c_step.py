@@ -17,6 +17,7 @@ from kernel_service._core import ffi, lib
 from kernel_service.behavior.personality_tree import ROUTINE_VALUES
 from kernel_service.behavior.tree_kernel import ROUTINE_KIND
 from kernel_service.behavior_seam import Escalations, KernelArrays
+from kernel_service.slot_ranges import SlotRanges, compact
 
 if TYPE_CHECKING:
     from kernel_service.behavior.layer import PersonalityBehaviorLayer
@@ -64,10 +65,13 @@ BUFFERS: dict[str, type[np.generic]] = {"escalation_slot": np.uint32, "escalatio
 class CBehaviorStep:
     """`PersonalityBehaviorLayer.step` for the C core."""
 
-    def __init__(self, layer: PersonalityBehaviorLayer) -> None:
+    def __init__(self, layer: PersonalityBehaviorLayer, ranges: SlotRanges | None = None) -> None:
         self._layer = layer
+        self._ranges = ranges or SlotRanges()
         self._b: Any = ffi.new("struct moirai_behavior *")
-        self._params: Any = ffi.new("struct moirai_behavior_params *")
+        self._params: list[Any] = [
+            ffi.new("struct moirai_behavior_params *") for _ in range(self._ranges.threads)
+        ]
         self._config: Any = ffi.new("struct moirai_behavior_config *")
         self._config_keepalive = self._bind_config()
         self._buffers: dict[str, NDArray[Any]] = {}
@@ -75,6 +79,9 @@ class CBehaviorStep:
         self._bound: tuple[int, int, int] | None = (
             None  # (id of the kernel arrays, theirs, the layer's generation)
         )
+        # Ranges after the first: the pointers with the escalation buffers `begin` entries in.
+        self._range_b: list[Any] = []
+        self._range_begins: list[int] = []
 
     def _bind_config(self) -> list[Any]:
         layer, c = self._layer, self._config
@@ -120,6 +127,18 @@ class CBehaviorStep:
                 setattr(self._b, name, pointer(getattr(layer, name)))
         self._keepalive = keepalive
         self._bound = (id(kernel), kernel.generation, layer.generation)
+        self._range_begins = []
+
+    def _bind_ranges(self, begins: list[int]) -> None:
+        """Copies of the pointers for ranges after the first, escalations written `begin` entries in."""
+        copies = []
+        for begin in begins:
+            b = ffi.new("struct moirai_behavior *")
+            ffi.memmove(b, self._b, ffi.sizeof("struct moirai_behavior"))
+            for name in BUFFERS:
+                setattr(b, name, getattr(self._b, name) + begin)
+            copies.append(b)
+        self._range_b, self._range_begins = copies, begins
 
     def run(
         self,
@@ -131,19 +150,38 @@ class CBehaviorStep:
     ) -> Escalations:
         if self._bound != (id(kernel), kernel.generation, self._layer.generation):
             self._bind(kernel)
-        p = self._params
-        p.tick = tick
-        p.every = every
-        p.first = -tick % every
-        p.count = kernel.count
-        p.cognition_available = cognition_available
-        if slots is None:
-            escalated = lib.moirai_behavior_step(p, self._config, ffi.NULL, 0, self._b)
-        else:
+        if slots is not None:  # an explicit list (the layer's own callers; the kernel steps the strided set)
+            p = self._params[0]
+            self._set(p, tick, every, 0, kernel.count, cognition_available=cognition_available)
             listed = np.ascontiguousarray(slots, dtype=np.uint32)
             escalated = lib.moirai_behavior_step(
                 p, self._config, ffi.from_buffer("uint32_t[]", listed), len(listed), self._b
             )
+            return self._escalations(escalated)
+        ranges = self._ranges.split(kernel.count)
+        begins = [begin for begin, _ in ranges[1:]]
+        if begins != self._range_begins:
+            self._bind_ranges(begins)
+
+        def step_range(index: int, begin: int, end: int) -> int:
+            p = self._params[index]
+            self._set(p, tick, every, begin, end, cognition_available=cognition_available)
+            b = self._range_b[index - 1] if index else self._b
+            return int(lib.moirai_behavior_step(p, self._config, ffi.NULL, 0, b))
+
+        counts = self._ranges.run(ranges, step_range)
+        return self._escalations(compact(list(self._buffers.values()), ranges, counts))
+
+    @staticmethod
+    def _set(p: Any, tick: int, every: int, begin: int, end: int, *, cognition_available: bool) -> None:
+        p.tick = tick
+        p.every = every
+        p.first = -tick % every
+        p.begin = begin
+        p.count = end
+        p.cognition_available = cognition_available
+
+    def _escalations(self, count: int) -> Escalations:
         return Escalations(
-            self._buffers["escalation_slot"][:escalated], self._buffers["escalation_cause"][:escalated]
+            self._buffers["escalation_slot"][:count], self._buffers["escalation_cause"][:count]
         )

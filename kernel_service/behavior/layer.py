@@ -60,6 +60,7 @@ from services.fingerprint import fingerprint
 
 if TYPE_CHECKING:
     from kernel_service.behavior.c_step import CBehaviorStep
+    from kernel_service.slot_ranges import SlotRanges
 
 BP = 10_000
 QUIRK_SEPARATOR = "\x1f"
@@ -241,12 +242,13 @@ class PersonalityBehaviorLayer:
             self.minor[slot] = profile.minor
             self._quirks[slot] = profile.quirks
 
-    def use_core(self, name: str) -> None:
-        """The kernel's tick core names how `step` runs: "c" in the C core (`c_step`), else numpy."""
+    def use_core(self, name: str, ranges: SlotRanges | None = None) -> None:
+        """The kernel's tick core names how `step` runs: "c" in the C core (`c_step`, over the core's
+        slot ranges: kernel.tick_threads), else numpy."""
         if name == "c":
             from kernel_service.behavior.c_step import CBehaviorStep  # only where the C core was built
 
-            self._c_step = CBehaviorStep(self)
+            self._c_step = CBehaviorStep(self, ranges)
         else:
             self._c_step = None
 

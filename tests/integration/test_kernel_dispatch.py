@@ -73,7 +73,7 @@ async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(
             assert action_pb2.ACTION_SOURCE_COGNITION in sources
             # Operators see the same run on the kernel's metrics endpoint.
             metrics = await asyncio.to_thread(_scrape, metrics_port)
-            assert metrics['egbe_kernel_core_info{core="c"}'] == 1
+            assert metrics['egbe_kernel_core_info{core="c",tick_threads="1"}'] == 1
             assert metrics["egbe_kernel_ticks_total"] == tick
             assert metrics['egbe_kernel_dispatch_candidates_total{outcome="sent"}'] >= first_candidates
             assert metrics['egbe_kernel_dispatch_candidates_total{outcome="shed"}'] == 0

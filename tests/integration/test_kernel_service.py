@@ -26,7 +26,7 @@ async def serve(endpoint: Endpoint, core: str) -> RunningService:
     settings = load_settings(data_dir="/nonexistent-egbe-test", kernel={"core": core})
     tokens = TokenStore({Role.WORLD: [TOKEN], Role.OPERATOR: ["operator-token-0123456789"]})
     bundle = await build_bundle(settings, tokens)
-    assert bundle.info == {"core": core}
+    assert bundle.info == {"core": core, "tick_threads": "1"}
     return await start_service(bundle, endpoint, tokens, settings)
 
 

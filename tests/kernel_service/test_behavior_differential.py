@@ -20,7 +20,7 @@ from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.vocabulary import MINOR_PRESENT_FLAG, THREAT_FLAG, TRAIT_FIELDS, GoalFamily
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
-from kernel_service.tick_core import select_core
+from kernel_service.tick_core import TickCore, select_core
 from kernel_service.tick_log import deterministic_digest
 from tests.kernel_service.frames import WORLD, columns
 
@@ -52,8 +52,12 @@ def registration(rng: np.random.Generator, slot: int) -> kernel_pb2.AgentRegistr
     )
 
 
-def kernel(core: str, config: KernelConfig, agents: int, seed: int) -> Kernel:
-    k = Kernel(config, select_core(core), PersonalityBehaviorLayer(config.behavior))
+def kernel(core: str | TickCore, config: KernelConfig, agents: int, seed: int) -> Kernel:
+    k = Kernel(
+        config,
+        select_core(core) if isinstance(core, str) else core,
+        PersonalityBehaviorLayer(config.behavior),
+    )
     rng = np.random.default_rng(seed)
     k.register(WORLD, [registration(rng, slot) for slot in range(agents)])
     return k
@@ -83,7 +87,12 @@ configs = st.builds(
 def test_c_and_numpy_behaviour_steps_are_byte_identical_through_the_kernel(
     config: KernelConfig, agents: int, ticks: int, seed: int
 ) -> None:
-    kernel_c, kernel_np = kernel("c", config, agents, seed), kernel("numpy", config, agents, seed)
+    tick_alike(kernel("c", config, agents, seed), kernel("numpy", config, agents, seed), agents, ticks, seed)
+
+
+def tick_alike(kernel_c: Kernel, kernel_np: Kernel, agents: int, ticks: int, seed: int) -> None:
+    """Ticks both kernels through the same random frames, results and episodes, asserting every tick's
+    result and snapshot are byte-identical."""
     rng = np.random.default_rng(seed)  # test data only
     state = {name: rng.choice(LEVELS, agents) for name in NEEDS}
     state["signal_flags"] = rng.choice(FLAGS, agents)

@@ -19,7 +19,7 @@ def samples(metrics: KernelMetrics) -> dict[tuple[str, tuple[tuple[str, str], ..
 
 
 def test_tick_reports_become_counters_gauges_and_a_latency_histogram() -> None:
-    metrics = KernelMetrics("c", DispatchStats())
+    metrics = KernelMetrics("c", DispatchStats(), tick_threads=2)
     for elapsed, clotho in ((40, 3), (50, 4), (51, 5), (60_000, 6)):
         metrics.observe(
             action_pb2.KernelTickReport(
@@ -34,7 +34,7 @@ def test_tick_reports_become_counters_gauges_and_a_latency_histogram() -> None:
             )
         )
     got = samples(metrics)
-    assert got[("egbe_kernel_core_info", (("core", "c"),))] == 1
+    assert got[("egbe_kernel_core_info", (("core", "c"), ("tick_threads", "2")))] == 1
     assert got[("egbe_kernel_ticks_total", ())] == 4
     assert got[("egbe_kernel_ticks_over_budget_total", ())] == 1
     assert got[("egbe_kernel_tick_micros_bucket", (("le", "50.0"),))] == 2  # le is inclusive
