@@ -1,6 +1,7 @@
 """World client -> kernel -> world client round trip over a bidi StreamTicks stream, TCP or unix socket.
 
-Starts `egbe serve kernel` as its own process (the world and the kernel each get a core), registers
+Starts `egbe serve kernel` as its own process (the world and the kernel each get a core: pinned, as a
+co-located deployment pins them, unless --no-pin or the kernel ticks on several threads), registers
 N agents, then streams pre-encoded batches one at a time and times each request-to-answer round trip.
 Prints one JSON object: {"agents", "encoding", "transport", "p50_ms", "p99_ms", ...}.
 """
@@ -34,8 +35,17 @@ ROW_BOOLS = {
 }
 
 
+def placement(tick_threads: int, pin: bool) -> tuple[set[int], set[int]] | None:
+    """(the world client's CPUs, the kernel's CPUs), one core each; None when not pinned: asked not to,
+    fewer than two CPUs, or a kernel ticking on several threads (it needs every core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2 or tick_threads > 1:
+        return None
+    return {cpus[0]}, {cpus[1]}
+
+
 def start_kernel(
-    data_dir: Path, transport: str, core: str, behavior: str, tick_threads: int
+    data_dir: Path, transport: str, core: str, behavior: str, tick_threads: int, *, cpus: set[int] | None
 ) -> tuple[subprocess.Popen[bytes], str, str]:
     listen = ["--ephemeral-ports"] if transport == "tcp" else ["--unix-socket-dir", str(data_dir / "sockets")]
     env = {
@@ -52,6 +62,10 @@ def start_kernel(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    if cpus is not None:
+        # Set at once, while the child is still starting Python: the threads its gRPC server starts
+        # later inherit it. (Not preexec_fn: unsafe in this already-threaded process.)
+        os.sched_setaffinity(process.pid, cpus)
     endpoints = data_dir / "endpoints.json"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -174,12 +188,23 @@ def main() -> None:
     )
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20, help="unmeasured first ticks (at least 1)")
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave both processes to the scheduler instead of a core each"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     args = parser.parse_args()
     args.warmup = max(args.warmup, 1)  # tick 1 carries the delta run's full frame
+    pinned = placement(args.tick_threads, pin=not args.no_pin)
+    if pinned is not None:
+        os.sched_setaffinity(0, pinned[0])
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as scratch:
         process, target, token = start_kernel(
-            Path(scratch), args.transport, args.core, args.behavior, args.tick_threads
+            Path(scratch),
+            args.transport,
+            args.core,
+            args.behavior,
+            args.tick_threads,
+            cpus=None if pinned is None else pinned[1],
         )
         try:
             # On uvloop, as the services run theirs: ~40 µs less client CPU a round trip than asyncio's.
@@ -203,6 +228,8 @@ def main() -> None:
         "core": args.core,
         "behavior": args.behavior,
         "tick_threads": args.tick_threads,
+        # {"world": [cpu], "kernel": [cpu]} when each process was pinned to its own core, else null
+        "pinned_cpus": None if pinned is None else {"world": sorted(pinned[0]), "kernel": sorted(pinned[1])},
         "ticks": len(samples),
         "load_average_1m": round(os.getloadavg()[0], 2),
     }
