@@ -282,6 +282,11 @@ def _event_line(event: biography_pb2.OriEvent) -> str:
     return f"tick {event.world_tick}: {kind}"
 
 
+def calls_issued(recording: LoopRecording) -> int:
+    """Every cognition call the kernel issued over the run (what the gateway must account for)."""
+    return sum(sums[0] for sums in recording.issued.values())
+
+
 def bill(
     recording: LoopRecording,
     calls: list[CognitionCall],
@@ -290,7 +295,7 @@ def bill(
 ) -> Bill:
     """The ledger's view of the run, beside the naive every-agent-every-tick count for the same run."""
     # the naive design pays this run's mean issued call for every Ori on every tick
-    issued = sum(sums[0] for sums in recording.issued.values())
+    issued = calls_issued(recording)
     naive_calls = population.size * len(recording.ticks)
     mean_tokens = (sum(sums[1] for sums in recording.issued.values()) / issued) if issued else 0.0
     mean_cost = (sum(sums[2] for sums in recording.issued.values()) / issued) if issued else 0.0

@@ -33,6 +33,7 @@ from world.collect import (
     audited_calls,
     bill,
     biographies,
+    calls_issued,
     issued_calls,
     kill_records,
     ledger_view,
@@ -154,7 +155,7 @@ async def execute(
             recording = await WorldLoop(clients, setup, progress, hooks).run(state, options.end_tick)
             loop_seconds = time.monotonic() - loop_started
         ledger = await wait_for_dispatch(
-            clients, world_id, scenario.tenant_id, ledger_start, issued=sum(recording.calls_issued)
+            clients, world_id, scenario.tenant_id, ledger_start, issued=calls_issued(recording)
         )
         audit = await audit_records(clients, world_id)
         calls = audited_calls(audit, recording.run_ticks)
