@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from gateway.config import GatewayConfig
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Shared fixture modules: generated certificates and an `egbe up` serving mTLS.
@@ -24,6 +27,21 @@ pytest_plugins = ["tests.tls_fixtures"]
 # correct code. Examples are bounded by their count instead.
 settings.register_profile("egbe", deadline=None)
 settings.load_profile("egbe")
+
+
+# A test's spend figures are one ledger window's (an hour, aligned to the clock): a test that began in
+# the window's last seconds would see its runs split over two windows and its exact counts fail.
+WINDOW_MARGIN_SECONDS = 30.0
+
+
+@pytest.fixture
+async def inside_one_ledger_window() -> None:
+    """Start a test that reads exact spend figures with at least WINDOW_MARGIN_SECONDS left in the
+    current ledger window: at most once an hour of suite time, the test waits for the next one."""
+    window = GatewayConfig().ledger_window_seconds
+    left = window - time.time() % window
+    if left < WINDOW_MARGIN_SECONDS:
+        await asyncio.sleep(left + 0.05)
 
 
 @dataclass

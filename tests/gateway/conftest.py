@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from gateway.config import GatewayConfig
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
 
@@ -20,19 +17,9 @@ def offline_unless_a_test_says_otherwise(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
 
 
-# A test's spend figures are one ledger window's (an hour, aligned to the clock): a test that began in
-# the window's last seconds would see its runs split over two windows and its exact counts fail.
-WINDOW_MARGIN_SECONDS = 30.0
-
-
 @pytest.fixture(autouse=True)
-async def inside_one_ledger_window() -> None:
-    """Start every gateway test with at least WINDOW_MARGIN_SECONDS left in the current ledger window:
-    at most once an hour of suite time, the test waits for the next window to begin."""
-    window = GatewayConfig().ledger_window_seconds
-    left = window - time.time() % window
-    if left < WINDOW_MARGIN_SECONDS:
-        await asyncio.sleep(left + 0.05)
+def every_gateway_test_inside_one_ledger_window(inside_one_ledger_window: None) -> None:
+    """Gateway tests read exact spend figures, so each starts well inside one ledger window."""
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

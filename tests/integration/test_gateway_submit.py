@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
@@ -23,6 +24,7 @@ def _submit(call_id: str, ori: str) -> gateway_pb2.SubmitRequest:
     )
 
 
+@pytest.mark.usefixtures("inside_one_ledger_window")  # it compares the ledger with the audit log
 async def test_submit_runs_the_pipeline_through_generate_and_releases(embedded_egbe: EmbeddedEgbe) -> None:
     service = bearer_metadata(embedded_egbe.tokens["service"])
     operator = bearer_metadata(embedded_egbe.tokens["operator"])

@@ -13,10 +13,15 @@ from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 
 
+# The system tests compare the ledger with everything a test's runs did, over minutes: the spend window
+# must not roll over (and reset the ledger) in the middle, so theirs is about a century from the epoch.
+ONE_LEDGER_WINDOW = {"EGBE_GATEWAY__LEDGER_WINDOW_SECONDS": str(100 * 365 * 24 * 3600)}
+
+
 @contextmanager
 def running_cluster(root: Path, database_url: str | None) -> Iterator[ServiceProcesses]:
     """Every service as its own process; each must exit 0 on SIGTERM when the test is done."""
-    processes = ServiceProcesses(root, database_url)
+    processes = ServiceProcesses(root, database_url, extra_env=dict(ONE_LEDGER_WINDOW))
     try:
         processes.start_all()
         yield processes

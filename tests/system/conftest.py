@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import EmbeddedEgbe, start_embedded, stop_embedded
+from tests.system.cluster import ONE_LEDGER_WINDOW
 
 # Small enough that an oversized request is cheap to build.
 FUZZ_MAX_MESSAGE_BYTES = 1024 * 1024
@@ -15,7 +16,7 @@ FUZZ_MAX_MESSAGE_BYTES = 1024 * 1024
 # (a window of about a century starting at the epoch) during the module.
 QUIET_LEDGER = {
     "EGBE_GATEWAY__RUN_TIMEOUT_SECONDS": str(24 * 3600),
-    "EGBE_GATEWAY__LEDGER_WINDOW_SECONDS": str(100 * 365 * 24 * 3600),
+    **ONE_LEDGER_WINDOW,
 }
 
 
