@@ -12,7 +12,6 @@ from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 
-
 # The system tests compare the ledger with everything a test's runs did, over minutes: the spend window
 # must not roll over (and reset the ledger) in the middle, so theirs is about a century from the epoch.
 ONE_LEDGER_WINDOW = {"EGBE_GATEWAY__LEDGER_WINDOW_SECONDS": str(100 * 365 * 24 * 3600)}
