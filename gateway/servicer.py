@@ -539,7 +539,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     def RunStream(
         self, request_iterator: AsyncIterator[gateway_pb2.RunStreamRequest], context: Context
     ) -> AsyncIterator[gateway_pb2.RunStreamResponse]:
-        """Each message served by `Run`; the stream's runs in flight are cancelled when it ends."""
+        """Each message served by `Run`; a cancelled or broken stream cancels its runs in flight."""
 
         async def answer(request: gateway_pb2.RunStreamRequest) -> gateway_pb2.RunStreamResponse:
             with _fields_under("run."):

@@ -9,10 +9,13 @@ handler's business (the servicer passes it in); this module is only the stream's
   reading, and HTTP/2 flow control pushes back on the client;
 - each answer echoes its message's `message_id`, unique among the stream's messages in flight;
 - a refused message (any EgbeError) answers a `StreamMessageStatus`, and the stream goes on;
-- when the stream ends (the client closed it, cancelled it, or it broke) the caller's `on_close` runs
-  after the messages in flight are done (or cancelled, for work not worth finishing for nobody), so
-  whatever the stream owned is released. Only an unexpected error (a bug) ends the stream early,
-  as it would end a unary call.
+- a client that closes its side gets the answer of every message it sent; a stream cancelled or
+  broken first has its messages in flight cancelled (`cancel_in_flight`: work not worth finishing for
+  nobody, such as a model call) or finished (a store transaction cut short could leave a reservation
+  nobody releases until the sweep);
+- either way the caller's `on_close` runs last, so whatever the stream owned is released. Only
+  bytes that are not a message (no id to answer) or an unexpected error (a bug) end the stream early,
+  as they would end a unary call.
 """
 
 from __future__ import annotations

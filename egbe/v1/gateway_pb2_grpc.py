@@ -154,8 +154,9 @@ class CognitionGatewayServiceServicer:
         """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
         message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
         the stream stops reading beyond that), so answers may come out of order. A refused message answers
-        a per-message `status` and the stream goes on. Closing, cancelling or breaking the stream cancels
-        its runs still in flight (each releases its reservation as a cancelled `Run` does).
+        a per-message `status` and the stream goes on. A client that closes its side gets every answer
+        before the status; cancelling or breaking the stream cancels its runs still in flight (each
+        releases its reservation as a cancelled `Run` does).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -58,8 +58,9 @@ class CognitionGatewayServiceStub:
     """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
     message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
     the stream stops reading beyond that), so answers may come out of order. A refused message answers
-    a per-message `status` and the stream goes on. Closing, cancelling or breaking the stream cancels
-    its runs still in flight (each releases its reservation as a cancelled `Run` does).
+    a per-message `status` and the stream goes on. A client that closes its side gets every answer
+    before the status; cancelling or breaking the stream cancels its runs still in flight (each
+    releases its reservation as a cancelled `Run` does).
     """
     AdmitStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.AdmitStreamRequest, _gateway_pb2.AdmitStreamResponse]
     """Admissions and endings on one long-lived stream: each message is an `AdmitRun` or an `EndRun`,
@@ -99,8 +100,9 @@ class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
     """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
     message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
     the stream stops reading beyond that), so answers may come out of order. A refused message answers
-    a per-message `status` and the stream goes on. Closing, cancelling or breaking the stream cancels
-    its runs still in flight (each releases its reservation as a cancelled `Run` does).
+    a per-message `status` and the stream goes on. A client that closes its side gets every answer
+    before the status; cancelling or breaking the stream cancels its runs still in flight (each
+    releases its reservation as a cancelled `Run` does).
     """
     AdmitStream: _aio.StreamStreamMultiCallable[_gateway_pb2.AdmitStreamRequest, _gateway_pb2.AdmitStreamResponse]  # type: ignore[assignment]
     """Admissions and endings on one long-lived stream: each message is an `AdmitRun` or an `EndRun`,
@@ -191,8 +193,9 @@ class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
         message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
         the stream stops reading beyond that), so answers may come out of order. A refused message answers
-        a per-message `status` and the stream goes on. Closing, cancelling or breaking the stream cancels
-        its runs still in flight (each releases its reservation as a cancelled `Run` does).
+        a per-message `status` and the stream goes on. A client that closes its side gets every answer
+        before the status; cancelling or breaking the stream cancels its runs still in flight (each
+        releases its reservation as a cancelled `Run` does).
         """
 
     @_abc_1.abstractmethod
