@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from egbe.v1 import gateway_pb2
+from gateway.streams import MAX_IN_FLIGHT, serve_stream
 from services.auth import Role
 from tests.gateway.fake_anthropic import FakeAnthropic
 from tests.gateway.harness import GatewayHarness, admit_request, gateway_settings, run_request, start_gateway
@@ -283,3 +284,39 @@ async def test_many_run_streams_leave_the_ledger_equal_to_the_audit_log(capped: 
     assert spend.consumed_tokens == await _audited_tokens(capped) <= 5 * CLOTHO_RESERVATION
     assert spend.consumed_tokens == sum(r.ending.used_tokens for r in completed)
     assert spend.blocked_by_world_cap == len(deferred)
+
+
+async def test_a_stream_serves_at_most_max_in_flight_messages_at_once() -> None:
+    """`serve_stream` on its own: past MAX_IN_FLIGHT it stops reading until an answer frees a slot."""
+    total = MAX_IN_FLIGHT + 10
+    read, started = 0, 0
+    release, all_slots_taken = asyncio.Event(), asyncio.Event()
+
+    async def requests() -> AsyncIterator[gateway_pb2.RunStreamRequest]:
+        nonlocal read
+        for n in range(total):
+            read += 1
+            yield gateway_pb2.RunStreamRequest(message_id=n)
+
+    async def answer(request: gateway_pb2.RunStreamRequest) -> gateway_pb2.RunStreamResponse:
+        nonlocal started
+        started += 1
+        if started == MAX_IN_FLIGHT:
+            all_slots_taken.set()
+        await release.wait()
+        return gateway_pb2.RunStreamResponse(message_id=request.message_id)
+
+    def refuse(
+        request: gateway_pb2.RunStreamRequest, status: gateway_pb2.StreamMessageStatus
+    ) -> gateway_pb2.RunStreamResponse:
+        raise AssertionError(f"message {request.message_id} refused: {status}")
+
+    answers = serve_stream(requests(), answer, refuse, cancel_in_flight=True)
+    first = asyncio.ensure_future(anext(answers))
+    await all_slots_taken.wait()
+    for _ in range(100):  # nothing else can run until an answer frees a slot
+        await asyncio.sleep(0)
+    assert (started, read) == (MAX_IN_FLIGHT, MAX_IN_FLIGHT + 1)  # one read, waiting for a slot
+    release.set()
+    served = {(await first).message_id} | {a.message_id async for a in answers}
+    assert served == set(range(total))
