@@ -546,12 +546,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
                 ran = await self.Run(request.run, context)
             return gateway_pb2.RunStreamResponse(message_id=request.message_id, run=ran)
 
-        def refuse(
-            request: gateway_pb2.RunStreamRequest, status: gateway_pb2.StreamMessageStatus
-        ) -> gateway_pb2.RunStreamResponse:
-            return gateway_pb2.RunStreamResponse(message_id=request.message_id, status=status)
-
-        return serve_stream(request_iterator, answer, refuse, cancel_in_flight=True)
+        return serve_stream(request_iterator, answer, gateway_pb2.RunStreamResponse, cancel_in_flight=True)
 
     def AdmitStream(
         self, request_iterator: AsyncIterator[gateway_pb2.AdmitStreamRequest], context: Context
@@ -577,12 +572,13 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
                 return gateway_pb2.AdmitStreamResponse(message_id=request.message_id, end=ended)
             raise InvalidArgument.field("kind", "set admit or end")
 
-        def refuse(
-            request: gateway_pb2.AdmitStreamRequest, status: gateway_pb2.StreamMessageStatus
-        ) -> gateway_pb2.AdmitStreamResponse:
-            return gateway_pb2.AdmitStreamResponse(message_id=request.message_id, status=status)
-
-        return serve_stream(request_iterator, answer, refuse, cancel_in_flight=False, on_close=runs.end_all)
+        return serve_stream(
+            request_iterator,
+            answer,
+            gateway_pb2.AdmitStreamResponse,
+            cancel_in_flight=False,
+            on_close=runs.end_all,
+        )
 
 
 def _operator_id(context: Context) -> str:

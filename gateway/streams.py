@@ -67,12 +67,13 @@ _DUPLICATE = InvalidArgument.field("message_id", "is already in flight on this s
 async def serve_stream(
     requests: AsyncIterator[Request],
     answer: Callable[[Request], Awaitable[Reply]],
-    refuse: Callable[[Request, gateway_pb2.StreamMessageStatus], Reply],
+    reply_type: Callable[..., Reply],
     *,
     cancel_in_flight: bool,
     on_close: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[Reply]:
-    """Answer each request with `answer` (an EgbeError with `refuse`), up to MAX_IN_FLIGHT at once.
+    """Answer each request with `answer`, up to MAX_IN_FLIGHT at once; an EgbeError answers a
+    `reply_type(message_id=..., status=...)`.
 
     When the stream ends, the messages in flight are cancelled (`cancel_in_flight`) or finished, then
     `on_close` runs, shielded from a second cancellation."""
@@ -80,11 +81,14 @@ async def serve_stream(
     slots = asyncio.Semaphore(MAX_IN_FLIGHT)
     in_flight: dict[int, asyncio.Task[None]] = {}
 
+    def refuse(request: Request, error: EgbeError) -> Reply:
+        return reply_type(message_id=request.message_id, status=message_status(error))
+
     async def serve_one(request: Request) -> None:
         try:
             reply = await answer(request)
         except EgbeError as error:
-            reply = refuse(request, message_status(error))
+            reply = refuse(request, error)
         except Exception as error:  # a bug: the stream ends with it, as a unary call would
             replies.put_nowait(error)
             return
@@ -99,7 +103,7 @@ async def serve_stream(
                 await slots.acquire()
                 if request.message_id in in_flight:
                     slots.release()
-                    replies.put_nowait(refuse(request, message_status(_DUPLICATE)))
+                    replies.put_nowait(refuse(request, _DUPLICATE))
                     continue
                 in_flight[request.message_id] = asyncio.create_task(serve_one(request))
             while in_flight:  # the client is done writing: answer what it sent, then end
