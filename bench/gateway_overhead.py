@@ -1,28 +1,38 @@
-"""Gateway overhead: a run's admit -> Generate -> end over gRPC on loopback, minus the offline adapter.
+"""Gateway overhead: a run of one model call over gRPC on loopback, minus the offline adapter's own time.
 
 Prints one JSON object. The gateway runs as its own process (`egbe serve gateway`) on SQLite and, when a
 PostgreSQL DSN is given (`--postgres-dsn` or EGBE_TEST_POSTGRES_DSN), on a fresh PostgreSQL database.
-Per backend: overhead_p50_ms / overhead_p99_ms of a run of one model call through the fused `Run` RPC
-(admission, the call and the ending in one round trip; `rpcs_per_run` 1), and the same run as three
-RPCs (`three_rpc_overhead_*`: AdmitRun, Generate, EndRun, the gateway's share of a Submit, the cognition
-service's Think excluded), interleaved run by run; admissions_per_s with 64 concurrent clients calling
-AdmitRun, fused_runs_per_s with them calling Run, and admit_end_cycles_per_s (AdmitRun then EndRun).
 SQLite is measured with synchronous=FULL (the default: every commit fsynced) and NORMAL.
-The baselines, measured in the same run, interleaved with the runs:
+
+The primary figures are the streams', the shape a world server's dispatcher uses (one long-lived
+connection, a message per run):
+- overhead_p50_ms / overhead_p99_ms: sequential fused runs (admission, the one model call and the
+  ending; what `Run` does) as messages on one open RunStream, one in flight: each message's write to
+  its answer's read, minus the adapter's median. `overhead_beyond_bare_stream_floor_*` also subtracts a
+  bare grpc.aio stream round trip measured just before it: the gateway's own work without the transport;
+- admissions_per_s: 64 concurrent clients, each its own AdmitStream on the one channel, each with one
+  admission in flight (write, read its answer, write the next; no batching in a message). The runs stay
+  open; the gateway ends them all as cancelled when the streams are cancelled, after the timing (this
+  phase runs last);
+- fused_runs_per_s: the same 64 clients on RunStreams; admit_end_cycles_per_s: on AdmitStreams, an
+  admission then its ending (two messages per cycle, one in flight).
+The unary figures, measured in the same process run (the latencies interleaved run by run with the
+stream's): `unary_overhead_*` (the fused `Run` RPC), `unary_three_rpc_overhead_*` (AdmitRun, Generate,
+EndRun: the gateway's share of a Submit, the cognition service's Think excluded), `unary_admissions_per_s`,
+`unary_fused_runs_per_s`, `unary_admit_end_cycles_per_s` with 64 concurrent clients calling the RPCs.
+`unary_*_beyond_rpc_floor_*` subtracts one (three) of the store-free round trips below.
+The baselines, in the same run:
 - a store-free RPC of the gateway (EvaluateBudget with no requests) through the whole chassis (token,
   role, log context, error mapping): `baseline_rpc_floor_*` per round trip, and how many of those the 64
-  clients complete per second (`baseline_store_free_rpcs_per_s`: the ceiling any admission rate is
-  bounded by here). `overhead_beyond_rpc_floor_*` is each run minus the adapter and three of these round
-  trips measured just before it (one for the fused run): the gateway's own work (store, checks, audit)
-  without the transport;
-- a bare grpc.aio server (`bare_grpc_aio_*`: its own process on the same event loop, the same
-  EvaluateBudget method answering an empty message, no interceptor, no auth, no handler work) called by
-  the same client: the Python gRPC floor of this machine. `bare_grpc_aio_run_floor_p50_ms` is three of
-  its round trips, the least any run of three RPCs can cost here;
-- the server process's CPU per store-free RPC, ours and the bare server's (`*_server_cpu_us_per_rpc`,
-  from /proc over the 64-client phases): what the chassis adds per call, less moved by the machine's
-  other load than the wall-clock figures (cache and scheduler contention still inflate it); and the
-  bench client's own CPU per completed call and its share of one core over the 64-client phases
+  clients complete per second (`baseline_store_free_rpcs_per_s`);
+- a bare grpc.aio server (its own process, no interceptor, no auth, no handler work): unary
+  (`bare_grpc_aio_rpc_*`: EvaluateBudget answering an empty message; `bare_grpc_aio_three_rpc_floor_p50_ms`
+  is three of those, the least any run of three RPCs can cost here) and a bidi stream
+  (`bare_grpc_aio_stream_*`: RunStream echoing each message's id, one in flight per stream, 64 streams
+  for the rate): the Python gRPC floors of this machine;
+- per phase of 64 clients, the server process's CPU per completion (`server_cpu_us_per_call`: the
+  gateway's, or the bare server's for `bare_*`; from /proc, less moved by the machine's other load than
+  the wall-clock figures), the bench client's own CPU per completion and its share of one core
   (`client_cpu_*`; a share well under 1.0 says the one client process is not what limits the rate): on
   two cores, server CPU + client CPU per call bounds the calls per second whatever the gateway does.
 """
@@ -39,7 +49,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +133,12 @@ class _BareServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer):
     ) -> gateway_pb2.EvaluateBudgetResponse:
         return gateway_pb2.EvaluateBudgetResponse()
 
+    async def RunStream(
+        self, request_iterator: AsyncIterator[gateway_pb2.RunStreamRequest], context: Any
+    ) -> AsyncIterator[gateway_pb2.RunStreamResponse]:
+        async for request in request_iterator:
+            yield gateway_pb2.RunStreamResponse(message_id=request.message_id)
+
 
 async def serve_bare() -> None:
     """The bare baseline: grpc.aio with nothing of ours; prints its port, serves until killed."""
@@ -147,15 +164,41 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _rate(
-    step: Callable[[int], Awaitable[Any]],
-    clients: int,
-    seconds: float,
-    pid: int,
-    client_cpu: list[tuple[float, float, int]],
-) -> tuple[float, float]:
-    """Completions per second of `clients` looping on `step`, and `pid`'s CPU per completion; appends
-    this process's CPU, the elapsed time and the completions to `client_cpu`."""
+class Streamed:
+    """One open bidi stream used with one message in flight: write a message, read its answer."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._sent = 0
+
+    async def ask(self, message: Callable[[int], Any]) -> Any:
+        self._sent += 1
+        await self._call.write(message(self._sent))
+        reply = await self._call.read()
+        if reply.HasField("status") or reply.message_id != self._sent:
+            raise RuntimeError(f"the stream refused message {self._sent}: {reply}")
+        return reply
+
+    async def close(self) -> None:
+        await self._call.done_writing()
+        await self._call.code()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+@dataclass
+class Phase:
+    """A phase of `clients` concurrent clients: completions per second, and CPU per completion."""
+
+    per_s: float
+    server_cpu_us: float  # of the server process (the gateway's, or the bare server's)
+    client_cpu_us: float  # of this process (the bench client)
+    client_core_share: float  # this process's CPU over the phase's wall time
+
+
+async def _rate(step: Callable[[int], Awaitable[Any]], clients: int, seconds: float, pid: int) -> Phase:
+    """`clients` looping on `step` (each with its index) for `seconds`."""
     done = 0
     deadline = time.perf_counter() + seconds
 
@@ -165,96 +208,165 @@ async def _rate(
             await step(index)
             done += 1
 
-    cpu = _cpu_seconds(pid) if pid else 0.0
+    cpu = _cpu_seconds(pid)
     own_cpu = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
     elapsed = time.perf_counter() - started
-    client_cpu.append((time.process_time() - own_cpu, elapsed, done))
-    return done / elapsed, ((_cpu_seconds(pid) - cpu) / done if pid else 0.0)
+    own = time.process_time() - own_cpu
+    server = (_cpu_seconds(pid) - cpu) / done
+    return Phase(done / elapsed, server * 1e6, own / done * 1e6, own / elapsed)
+
+
+def _generate_request(run_id: str = "") -> gateway_pb2.GenerateRequest:
+    return gateway_pb2.GenerateRequest(run_id=run_id, mode=gateway_pb2.COGNITION_MODE_DIALOGUE, prompt=PROMPT)
+
+
+def _run_request(ori: str) -> gateway_pb2.RunRequest:
+    return gateway_pb2.RunRequest(admit=admit_request(ori), generate=_generate_request())
+
+
+def _end_request(run_id: str) -> gateway_pb2.EndRunRequest:
+    return gateway_pb2.EndRunRequest(run_id=run_id, outcome=gateway_pb2.RUN_OUTCOME_COMPLETED)
+
+
+def run_message(ori: str) -> Callable[[int], gateway_pb2.RunStreamRequest]:
+    return lambda n: gateway_pb2.RunStreamRequest(message_id=n, run=_run_request(ori))
+
+
+def admit_message(ori: str) -> Callable[[int], gateway_pb2.AdmitStreamRequest]:
+    return lambda n: gateway_pb2.AdmitStreamRequest(message_id=n, admit=admit_request(ori))
+
+
+def end_message(run_id: str) -> Callable[[int], gateway_pb2.AdmitStreamRequest]:
+    return lambda n: gateway_pb2.AdmitStreamRequest(message_id=n, end=_end_request(run_id))
+
+
+def echo(n: int) -> gateway_pb2.RunStreamRequest:
+    return gateway_pb2.RunStreamRequest(message_id=n)
+
+
+async def _timed(call: Awaitable[Any]) -> float:
+    started = time.perf_counter()
+    await call
+    return time.perf_counter() - started
+
+
+class Client:
+    """The bench client of one gateway and the bare server: each way of running a run, timed."""
+
+    def __init__(self, channel: grpc.aio.Channel, bare_channel: grpc.aio.Channel, token: str) -> None:
+        self.stub = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
+        self.bare = gateway_pb2_grpc.CognitionGatewayServiceStub(bare_channel)
+        self.service = bearer_metadata(token)
+        self.nothing = gateway_pb2.EvaluateBudgetRequest()
+
+    async def floor(self) -> None:
+        await self.stub.EvaluateBudget(self.nothing, metadata=self.service)
+
+    async def bare_floor(self) -> None:
+        await self.bare.EvaluateBudget(self.nothing, metadata=self.service)
+
+    async def admit(self, ori: str) -> gateway_pb2.AdmitRunResponse:
+        reply: gateway_pb2.AdmitRunResponse = await self.stub.AdmitRun(
+            admit_request(ori), metadata=self.service
+        )
+        return reply
+
+    async def end(self, run_id: str) -> None:
+        await self.stub.EndRun(_end_request(run_id), metadata=self.service)
+
+    async def fused(self, ori: str) -> None:
+        await self.stub.Run(_run_request(ori), metadata=self.service)
+
+    async def three_rpcs(self, ori: str) -> None:
+        run = await self.admit(ori)
+        await self.stub.Generate(_generate_request(run.run_id), metadata=self.service)
+        await self.end(run.run_id)
+
+    async def admit_and_end(self, ori: str) -> None:
+        await self.end((await self.admit(ori)).run_id)
+
+    def streams(self, method: str, count: int) -> list[Streamed]:
+        """`count` streams of the gateway's `method` ("RunStream", "AdmitStream"); "bare" for the bare
+        server's RunStream."""
+        if method == "bare":
+            return [Streamed(self.bare.RunStream(metadata=self.service)) for _ in range(count)]  # type: ignore[call-arg]
+        return [Streamed(getattr(self.stub, method)(metadata=self.service)) for _ in range(count)]
+
+    async def latency(self, runs: int) -> dict[str, list[float]]:
+        """Sequential round trips, interleaved run by run: the floors, and a run each way."""
+        [run_stream], [bare_stream] = self.streams("RunStream", 1), self.streams("bare", 1)
+        for _ in range(100):  # both servers warm (connections, caches, the streams) before timing
+            await self.floor()
+            await self.bare_floor()
+            await bare_stream.ask(echo)
+        await run_stream.ask(run_message("warm"))
+        timings: dict[str, list[float]] = {
+            name: []
+            for name in ("floor", "bare_floor", "bare_stream", "stream_run", "fused_run", "three_rpc")
+        }
+        for n in range(runs):
+            ori = f"ori-{n % 256}"
+            timings["bare_floor"].append(await _timed(self.bare_floor()))
+            timings["bare_stream"].append(await _timed(bare_stream.ask(echo)))
+            timings["floor"].append(await _timed(self.floor()))
+            timings["stream_run"].append(await _timed(run_stream.ask(run_message(ori))))
+            timings["fused_run"].append(await _timed(self.fused(ori)))
+            timings["three_rpc"].append(await _timed(self.three_rpcs(ori)))
+        await run_stream.close()
+        await bare_stream.close()
+        return timings
+
+    async def rates(self, clients: int, seconds: float, pids: tuple[int, int]) -> dict[str, Phase]:
+        """Each phase: `clients` concurrent clients, one call (or message) in flight each."""
+
+        def rate(step: Callable[[int], Awaitable[Any]], pid: int) -> Awaitable[Phase]:
+            return _rate(step, clients, seconds, pid)
+
+        phases = {
+            "bare_unary": await rate(lambda _: self.bare_floor(), pids[1]),
+            "floor_unary": await rate(lambda _: self.floor(), pids[0]),
+            "unary_admissions": await rate(lambda index: self.admit(f"ori-{index}"), pids[0]),
+            "unary_admit_end_cycles": await rate(lambda index: self.admit_and_end(f"ori-{index}"), pids[0]),
+            "unary_fused_runs": await rate(lambda index: self.fused(f"ori-{index}"), pids[0]),
+        }
+        bare = self.streams("bare", clients)
+        phases["bare_stream"] = await rate(lambda index: bare[index].ask(echo), pids[1])
+        runs = self.streams("RunStream", clients)
+        phases["stream_fused_runs"] = await rate(
+            lambda index: runs[index].ask(run_message(f"ori-{index}")), pids[0]
+        )
+        cycles = self.streams("AdmitStream", clients)
+
+        async def cycle(index: int) -> None:
+            admitted = await cycles[index].ask(admit_message(f"ori-{index}"))
+            await cycles[index].ask(end_message(admitted.admit.run_id))
+
+        phases["stream_admit_end_cycles"] = await rate(cycle, pids[0])
+        await asyncio.gather(*(s.close() for s in bare + runs + cycles))
+        # Last: these streams' runs stay open, and the gateway ends them all (thousands) when the
+        # streams go; cancelled after the timing, no later phase shares the machine with those endings.
+        admissions = self.streams("AdmitStream", clients)
+        phases["stream_admissions"] = await rate(
+            lambda index: admissions[index].ask(admit_message(f"ori-{index}")), pids[0]
+        )
+        for stream in admissions:
+            stream.cancel()
+        return phases
 
 
 async def measure(
     target: str, bare_target: str, pids: tuple[int, int], tokens: dict[str, str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    service = bearer_metadata(tokens["service"])
     async with (
         grpc.aio.insecure_channel(target) as channel,
         grpc.aio.insecure_channel(bare_target) as bare_channel,
     ):
-        stub = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
-        bare = gateway_pb2_grpc.CognitionGatewayServiceStub(bare_channel)
-        nothing = gateway_pb2.EvaluateBudgetRequest()
-
-        async def admit(ori: str) -> gateway_pb2.AdmitRunResponse:
-            reply: gateway_pb2.AdmitRunResponse = await stub.AdmitRun(admit_request(ori), metadata=service)
-            return reply
-
-        def generate_request(run_id: str = "") -> gateway_pb2.GenerateRequest:
-            return gateway_pb2.GenerateRequest(
-                run_id=run_id, mode=gateway_pb2.COGNITION_MODE_DIALOGUE, prompt=PROMPT
-            )
-
-        async def fused(ori: str) -> gateway_pb2.RunResponse:
-            reply: gateway_pb2.RunResponse = await stub.Run(
-                gateway_pb2.RunRequest(admit=admit_request(ori), generate=generate_request()),
-                metadata=service,
-            )
-            return reply
-
-        async def end(run_id: str) -> None:
-            await stub.EndRun(
-                gateway_pb2.EndRunRequest(run_id=run_id, outcome=gateway_pb2.RUN_OUTCOME_COMPLETED),
-                metadata=service,
-            )
-
-        async def timed(call: Awaitable[Any]) -> float:
-            started = time.perf_counter()
-            await call
-            return time.perf_counter() - started
-
-        for _ in range(100):  # both servers warm (connections, caches) before anything is timed
-            await stub.EvaluateBudget(nothing, metadata=service)
-            await bare.EvaluateBudget(nothing, metadata=service)
-        floor, bare_floor, per_run, per_fused_run = [], [], [], []
-        for n in range(args.runs):
-            bare_floor.append(await timed(bare.EvaluateBudget(nothing, metadata=service)))
-            floor.append(await timed(stub.EvaluateBudget(nothing, metadata=service)))
-            per_fused_run.append(await timed(fused(f"ori-{n % 256}")))
-            started = time.perf_counter()
-            run = await admit(f"ori-{n % 256}")
-            await stub.Generate(generate_request(run.run_id), metadata=service)
-            await end(run.run_id)
-            per_run.append(time.perf_counter() - started)
-
-        client_cpu: list[tuple[float, float, int]] = []  # (client CPU s, elapsed s, calls) per phase
-
-        def rate(step: Callable[[int], Awaitable[Any]], pid: int = 0) -> Awaitable[tuple[float, float]]:
-            return _rate(step, args.clients, args.seconds, pid, client_cpu)
-
-        async def admit_only(index: int) -> None:
-            await admit(f"ori-{index}")
-
-        async def admit_and_end(index: int) -> None:
-            await end((await admit(f"ori-{index}")).run_id)
-
-        bare_rate = await rate(lambda _: bare.EvaluateBudget(nothing, metadata=service), pids[1])
-        floor_rate = await rate(lambda _: stub.EvaluateBudget(nothing, metadata=service), pids[0])
-        admissions, _ = await rate(admit_only)
-        cycles, _ = await rate(admit_and_end)
-        fused_runs, _ = await rate(lambda index: fused(f"ori-{index}"))
-    return {
-        "per_fused_run": per_fused_run,
-        "fused_runs_per_s": fused_runs,
-        "client_cpu": client_cpu,
-        "per_run": per_run,
-        "floor": floor,
-        "bare_floor": bare_floor,
-        "admissions_per_s": admissions,
-        "admit_end_per_s": cycles,
-        "floor_rate": floor_rate,
-        "bare_rate": bare_rate,
-    }
+        client = Client(channel, bare_channel, tokens["service"])
+        latency = await client.latency(args.runs)
+        phases = await client.rates(args.clients, args.seconds, pids)
+    return {"latency": latency, "phases": phases}
 
 
 async def bench_backend(
@@ -273,42 +385,53 @@ async def bench_backend(
             bare.kill()
             bare.wait()
             served.stop_all()
-    floor_ms = [t * 1000 for t in figures["floor"]]
-    bare_ms = [t * 1000 for t in figures["bare_floor"]]
+    latency: dict[str, list[float]] = figures["latency"]
+    phases: dict[str, Phase] = figures["phases"]
 
-    def overhead(runs: list[float], rpcs: int, prefix: str = "") -> dict[str, float]:
-        """Each run minus the adapter; and (beyond the floor) minus `rpcs` store-free round trips
-        measured right before it (the transport, chassis and event loop every RPC pays, store or not)."""
-        total = [max(0.0, (t - adapter_s) * 1000) for t in runs]
+    def ms(name: str, fraction: float, times: float = 1.0) -> float:
+        return round(times * _percentile([t * 1000 for t in latency[name]], fraction), 3)
+
+    def overhead(runs: str, floor: str, rpcs: int, prefix: str, floor_name: str) -> dict[str, float]:
+        """Each run minus the adapter; and (beyond the floor) minus `rpcs` round trips of `floor`
+        measured right before it (the transport and event loop every message pays, store or not)."""
+        total = [max(0.0, (t - adapter_s) * 1000) for t in latency[runs]]
         beyond = [
-            max(0.0, (t - adapter_s - rpcs * f) * 1000) for t, f in zip(runs, figures["floor"], strict=True)
+            max(0.0, (t - adapter_s - rpcs * f) * 1000)
+            for t, f in zip(latency[runs], latency[floor], strict=True)
         ]
         return {
             f"{prefix}overhead_p50_ms": round(_percentile(total, 0.50), 3),
             f"{prefix}overhead_p99_ms": round(_percentile(total, 0.99), 3),
-            f"{prefix}overhead_beyond_rpc_floor_p50_ms": round(_percentile(beyond, 0.50), 3),
-            f"{prefix}overhead_beyond_rpc_floor_p99_ms": round(_percentile(beyond, 0.99), 3),
+            f"{prefix}overhead_beyond_{floor_name}_p50_ms": round(_percentile(beyond, 0.50), 3),
+            f"{prefix}overhead_beyond_{floor_name}_p99_ms": round(_percentile(beyond, 0.99), 3),
         }
 
-    client_cpu, client_elapsed, client_calls = (sum(x) for x in zip(*figures["client_cpu"], strict=True))
+    def rate(name: str) -> float:
+        return round(phases[name].per_s, 1)
+
     return {
-        **overhead(figures["per_fused_run"], 1),
-        **overhead(figures["per_run"], THREE_RPCS, "three_rpc_"),
-        "admissions_per_s": round(figures["admissions_per_s"], 1),
-        "fused_runs_per_s": round(figures["fused_runs_per_s"], 1),
-        "admit_end_cycles_per_s": round(figures["admit_end_per_s"], 1),
-        "baseline_rpc_floor_p50_ms": round(_percentile(floor_ms, 0.50), 3),
-        "baseline_rpc_floor_p99_ms": round(_percentile(floor_ms, 0.99), 3),
-        "baseline_store_free_rpcs_per_s": round(figures["floor_rate"][0], 1),
-        "baseline_server_cpu_us_per_rpc": round(figures["floor_rate"][1] * 1e6, 1),
-        "bare_grpc_aio_rpc_p50_ms": round(_percentile(bare_ms, 0.50), 3),
-        "bare_grpc_aio_rpc_p99_ms": round(_percentile(bare_ms, 0.99), 3),
-        "bare_grpc_aio_three_rpc_floor_p50_ms": round(THREE_RPCS * _percentile(bare_ms, 0.50), 3),
-        "bare_grpc_aio_rpcs_per_s": round(figures["bare_rate"][0], 1),
-        "bare_grpc_aio_server_cpu_us_per_rpc": round(figures["bare_rate"][1] * 1e6, 1),
-        "client_cpu_us_per_call": round(client_cpu / client_calls * 1e6, 1),
-        "client_cpu_share_of_one_core": round(client_cpu / client_elapsed, 2),
-        "rpcs_per_run": 1,
+        **overhead("stream_run", "bare_stream", 1, "", "bare_stream_floor"),
+        "admissions_per_s": rate("stream_admissions"),
+        "fused_runs_per_s": rate("stream_fused_runs"),
+        "admit_end_cycles_per_s": rate("stream_admit_end_cycles"),
+        **overhead("fused_run", "floor", 1, "unary_", "rpc_floor"),
+        **overhead("three_rpc", "floor", THREE_RPCS, "unary_three_rpc_", "rpc_floor"),
+        "unary_admissions_per_s": rate("unary_admissions"),
+        "unary_fused_runs_per_s": rate("unary_fused_runs"),
+        "unary_admit_end_cycles_per_s": rate("unary_admit_end_cycles"),
+        "baseline_rpc_floor_p50_ms": ms("floor", 0.50),
+        "baseline_rpc_floor_p99_ms": ms("floor", 0.99),
+        "baseline_store_free_rpcs_per_s": rate("floor_unary"),
+        "bare_grpc_aio_rpc_p50_ms": ms("bare_floor", 0.50),
+        "bare_grpc_aio_rpc_p99_ms": ms("bare_floor", 0.99),
+        "bare_grpc_aio_three_rpc_floor_p50_ms": ms("bare_floor", 0.50, THREE_RPCS),
+        "bare_grpc_aio_rpcs_per_s": rate("bare_unary"),
+        "bare_grpc_aio_stream_p50_ms": ms("bare_stream", 0.50),
+        "bare_grpc_aio_stream_p99_ms": ms("bare_stream", 0.99),
+        "bare_grpc_aio_stream_messages_per_s": rate("bare_stream"),
+        "server_cpu_us_per_call": {name: round(p.server_cpu_us, 1) for name, p in phases.items()},
+        "client_cpu_us_per_call": {name: round(p.client_cpu_us, 1) for name, p in phases.items()},
+        "client_cpu_share_of_one_core": {name: round(p.client_core_share, 2) for name, p in phases.items()},
     }
 
 

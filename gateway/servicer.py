@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -28,6 +28,7 @@ from gateway.records import (
 )
 from gateway.retry_stats import roll_up
 from gateway.routing import model_ref, select_route
+from gateway.streams import StreamRuns, serve_stream
 from services.auth import Principal, Role
 from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument
 from services.grpc_types import Context
@@ -52,6 +53,8 @@ METHOD_ROLES = {
         "EndRun": frozenset({Role.SERVICE}),
         "CheckToolCall": frozenset({Role.SERVICE}),
         "Run": frozenset({Role.SERVICE}),
+        "RunStream": frozenset({Role.SERVICE}),
+        "AdmitStream": frozenset({Role.SERVICE}),
     },
     _OPERATOR: {
         method.name: _OPERATOR_ONLY
@@ -276,13 +279,18 @@ def _run_response(
 
 @contextlib.contextmanager
 def _fields_under(prefix: str) -> Iterator[None]:
-    """Field violations raised inside name their fields under `prefix` (a nested request message)."""
+    """Field violations raised inside name their fields under `prefix` (a nested request message),
+    whatever the refusal (INVALID_ARGUMENT, or NOT_FOUND naming the field that carried an unknown id)."""
     try:
         yield
-    except InvalidArgument as error:
-        raise InvalidArgument(
-            FieldViolation(prefix + v.field, v.description) for v in error.violations
-        ) from None
+    except EgbeError as error:
+        if not error.violations:
+            raise
+        rooted = [FieldViolation(prefix + v.field, v.description) for v in error.violations]
+        if isinstance(error, InvalidArgument):  # its message lists the fields too
+            raise InvalidArgument(rooted) from None
+        error.violations = rooted
+        raise
 
 
 class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer):
@@ -488,9 +496,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             config_fingerprint=self._fingerprint(),
         )
 
-    async def AdmitRun(
-        self, request: gateway_pb2.AdmitRunRequest, context: Context
-    ) -> gateway_pb2.AdmitRunResponse:
+    async def _admit(self, request: gateway_pb2.AdmitRunRequest) -> AdmitResult:
+        """An AdmitRun request validated and admitted; a control that refuses it is ABORTED."""
         _check_ori("", request.ori)
         check_texts(ID_CHARS * 2, request_id=request.request_id, kernel_call_id=request.kernel_call_id)
         admission = await self._gateway.admit(
@@ -502,7 +509,12 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         )
         if admission.stopped_by is not None:
             raise Aborted(admission.detail, metadata={"control_id": admission.stopped_by.control_id})
-        return admission_response(admission, self._fingerprint())
+        return admission
+
+    async def AdmitRun(
+        self, request: gateway_pb2.AdmitRunRequest, context: Context
+    ) -> gateway_pb2.AdmitRunResponse:
+        return admission_response(await self._admit(request), self._fingerprint())
 
     async def EndRun(
         self, request: gateway_pb2.EndRunRequest, context: Context
@@ -523,6 +535,50 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         check_texts(ID_CHARS * 2, run_id=request.run_id, tool_name=request.tool_name)
         used, remaining = await self._gateway.check_tool_call(request.run_id, request.tool_name)
         return gateway_pb2.CheckToolCallResponse(tool_calls_used=used, tool_calls_remaining=remaining)
+
+    def RunStream(
+        self, request_iterator: AsyncIterator[gateway_pb2.RunStreamRequest], context: Context
+    ) -> AsyncIterator[gateway_pb2.RunStreamResponse]:
+        """Each message served by `Run`; a cancelled or broken stream cancels its runs in flight."""
+
+        async def answer(request: gateway_pb2.RunStreamRequest) -> gateway_pb2.RunStreamResponse:
+            with _fields_under("run."):
+                ran = await self.Run(request.run, context)
+            return gateway_pb2.RunStreamResponse(message_id=request.message_id, run=ran)
+
+        return serve_stream(request_iterator, answer, gateway_pb2.RunStreamResponse, cancel_in_flight=True)
+
+    def AdmitStream(
+        self, request_iterator: AsyncIterator[gateway_pb2.AdmitStreamRequest], context: Context
+    ) -> AsyncIterator[gateway_pb2.AdmitStreamResponse]:
+        """Each message served by `AdmitRun` or `EndRun`; the runs the stream admitted and did not end
+        are ended as cancelled when it ends (after its admissions and endings in flight are done: a
+        store transaction cut short could leave a reservation nobody releases until the sweep)."""
+        runs = StreamRuns(self._gateway)
+
+        async def answer(request: gateway_pb2.AdmitStreamRequest) -> gateway_pb2.AdmitStreamResponse:
+            kind = request.WhichOneof("kind")
+            if kind == "admit":
+                with _fields_under("admit."):
+                    admission = await self._admit(request.admit)
+                if admission.admitted and not admission.repeated:
+                    runs.admitted(admission.run.run_id)
+                reply = admission_response(admission, self._fingerprint())
+                return gateway_pb2.AdmitStreamResponse(message_id=request.message_id, admit=reply)
+            if kind == "end":
+                with _fields_under("end."):
+                    ended = await self.EndRun(request.end, context)
+                runs.ended(request.end.run_id)
+                return gateway_pb2.AdmitStreamResponse(message_id=request.message_id, end=ended)
+            raise InvalidArgument.field("kind", "set admit or end")
+
+        return serve_stream(
+            request_iterator,
+            answer,
+            gateway_pb2.AdmitStreamResponse,
+            cancel_in_flight=False,
+            on_close=runs.end_all,
+        )
 
 
 def _operator_id(context: Context) -> str:

@@ -606,6 +606,214 @@ class RunResponse(_message.Message):
 Global___RunResponse: _TypeAlias = RunResponse  # noqa: Y015
 
 @_typing.final
+class StreamMessageStatus(_message.Message):
+    """Why one message on a stream was not served; the stream itself goes on. Unset when the message was
+    served.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    FIELD_VIOLATIONS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    """The google.rpc.Code the unary RPC would have ended with (3 INVALID_ARGUMENT, 10 ABORTED, ...)."""
+    message: _builtins.str
+    reason: _builtins.str
+    """The ErrorInfo reason ("INVALID_ARGUMENT", "ABORTED", ...)."""
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The ErrorInfo metadata, e.g. `control_id` of the control that stopped a run."""
+
+    @_builtins.property
+    def field_violations(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamFieldViolation]:
+        """The fields the refusal is about, as a unary BadRequest names them, rooted at the stream message
+        (e.g. "run.admit.ori.ori_id").
+        """
+
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        field_violations: _abc.Iterable[Global___StreamFieldViolation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field_violations", b"field_violations", "message", b"message", "metadata", b"metadata", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamMessageStatus: _TypeAlias = StreamMessageStatus  # noqa: Y015
+
+@_typing.final
+class StreamFieldViolation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    description: _builtins.str
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "field", b"field"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamFieldViolation: _TypeAlias = StreamFieldViolation  # noqa: Y015
+
+@_typing.final
+class RunStreamRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    message_id: _builtins.int
+    """Chosen by the client and echoed in the answer; unique among the stream's messages in flight (a
+    duplicate is refused INVALID_ARGUMENT naming `message_id`). Not an idempotency key: that is
+    `run.admit.request_id`.
+    """
+    @_builtins.property
+    def run(self) -> Global___RunRequest: ...
+    def __init__(
+        self,
+        *,
+        message_id: _builtins.int = ...,
+        run: Global___RunRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id", "run", b"run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunStreamRequest: _TypeAlias = RunStreamRequest  # noqa: Y015
+
+@_typing.final
+class RunStreamResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    message_id: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___StreamMessageStatus:
+        """Set when the message was refused; `run` is then unset."""
+
+    @_builtins.property
+    def run(self) -> Global___RunResponse: ...
+    def __init__(
+        self,
+        *,
+        message_id: _builtins.int = ...,
+        status: Global___StreamMessageStatus | None = ...,
+        run: Global___RunResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message_id", b"message_id", "run", b"run", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunStreamResponse: _TypeAlias = RunStreamResponse  # noqa: Y015
+
+@_typing.final
+class AdmitStreamRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    ADMIT_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    message_id: _builtins.int
+    """As in RunStreamRequest."""
+    @_builtins.property
+    def admit(self) -> Global___AdmitRunRequest: ...
+    @_builtins.property
+    def end(self) -> Global___EndRunRequest: ...
+    def __init__(
+        self,
+        *,
+        message_id: _builtins.int = ...,
+        admit: Global___AdmitRunRequest | None = ...,
+        end: Global___EndRunRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admit", b"admit", "end", b"end", "kind", b"kind"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit", b"admit", "end", b"end", "kind", b"kind", "message_id", b"message_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["admit", "end"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___AdmitStreamRequest: _TypeAlias = AdmitStreamRequest  # noqa: Y015
+
+@_typing.final
+class AdmitStreamResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    ADMIT_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    message_id: _builtins.int
+    @_builtins.property
+    def status(self) -> Global___StreamMessageStatus:
+        """Set when the message was refused; `kind` is then unset."""
+
+    @_builtins.property
+    def admit(self) -> Global___AdmitRunResponse: ...
+    @_builtins.property
+    def end(self) -> Global___EndRunResponse: ...
+    def __init__(
+        self,
+        *,
+        message_id: _builtins.int = ...,
+        status: Global___StreamMessageStatus | None = ...,
+        admit: Global___AdmitRunResponse | None = ...,
+        end: Global___EndRunResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admit", b"admit", "end", b"end", "kind", b"kind", "status", b"status"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit", b"admit", "end", b"end", "kind", b"kind", "message_id", b"message_id", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["admit", "end"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___AdmitStreamResponse: _TypeAlias = AdmitStreamResponse  # noqa: Y015
+
+@_typing.final
 class GenerateResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

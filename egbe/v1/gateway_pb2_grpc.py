@@ -75,6 +75,16 @@ class CognitionGatewayServiceStub:
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.RunRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.RunResponse.FromString,
                 _registered_method=True)
+        self.RunStream = channel.stream_stream(
+                '/egbe.v1.CognitionGatewayService/RunStream',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.RunStreamRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.RunStreamResponse.FromString,
+                _registered_method=True)
+        self.AdmitStream = channel.stream_stream(
+                '/egbe.v1.CognitionGatewayService/AdmitStream',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.AdmitStreamRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.AdmitStreamResponse.FromString,
+                _registered_method=True)
 
 
 class CognitionGatewayServiceServicer:
@@ -140,6 +150,29 @@ class CognitionGatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunStream(self, request_iterator, context):
+        """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
+        message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
+        the stream stops reading beyond that), so answers may come out of order. A refused message answers
+        a per-message `status` and the stream goes on. A client that closes its side gets every answer
+        before the status; cancelling or breaking the stream cancels its runs still in flight (each
+        releases its reservation as a cancelled `Run` does).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdmitStream(self, request_iterator, context):
+        """Admissions and endings on one long-lived stream: each message is an `AdmitRun` or an `EndRun`,
+        served as those RPCs serve them, with the same concurrency, per-message status and `message_id`
+        rules as RunStream. A run admitted on the stream lives at most as long as the stream: when the
+        stream ends (closed, cancelled or broken), every run it admitted and did not end is ended as
+        cancelled and its reservation released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CognitionGatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +215,16 @@ def add_CognitionGatewayServiceServicer_to_server(servicer, server):
                     servicer.Run,
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.RunRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.RunResponse.SerializeToString,
+            ),
+            'RunStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RunStream,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.RunStreamRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.RunStreamResponse.SerializeToString,
+            ),
+            'AdmitStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AdmitStream,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.AdmitStreamRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.AdmitStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -401,6 +444,60 @@ class CognitionGatewayService:
             '/egbe.v1.CognitionGatewayService/Run',
             egbe_dot_v1_dot_gateway__pb2.RunRequest.SerializeToString,
             egbe_dot_v1_dot_gateway__pb2.RunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/egbe.v1.CognitionGatewayService/RunStream',
+            egbe_dot_v1_dot_gateway__pb2.RunStreamRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.RunStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdmitStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/egbe.v1.CognitionGatewayService/AdmitStream',
+            egbe_dot_v1_dot_gateway__pb2.AdmitStreamRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.AdmitStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

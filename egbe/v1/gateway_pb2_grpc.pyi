@@ -54,6 +54,21 @@ class CognitionGatewayServiceStub:
     transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
     update and the run's ending are one transaction; every way the run ends releases its reservation.
     """
+    RunStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.RunStreamRequest, _gateway_pb2.RunStreamResponse]
+    """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
+    message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
+    the stream stops reading beyond that), so answers may come out of order. A refused message answers
+    a per-message `status` and the stream goes on. A client that closes its side gets every answer
+    before the status; cancelling or breaking the stream cancels its runs still in flight (each
+    releases its reservation as a cancelled `Run` does).
+    """
+    AdmitStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.AdmitStreamRequest, _gateway_pb2.AdmitStreamResponse]
+    """Admissions and endings on one long-lived stream: each message is an `AdmitRun` or an `EndRun`,
+    served as those RPCs serve them, with the same concurrency, per-message status and `message_id`
+    rules as RunStream. A run admitted on the stream lives at most as long as the stream: when the
+    stream ends (closed, cancelled or broken), every run it admitted and did not end is ended as
+    cancelled and its reservation released.
+    """
 
 @_typing.type_check_only
 class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
@@ -80,6 +95,21 @@ class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
     """A whole run of one model call in one round trip: AdmitRun, Generate and EndRun fused. The admission
     transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
     update and the run's ending are one transaction; every way the run ends releases its reservation.
+    """
+    RunStream: _aio.StreamStreamMultiCallable[_gateway_pb2.RunStreamRequest, _gateway_pb2.RunStreamResponse]  # type: ignore[assignment]
+    """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
+    message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
+    the stream stops reading beyond that), so answers may come out of order. A refused message answers
+    a per-message `status` and the stream goes on. A client that closes its side gets every answer
+    before the status; cancelling or breaking the stream cancels its runs still in flight (each
+    releases its reservation as a cancelled `Run` does).
+    """
+    AdmitStream: _aio.StreamStreamMultiCallable[_gateway_pb2.AdmitStreamRequest, _gateway_pb2.AdmitStreamResponse]  # type: ignore[assignment]
+    """Admissions and endings on one long-lived stream: each message is an `AdmitRun` or an `EndRun`,
+    served as those RPCs serve them, with the same concurrency, per-message status and `message_id`
+    rules as RunStream. A run admitted on the stream lives at most as long as the stream: when the
+    stream ends (closed, cancelled or broken), every run it admitted and did not end is ended as
+    cancelled and its reservation released.
     """
 
 class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -152,6 +182,33 @@ class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         """A whole run of one model call in one round trip: AdmitRun, Generate and EndRun fused. The admission
         transaction is also the call's model boundary (controls, budget); the call's audit record, its ledger
         update and the run's ending are one transaction; every way the run ends releases its reservation.
+        """
+
+    @_abc_1.abstractmethod
+    def RunStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.RunStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.RunStreamResponse], _abc.AsyncIterator[_gateway_pb2.RunStreamResponse]]:
+        """Fused runs on one long-lived stream: each message is a `Run`, answered as `Run` answers it, with the
+        message's `message_id` echoed. Messages are served concurrently (at most 64 in flight per stream;
+        the stream stops reading beyond that), so answers may come out of order. A refused message answers
+        a per-message `status` and the stream goes on. A client that closes its side gets every answer
+        before the status; cancelling or breaking the stream cancels its runs still in flight (each
+        releases its reservation as a cancelled `Run` does).
+        """
+
+    @_abc_1.abstractmethod
+    def AdmitStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.AdmitStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.AdmitStreamResponse], _abc.AsyncIterator[_gateway_pb2.AdmitStreamResponse]]:
+        """Admissions and endings on one long-lived stream: each message is an `AdmitRun` or an `EndRun`,
+        served as those RPCs serve them, with the same concurrency, per-message status and `message_id`
+        rules as RunStream. A run admitted on the stream lives at most as long as the stream: when the
+        stream ends (closed, cancelled or broken), every run it admitted and did not end is ended as
+        cancelled and its reservation released.
         """
 
 def add_CognitionGatewayServiceServicer_to_server(servicer: CognitionGatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -58,12 +58,7 @@ class GatewayHarness:
         self, ori: str, tier: int = CLOTHO, *, tenant: str = "tenant-a", world: str = "world-1"
     ) -> Any:
         return await self.gateway.AdmitRun(
-            gateway_pb2.AdmitRunRequest(
-                ori=common_pb2.OriRef(tenant_id=tenant, world_id=world, ori_id=ori),
-                tier=tier,  # type: ignore[arg-type]
-                cause=CAUSE_FOR_TIER[tier],  # type: ignore[arg-type]
-            ),
-            metadata=self.metadata(Role.SERVICE),
+            admit_request(ori, tier, tenant=tenant, world=world), metadata=self.metadata(Role.SERVICE)
         )
 
     async def generate(
@@ -78,15 +73,7 @@ class GatewayHarness:
     ) -> Any:
         """A fused run (`Run`): admit, one model call, end."""
         return await self.gateway.Run(
-            gateway_pb2.RunRequest(
-                admit=gateway_pb2.AdmitRunRequest(
-                    ori=common_pb2.OriRef(tenant_id="tenant-a", world_id=world, ori_id=ori),
-                    tier=tier,  # type: ignore[arg-type]
-                    cause=CAUSE_FOR_TIER[tier],  # type: ignore[arg-type]
-                    request_id=request_id,
-                ),
-                generate=generate_request("", **prompt),
-            ),
+            run_request(ori, tier=tier, world=world, request_id=request_id, **prompt),
             metadata=self.metadata(Role.SERVICE),
         )
 
@@ -119,6 +106,27 @@ class GatewayHarness:
     async def stop(self) -> None:
         await self.channel.close(grace=None)
         await self.running.stop()
+
+
+def admit_request(
+    ori: str, tier: int = CLOTHO, *, tenant: str = "tenant-a", world: str = "world-1", request_id: str = ""
+) -> gateway_pb2.AdmitRunRequest:
+    return gateway_pb2.AdmitRunRequest(
+        ori=common_pb2.OriRef(tenant_id=tenant, world_id=world, ori_id=ori),
+        tier=tier,  # type: ignore[arg-type]
+        cause=CAUSE_FOR_TIER[tier],  # type: ignore[arg-type]
+        request_id=request_id,
+    )
+
+
+def run_request(
+    ori: str, *, tier: int = CLOTHO, world: str = "world-1", request_id: str = "", **prompt: Any
+) -> gateway_pb2.RunRequest:
+    """A fused run's request: the admission and its one model call."""
+    return gateway_pb2.RunRequest(
+        admit=admit_request(ori, tier, world=world, request_id=request_id),
+        generate=generate_request("", **prompt),
+    )
 
 
 def generate_request(
