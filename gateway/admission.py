@@ -32,7 +32,7 @@ from gateway.records import (
     RunStatus,
 )
 from gateway.routing import ModelRoute, config_fingerprint, select_route
-from gateway.store.base import ControlRefusal, GatewayStore, call_grant
+from gateway.store.base import GatewayStore, call_grant
 from services.causes import CAUSE_LABELS
 from services.errors import Aborted, FieldViolation, InvalidArgument
 from services.logging import get_logger
@@ -192,6 +192,7 @@ class CognitionGateway:
 
     async def _admit(self, spec: RunSpec, first_call_grants: tuple[str, ...] | None = None) -> AdmitResult:
         now_ms = self._now_ms()
+        blocking = self.inflight.blocking(spec)
         admission = await self.store.admit(
             spec,
             cap_tokens=self.world_cap_tokens(),
@@ -199,6 +200,7 @@ class CognitionGateway:
             now_ms=now_ms,
             deadline_ms=now_ms + int(self.config.run_timeout_seconds * 1000),
             first_call_grants=first_call_grants,
+            control_id=None if blocking is None else blocking.control_id,
         )
         tier_name = TIER_NAMES[spec.tier]
         if admission.admitted:
@@ -215,12 +217,9 @@ class CognitionGateway:
                 )
             self.inflight.track(admission.run)
             return AdmitResult(admission.run, True, admission.reserved_tokens, "admitted")
-        if admission.control_id is not None:
+        if blocking is not None:
             self.metrics.blocked.labels(tier=tier_name, reason="control").inc()
-            control = next((c for c in self.inflight.controls if c.control_id == admission.control_id), None)
-            control = control or await self.store.get_control(admission.control_id)
-            assert control is not None  # it was active inside the admission transaction
-            return AdmitResult(spec, False, 0, f"refused: {control.describe()}: {control.reason}", control)
+            return AdmitResult(spec, False, 0, f"refused: {blocking.describe()}: {blocking.reason}", blocking)
         self.metrics.blocked.labels(tier=tier_name, reason="world_cap").inc()
         return AdmitResult(
             spec,
@@ -240,6 +239,16 @@ class CognitionGateway:
         if run.stopped_by is not None:
             raise _aborted(run.stopped_by)
 
+    async def _stop_if_controlled(self, run: InFlightRun) -> None:
+        """A boundary's control check, against the pushed view (this gateway's own controls are in it
+        before their RPC answers; another gateway's arrive by push): a run a control matches is ended as
+        killed (its reservation released) and the boundary answers ABORTED naming the control."""
+        if run.stopped_by is not None:
+            error = _aborted(run.stopped_by)
+            self.metrics.kills.labels(scope=run.stopped_by.scope.name.lower()).inc()
+            await self._end_after(run.spec.run_id, error)
+            raise error
+
     async def generate(self, run_id: str, request: ModelRequest, *, attempt: int = 1) -> GenerateResult:
         """One model call inside an admitted run: controls and budget first, then the adapter, then audit."""
         if not run_id:
@@ -248,7 +257,7 @@ class CognitionGateway:
             raise InvalidArgument.field("max_output_tokens", "must be >= 0")
         spec = await self._run_spec(run_id)
         run = self.inflight.track(spec)
-        self._raise_if_stopped(run)
+        await self._stop_if_controlled(run)
         route, request = self._routed(spec, request)
         input_tokens = await self.adapter.count_input_tokens(request)
         grant = await self.store.begin_call(
@@ -256,12 +265,7 @@ class CognitionGateway:
             input_tokens=input_tokens,
             max_output_tokens=request.max_output_tokens,
             tool_grants=request.tool_grants,
-            now_ms=self._now_ms(),
         )
-        if isinstance(grant, ControlRefusal):
-            self.inflight.apply(grant.control)
-            self.metrics.kills.labels(scope=grant.control.scope.name.lower()).inc()
-            raise _aborted(grant.control)
         result, entry = await self._call(run, route, request, grant, attempt)
         await self.store.record_call(entry)
         self._account(run, result)
@@ -440,11 +444,9 @@ class CognitionGateway:
             raise InvalidArgument.field("run_id", "must name an admitted run")
         if not tool_name:
             raise InvalidArgument.field("tool_name", "must be set")
-        counted = await self.store.count_tool_call(run_id, tool_name, now_ms=self._now_ms())
-        if isinstance(counted, ControlRefusal):
-            self.inflight.apply(counted.control)
-            raise _aborted(counted.control)
-        return counted
+        run = self.inflight.track(await self._run_spec(run_id))
+        await self._stop_if_controlled(run)
+        return await self.store.count_tool_call(run_id, tool_name)
 
     async def end_run(
         self, run_id: str, status: RunStatus, *, detail: str = "", fallbacks: int = 0, result: str = ""

@@ -65,13 +65,6 @@ class Tx(Protocol):
     def notify(self, payload: str) -> None: ...
 
 
-@dataclass(frozen=True)
-class ControlRefusal:
-    """A boundary check met an active control; the run was ended as killed in the same transaction."""
-
-    control: Control
-
-
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
     " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id,"
@@ -143,6 +136,8 @@ class _AdmitItem:
     # Set for a fused run (`Run`): the admission is also its first model boundary, so the run row starts
     # with that call counted and its tool grants recorded.
     first_call_grants: tuple[str, ...] | None = None
+    # The active control the gateway's pushed view found matching the run: refused, counted as killed.
+    control_id: str | None = None
 
     def row(self) -> tuple[Any, ...]:
         run = self.run
@@ -339,22 +334,6 @@ class GatewayStore(ABC):
                 listener(control)
 
     # -- admission and runs -------------------------------------------------------------------------
-    def _active_control(self, tx: Tx, run: RunSpec) -> Control | None:
-        row = tx.one(
-            f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 AND ("
-            " (scope = ? AND target = ?) OR (scope = ? AND target = ?) OR (scope = ? AND target = ?))"
-            " ORDER BY seq LIMIT 1",
-            (
-                ControlScope.ORI,
-                run.ori_id,
-                ControlScope.TIER,
-                run.tier_name,
-                ControlScope.TENANT,
-                run.tenant_id,
-            ),
-        )
-        return None if row is None else _control_from(row)
-
     # Creates the world's ledger row for the window when new, in any case locks it (PostgreSQL holds the
     # upsert's row lock to COMMIT; SQLite's BEGIN IMMEDIATE already holds the write lock) and returns what
     # it holds: one statement where an insert and a locked read would be two.
@@ -379,14 +358,18 @@ class GatewayStore(ABC):
         now_ms: int,
         deadline_ms: int,
         first_call_grants: tuple[str, ...] | None = None,
+        control_id: str | None = None,
     ) -> Admission:
-        """Check controls and the world cap and reserve the run's max tokens, all in one transaction.
+        """Check the world cap and reserve the run's max tokens in one transaction; `control_id` names
+        the control the caller's pushed view found matching the run (refused, and counted as killed).
 
         Admissions arriving together are applied by one `_admit_burst` (durable: on disk before the
         answer, so no model call can run against a reservation a crash could lose). With
         `first_call_grants` the admission is also the run's first model boundary (the caller checked the
         call against the fresh run's budget with `call_grant`): the call is counted in the same row."""
-        item = _AdmitItem(run, cap_tokens, window_start_ms, now_ms, deadline_ms, first_call_grants)
+        item = _AdmitItem(
+            run, cap_tokens, window_start_ms, now_ms, deadline_ms, first_call_grants, control_id
+        )
         admission: Admission = await self.transact_item(item, self._admit_burst, durable=True)
         return admission
 
@@ -402,11 +385,7 @@ class GatewayStore(ABC):
             for i in items
             if (i.run.request_id or "") not in earlier
         }
-        active = f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
-        control_rows, *ledger_rows = tx.all_together(
-            [(active, ()), *((self._LOCK_LEDGER, (*key, cap)) for key, cap in caps.items())]
-        )
-        controls = [_control_from(row) for row in control_rows]
+        ledger_rows = tx.all_together([(self._LOCK_LEDGER, (*key, cap)) for key, cap in caps.items()])
         ledgers = {
             key: _LedgerBurst(int(rows[0][0]), int(rows[0][1]))
             for key, rows in zip(caps, ledger_rows, strict=True)
@@ -421,10 +400,9 @@ class GatewayStore(ABC):
                 continue
             ledger = ledgers[(run.world_id, item.window_start_ms)]
             ledger.cap = item.cap_tokens
-            control = next((c for c in controls if c.matches(run)), None)
-            if control is not None:
+            if item.control_id is not None:
                 ledger.killed += 1
-                answers.append(Admission(run, False, 0, control_id=control.control_id))
+                answers.append(Admission(run, False, 0, control_id=item.control_id))
             elif ledger.reserved + ledger.consumed + run.max_tokens > item.cap_tokens:
                 ledger.blocked += 1
                 answers.append(Admission(run, False, 0))
@@ -519,20 +497,15 @@ class GatewayStore(ABC):
         input_tokens: int,
         max_output_tokens: int,
         tool_grants: Sequence[str],
-        now_ms: int,
-    ) -> CallGrant | ControlRefusal:
-        """A model boundary: the run is active, no control matches, and the call fits the run's budget.
-
-        The call's tool grants join the run's, so a later tool boundary can refuse an ungranted tool.
+    ) -> CallGrant:
+        """A model boundary: the run is active and the call fits the run's budget (the caller checked the
+        controls in its pushed view). The call's tool grants join the run's, so a later tool boundary can
+        refuse an ungranted tool.
         """
 
-        def body(tx: Tx) -> CallGrant | ControlRefusal:
+        def body(tx: Tx) -> CallGrant:
             run = self._lock_run(tx, run_id)
             self._refuse_ended(run)
-            control = self._active_control(tx, run.spec)
-            if control is not None:
-                self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
-                return ControlRefusal(control)
             grant = call_grant(
                 run.spec,
                 model_calls=run.model_calls,
@@ -569,22 +542,17 @@ class GatewayStore(ABC):
             (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
         )
 
-    async def count_tool_call(
-        self, run_id: str, tool_name: str, *, now_ms: int
-    ) -> tuple[int, int] | ControlRefusal:
-        """A tool boundary: the tool was granted to the run's model calls; count it; (used, remaining).
+    async def count_tool_call(self, run_id: str, tool_name: str) -> tuple[int, int]:
+        """A tool boundary: the run is active and the tool was granted to its model calls (the caller
+        checked the controls in its pushed view); count it; (used, remaining).
 
         Grants come only from the trusted prompt part the cognition service builds, never from model
         output or an untrusted zone, so this is where an injected "use tool X" is stopped.
         """
 
-        def body(tx: Tx) -> tuple[int, int] | ControlRefusal:
+        def body(tx: Tx) -> tuple[int, int]:
             run = self._lock_run(tx, run_id)
             self._refuse_ended(run)
-            control = self._active_control(tx, run.spec)
-            if control is not None:
-                self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
-                return ControlRefusal(control)
             if tool_name not in run.tool_grants:
                 granted = ", ".join(sorted(run.tool_grants)) or "none"
                 raise PermissionDenied(
