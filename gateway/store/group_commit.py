@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from services.errors import Unavailable
+from services.logging import get_logger
 
+log = get_logger(__name__)
 T = TypeVar("T")
 C = TypeVar("C", bound="Connection")
 MAX_BATCH = 256
@@ -63,7 +65,9 @@ class Connection(Protocol):
 @dataclass
 class _Job:
     body: Callable[[Any], Any]
-    future: asyncio.Future[Any]
+    # None for a posted job: nobody waits for it (a failure is logged, and a lost database marks the
+    # writer unhealthy, which fails admissions closed).
+    future: asyncio.Future[Any] | None
     loop: asyncio.AbstractEventLoop
     durable: bool
     # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
@@ -95,13 +99,19 @@ def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
 
 
 def _deliver(job: _Job, ok: bool, value: Any) -> None:
+    future = job.future
+    if future is None:
+        if not ok:
+            log.warning("posted store write failed", error=str(value))
+        return
+
     def settle() -> None:
-        if job.future.done():
+        if future.done():
             return  # the caller gave up (deadline, cancellation)
         if ok:
-            job.future.set_result(value)
+            future.set_result(value)
         else:
-            job.future.set_exception(value)
+            future.set_exception(value)
 
     job.loop.call_soon_threadsafe(settle)
 
@@ -145,6 +155,8 @@ class GroupCommitter(Generic[C]):
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._closed = False
+        # False from a batch that lost the database until one commits again.
+        self.healthy = True
 
     def start(self) -> None:
         """Connect (raising when the database cannot be reached) and start the writer thread."""
@@ -181,6 +193,13 @@ class GroupCommitter(Generic[C]):
             return await future
         finally:
             timer.cancel()
+
+    def post(self, item: Any, *, combine: Callable[[Any, list[Any]], list[Any]]) -> None:
+        """Queue an item for `combine` (as `submit` does) and do not wait for it: it is applied in order
+        with every other job and committed without waiting for the disk."""
+        if self._closed:
+            raise Unavailable(f"{self._describe} is closed")
+        self._jobs.put(_Job(item, None, asyncio.get_running_loop(), False, combine))
 
     def close(self) -> None:
         self._closed = True
@@ -225,7 +244,9 @@ class GroupCommitter(Generic[C]):
                     for group in groups:
                         outcomes.extend(self._run_among_others(connection, tx, group, pipe))
                     connection.execute("COMMIT")
+            self.healthy = True
         except self._lost as error:
+            self.healthy = False
             self._drop_connection()
             failure = Unavailable(f"{self._describe} is unavailable: {error}")
             outcomes = [(False, failure)] * len(batch)

@@ -80,6 +80,7 @@ async def test_reservations_and_consumption_always_add_up(plan: list[Step], conc
                 assert consumed == await store.audited_tokens()
             for run_id in runs:
                 await gateway.end_run(run_id, RunStatus.COMPLETED)
+            await gateway.return_leases()  # every run ended: the leases hold nothing a run reserved
             reserved, consumed = await store.ledger_totals()
             assert reserved == 0
             assert consumed == await store.audited_tokens()
@@ -106,7 +107,16 @@ async def test_a_fused_call_finishing_after_a_kill_is_audited_and_keeps_the_kill
             Who("t", "w", "ada"), 1, 1, ModelRequest("p", "Speak.", mode="dialogue")
         )
         assert fused.call is not None
-        assert fused.ended == RunEnd(fused.call.reply.usage.total, 0, ended_now=False)
+        # The kill's ending handed the whole reservation back to the lease (the call had not been recorded
+        # yet), and the call's tokens, recorded after, are taken from the lease again.
+        tokens = fused.call.reply.usage.total
+        ended = fused.ended
+        assert ended is not None
+        assert (ended.used_tokens, ended.released_tokens, ended.ended_now) == (tokens, 0, False)
+        assert ended.lease_return == 4_000
+        assert ended.lease_charge is not None
+        assert ended.lease_charge.tokens == tokens
+        await gateway.return_leases()
         reserved, consumed = await store.ledger_totals()
         assert (reserved, consumed) == (0, fused.call.reply.usage.total)
         assert consumed == await store.audited_tokens()
