@@ -37,7 +37,7 @@ from gateway.records import (
 from gateway.routing import ModelRoute, config_fingerprint, select_route
 from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, call_grant
 from services.causes import CAUSE_LABELS
-from services.errors import Aborted, FieldViolation, InvalidArgument, NotFound, Unavailable
+from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument, NotFound, Unavailable
 from services.logging import get_logger
 
 log = get_logger(__name__)
@@ -111,7 +111,8 @@ class CognitionGateway:
         self._clock = clock
         self.inflight = InFlight()
         # This gateway's leases of world caps (docs/gateway.md "Durability"): the holder id must be unique
-        # among live gateways sharing the store and stable across restarts.
+        # among live gateways sharing the store and stable across restarts (`server.lease_holder`; a
+        # gateway built without one, as in-process tests do, holds as "embedded").
         self.leases = Leases(store, lease_holder or config.lease.holder or "embedded", config.lease, clock)
         # Admissions in progress by request id: a concurrent repeat waits for the first one's answer.
         self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
@@ -167,7 +168,10 @@ class CognitionGateway:
         """Time out runs past their deadline (a caller that never ended them), releasing reservations:
         this gateway's own (each reservation back to its lease) and any left in the store."""
         for run_id in self.leases.expired(self._now_ms()):
-            await self.end_run(run_id, RunStatus.TIMED_OUT, detail="run deadline passed")
+            try:
+                await self.end_run(run_id, RunStatus.TIMED_OUT, detail="run deadline passed")
+            except EgbeError as exc:  # the store is down (the next sweep retries) or never wrote the run
+                log.warning("timed-out run not ended", run_id=run_id, error=str(exc))
         expired = await self.store.expire_runs(now_ms=self._now_ms())
         self.metrics.runs_ended.labels(status=RunStatus.TIMED_OUT.value).inc(expired)
         return expired

@@ -27,7 +27,7 @@ import contextlib
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -81,16 +81,26 @@ class _Job:
         return values
 
 
-def _groups(batch: list[_Job]) -> Iterator[list[_Job]]:
-    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone."""
-    group: list[_Job] = []
+def _groups(batch: list[_Job]) -> list[list[_Job]]:
+    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone; and
+    every posted job of one `combine` joins the first of them (nobody waits on a posted job, and no
+    earlier job can depend on one, so it may go earlier): admissions posted between the fused runs'
+    finishes are written by one call, and the finishes come together too."""
+    groups: list[list[_Job]] = []
+    posted: dict[Callable[[Any, list[Any]], list[Any]], list[_Job]] = {}
     for job in batch:
-        if group and (job.combine is None or job.combine != group[0].combine):
-            yield group
-            group = []
-        group.append(job)
-    if group:
-        yield group
+        if job.future is None and job.combine is not None:
+            group = posted.get(job.combine)
+            if group is None:
+                group = posted[job.combine] = []
+                groups.append(group)
+            group.append(job)
+            continue
+        last = groups[-1] if groups else None
+        if last is None or job.combine is None or job.combine != last[0].combine or last[0].future is None:
+            groups.append([])
+        groups[-1].append(job)
+    return groups
 
 
 def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
@@ -229,7 +239,7 @@ class GroupCommitter(Generic[C]):
             self._run_batch(batch)
 
     def _run_batch(self, batch: list[_Job]) -> None:
-        groups = list(_groups(batch))
+        groups = _groups(batch)
         outcomes: list[tuple[bool, Any]] = []
         try:
             if self._connection is None:
@@ -250,7 +260,8 @@ class GroupCommitter(Generic[C]):
             self._drop_connection()
             failure = Unavailable(f"{self._describe} is unavailable: {error}")
             outcomes = [(False, failure)] * len(batch)
-        for job, (ok, value) in zip(batch, outcomes, strict=True):
+        ordered = [job for group in groups for job in group]  # the order the outcomes are in
+        for job, (ok, value) in zip(ordered, outcomes, strict=True):
             if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
                 _deliver(job, ok, value)
 
