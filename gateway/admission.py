@@ -63,6 +63,9 @@ class AdmitResult:
     stopped_by: Control | None = None
     repeated: bool = False
     earlier_result: str = ""
+    # Set for a fused run's admission (`_admit(..., with_finish=True)`): its row, to be written with the
+    # run's finish instead of on its own.
+    unwritten: AdmissionItem | None = None
 
 
 @dataclass(frozen=True)
@@ -236,7 +239,8 @@ class CognitionGateway:
         if not control.active:
             return
         for run in list(self.inflight.runs.values()):
-            if control.matches(run.spec) and self.leases.owns(run.spec.run_id):
+            # (a run with work in flight ends itself when the control cancels it)
+            if control.matches(run.spec) and self.leases.owns(run.spec.run_id) and not run.tasks:
                 task = asyncio.create_task(self._end_after(run.spec.run_id, _aborted(control)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -276,12 +280,14 @@ class CognitionGateway:
             kernel_call_id=kernel_call_id,
         )
 
-    async def _admit(self, spec: RunSpec, first_call_grants: tuple[str, ...] | None = None) -> AdmitResult:
+    async def _admit(
+        self, spec: RunSpec, first_call_grants: tuple[str, ...] | None = None, *, with_finish: bool = False
+    ) -> AdmitResult:
         """Admit from this gateway's lease in memory. A repeated request id answers its first run: one
         this gateway is admitting right now (waited for), or one the store holds (from any gateway)."""
         request_id = spec.request_id
         if not request_id:
-            return await self._admit_fresh(spec, first_call_grants)
+            return await self._admit_fresh(spec, first_call_grants, with_finish=with_finish)
         while (first := self._requests.get(request_id)) is not None:
             with contextlib.suppress(Exception):  # a first attempt that failed leaves this one to try
                 result = await asyncio.shield(first)
@@ -325,7 +331,9 @@ class CognitionGateway:
             admission.run, True, admission.reserved_tokens, "repeated", None, True, admission.earlier_result
         )
 
-    async def _admit_fresh(self, spec: RunSpec, first_call_grants: tuple[str, ...] | None) -> AdmitResult:
+    async def _admit_fresh(
+        self, spec: RunSpec, first_call_grants: tuple[str, ...] | None, *, with_finish: bool = False
+    ) -> AdmitResult:
         """Controls from the pushed view, then the run's max tokens reserved from the world window's lease
         (leasing more when it cannot hold them); the decision is written without waiting (with a request
         id, once applied, so a repeat finds it). Fails closed while the store is unreachable."""
@@ -357,15 +365,16 @@ class CognitionGateway:
             first_call_grants,
         )
         tier_name = TIER_NAMES[spec.tier]
+        admitted = outcome is AdmissionOutcome.ADMITTED
         if spec.request_id:  # reserved first, in arrival order; a repeat gives it back
             earlier = await self._write_with_request_id(item)
             if earlier is not None:
                 return earlier
-        else:
+        elif not (admitted and with_finish):
             self.store.post_admission(item)
-        if outcome is AdmissionOutcome.ADMITTED:
+        if admitted:
             self.metrics.admissions.labels(tier=tier_name).inc()
-            self.inflight.track(spec)
+            self.inflight.track(spec).unwritten = None if spec.request_id or not with_finish else item
             return AdmitResult(spec, True, spec.max_tokens, "admitted")
         if blocking is not None:
             self.metrics.blocked.labels(tier=tier_name, reason="control").inc()
@@ -471,6 +480,7 @@ class CognitionGateway:
         try:
             reply = await self._call_adapter(run, request)
         except BaseException as error:
+            self._write_row(run)
             await self._record_failed_call(
                 audit(
                     output="",
@@ -517,7 +527,7 @@ class CognitionGateway:
             input_tokens=input_tokens,
             max_output_tokens=request.max_output_tokens,
         )
-        admission = await self._admit(spec, first_call_grants=request.tool_grants)
+        admission = await self._admit(spec, first_call_grants=request.tool_grants, with_finish=True)
         if not admission.admitted or admission.repeated:
             return FusedRun(admission)
         run = self.inflight.track(spec)
@@ -529,20 +539,30 @@ class CognitionGateway:
             # What a repeat of the request id answers (none without one): the run as this call ends it.
             used = call.reply.usage.total
             planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
+            row, run.unwritten = run.unwritten, None  # written with the finish, or (it failed) never
             ended = await self.store.finish_call(
                 entry,
                 holder=self.leases.holder,
                 stats=run.stats(),
                 now_ms=self._now_ms(),
                 result=result_of(admission, call, planned) if spec.request_id else "",
+                admission=row,
             )
             self.leases.charge(ended.lease_charge)
             self.leases.release(spec.run_id, ended.lease_return)
         except BaseException as error:
+            self._write_row(run)
             await asyncio.shield(self._end_after(spec.run_id, error))
             raise
         self.metrics.runs_ended.labels(status=RunStatus.COMPLETED.value).inc(int(ended.ended_now))
         return FusedRun(admission, call, ended)
+
+    def _write_row(self, run: InFlightRun) -> None:
+        """Write a fused run's admission row now (before its ending or a failed call's record), unless
+        its finish took it."""
+        if run.unwritten is not None:
+            self.store.post_admission(run.unwritten)
+            run.unwritten = None
 
     async def _end_after(self, run_id: str, error: BaseException) -> None:
         """End a run its error stopped (releasing its reservation); a store that is down leaves it to the

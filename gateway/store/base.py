@@ -125,6 +125,8 @@ class _FinishItem:
     now_ms: int
     result: str
     holder: str
+    # The run's admission when its row was not written yet: written first, in the same transaction.
+    admission: AdmissionItem | None = None
 
 
 class AdmissionOutcome(StrEnum):
@@ -172,6 +174,14 @@ class AdmissionItem:
             int(grants is not None),
             "\n".join(sorted(set(grants or ()))),
             self.holder,
+        )
+
+    def fresh_row(self) -> _RunRow:
+        """The run's row as `row()` writes it."""
+        grants = frozenset(self.first_call_grants or ())
+        model_calls = int(self.first_call_grants is not None)
+        return _RunRow(
+            self.run, RunStatus.ACTIVE, 0, model_calls, 0, self.window_start_ms, "", grants, self.holder, 0
         )
 
 
@@ -736,12 +746,19 @@ class GatewayStore(ABC):
         return await self.transact(body, durable=False)
 
     async def finish_call(
-        self, entry: AuditEntry, *, holder: str, stats: dict[str, Any], now_ms: int, result: str = ""
+        self,
+        entry: AuditEntry,
+        *,
+        holder: str,
+        stats: dict[str, Any],
+        now_ms: int,
+        result: str = "",
+        admission: AdmissionItem | None = None,
     ) -> RunEnd:
         """A fused run's call and its completion in one transaction: the audit record with its ledger
         update, and the release of what the run reserved but did not use. Finishes arriving together are
         applied by one `_finish_burst` (answered once applied, as `record_call` and `end_run` are)."""
-        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result, holder)
+        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result, holder, admission)
         ended: RunEnd = await self.transact_item(item, self._finish_burst, durable=False)
         return ended
 
@@ -750,13 +767,18 @@ class GatewayStore(ABC):
         burst: one locked read of the runs, one multi-row audit insert, one multi-row run update, one
         ledger update per world window. A run a control already ended keeps its ending (its call is
         still audited and consumed, as `record_call` does)."""
-        ids = [item.entry.run_id for item in items]
-        rows = tx.all(
-            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
-            f"{self._for_update}",
-            ids,
-        )
-        runs = {row[0]: _run_from(row) for row in rows}
+        admissions = [item.admission for item in items if item.admission is not None]
+        if admissions:
+            self._admission_burst(tx, admissions)
+        runs = {a.run.run_id: a.fresh_row() for a in admissions}  # (no read needed: just written)
+        ids = [item.entry.run_id for item in items if item.admission is None]
+        if ids:
+            rows = tx.all(
+                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
+                f"{self._for_update}",
+                ids,
+            )
+            runs.update((row[0], _run_from(row)) for row in rows)
         calls: list[tuple[_RunRow, int, int, int]] = []
         completed, consumed_only, answers = [], [], []
         for item in items:
