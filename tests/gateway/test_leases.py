@@ -27,6 +27,7 @@ from gateway.config import BudgetConfig, GatewayConfig, LeaseConfig
 from gateway.records import LEASE_SETTLED, RunStatus, Spend
 from gateway.server import build_store
 from services.auth import bearer_metadata
+from services.errors import Unavailable
 from tests.gateway.harness import (
     CLOTHO,
     gateway_settings,
@@ -302,3 +303,28 @@ async def _until(gateway: CognitionGateway, done: Callable[[Spend], bool]) -> No
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"never reached: {await _spend(gateway)}")
+
+
+@pytest.mark.postgres
+async def test_admission_fails_closed_while_the_control_push_is_down_even_with_lease_left(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    async with _gateway(tmp_path, postgres_dsn, cap=100 * RUN, holder="g") as gateway:
+        assert await _admit(gateway) is not None  # the lease now holds far more than one run
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            )
+        for _ in range(500):  # the listener notices its connection is gone
+            if not gateway.store.healthy:
+                break
+            await asyncio.sleep(0.01)
+        # A kill pushed now could be missed: admission refuses rather than admit from the lease.
+        with pytest.raises(Unavailable):
+            await _admit(gateway)
+        for _ in range(500):  # reconnected and the controls reloaded: admission opens again
+            if gateway.store.healthy:
+                break
+            await asyncio.sleep(0.01)
+        assert await _admit(gateway) is not None
