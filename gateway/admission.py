@@ -179,6 +179,20 @@ class CognitionGateway:
         self.metrics.runs_ended.labels(status=RunStatus.TIMED_OUT.value).inc(expired)
         return expired
 
+    def _probe_soon(self) -> None:
+        """Try the store once in the background (one at a time): the writer marks it healthy again as
+        soon as it answers, so a passing failure closes admission for a round trip, not a lease tick."""
+        if any(task.get_name() == "gateway-store-probe" for task in self._tasks):
+            return
+        task = asyncio.create_task(self._quietly(self.store.probe), name="gateway-store-probe")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _quietly(work: Callable[[], Awaitable[object]]) -> None:
+        with contextlib.suppress(EgbeError):  # still unreachable: the next admission or tick tries again
+            await work()
+
     async def keep_leases(self) -> None:
         """Give back leases no admission drew on lately or whose window is over; while the store is
         marked unreachable, try it (admission stays closed until it answers)."""
@@ -338,6 +352,7 @@ class CognitionGateway:
         (leasing more when it cannot hold them); the decision is written without waiting (with a request
         id, once applied, so a repeat finds it). Fails closed while the store is unreachable."""
         if not self.store.healthy:
+            self._probe_soon()
             raise Unavailable("the gateway store is unreachable; admission fails closed")
         now_ms = self._now_ms()
         deadline_ms = now_ms + int(self.config.run_timeout_seconds * 1000)
