@@ -66,8 +66,6 @@ class Admission:
     run: RunSpec
     admitted: bool
     reserved_tokens: int
-    # Set when an operator control refused the run.
-    control_id: str | None = None
     # True when this answered an earlier admission with the same request id.
     repeated: bool = False
     # What the earlier run answered when it ended ('' while it runs): a repeat returns it.

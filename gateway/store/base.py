@@ -416,12 +416,8 @@ class GatewayStore(ABC):
         for item in items:
             run = item.run
             counts = counters.setdefault((run.world_id, item.window_start_ms), [item.cap_tokens, 0, 0, 0])
-            if item.outcome is AdmissionOutcome.KILLED:
-                counts[3] += 1
-                answers.append(Admission(run, False, 0))
-                continue
-            if item.outcome is AdmissionOutcome.BLOCKED:
-                counts[2] += 1
+            if item.outcome is not AdmissionOutcome.ADMITTED:
+                counts[2 if item.outcome is AdmissionOutcome.BLOCKED else 3] += 1
                 answers.append(Admission(run, False, 0))
                 continue
             repeated = earlier.get(run.request_id or "")
