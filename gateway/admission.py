@@ -199,7 +199,12 @@ class CognitionGateway:
         if not self.store.healthy:
             await self.store.probe()
         now_ms = self._now_ms()
-        await self.leases.return_idle(current_window_ms=self._window_start_ms(now_ms), now_ms=now_ms)
+        window_ms = self._window_start_ms(now_ms)
+        await self.leases.return_idle(
+            current_window_ms=window_ms,
+            previous_window_ms=window_ms - self.config.ledger_window_seconds * 1000,
+            now_ms=now_ms,
+        )
 
     def _settlement_record(self, world_id: str, window_start_ms: int, tokens: int) -> AuditEntry:
         """The audit record charging a settled lease: the tokens are counted as input (what the audit sum

@@ -116,14 +116,15 @@ class Leases:
         """The runs this gateway admitted whose deadline has passed (to be ended as timed out)."""
         return [run_id for run_id, r in self._reservations.items() if r.deadline_ms < now_ms]
 
-    async def return_idle(self, *, current_window_ms: int, now_ms: int) -> None:
-        """Give back what no admission drew on for `idle_return_seconds`, and everything of past windows."""
+    async def return_idle(self, *, current_window_ms: int, previous_window_ms: int, now_ms: int) -> None:
+        """Give back what no admission drew on for `idle_return_seconds`, and everything of past windows;
+        forget leases older than the previous window that hold nothing (no admission can still be
+        waiting on one: admissions draw on the current window)."""
         idle_before = self._clock() - self._config.idle_return_seconds
         for key, lease in list(self._leases.items()):
-            past = key[1] != current_window_ms
-            if past or lease.last_drawn < idle_before:
+            if key[1] != current_window_ms or lease.last_drawn < idle_before:
                 await self._give_back(key, lease, now_ms)
-            if past and not lease.runs and not lease.available and not self._locked(key):
+            if key[1] < previous_window_ms and not lease.runs and not lease.available:
                 del self._leases[key]
                 self._locks.pop(key, None)
 
@@ -131,10 +132,6 @@ class Leases:
         """At shutdown: give back everything available (what runs still hold stays leased)."""
         for key, lease in list(self._leases.items()):
             await self._give_back(key, lease, now_ms)
-
-    def _locked(self, key: WindowKey) -> bool:
-        lock = self._locks.get(key)
-        return lock is not None and lock.locked()
 
     async def _give_back(self, key: WindowKey, lease: _Lease, now_ms: int) -> None:
         if lease.available <= 0:

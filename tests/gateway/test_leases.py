@@ -44,7 +44,13 @@ WHO = Who("t", "w", "ada")
 
 @asynccontextmanager
 async def _gateway(
-    folder: Path, database_url: str | None, *, cap: int, holder: str, **lease: Any
+    folder: Path,
+    database_url: str | None,
+    *,
+    cap: int,
+    holder: str,
+    clock: Callable[[], float] = time.time,
+    **lease: Any,
 ) -> AsyncIterator[CognitionGateway]:
     """An in-process gateway over a real store, with its own lease holder id."""
     settings = gateway_settings(folder, database_url)
@@ -55,7 +61,7 @@ async def _gateway(
         }
     )
     gateway = CognitionGateway(
-        config, build_store(settings.model_copy(update={"gateway": config})), OfflineAdapter()
+        config, build_store(settings.model_copy(update={"gateway": config})), OfflineAdapter(), clock=clock
     )
     await gateway.start()
     try:
@@ -328,3 +334,22 @@ async def test_admission_fails_closed_while_the_control_push_is_down_even_with_l
                 break
             await asyncio.sleep(0.01)
         assert await _admit(gateway) is not None
+
+
+async def test_a_lease_goes_back_when_its_window_is_over(tmp_path: Path) -> None:
+    now = [time.time()]
+    window_s = GatewayConfig().ledger_window_seconds
+    async with _gateway(tmp_path, None, cap=10 * RUN, holder="g", clock=lambda: now[0]) as gateway:
+        run_id = await _admit(gateway)
+        assert run_id is not None
+        first = await gateway.store.lease_tokens()
+        assert first >= RUN
+        now[0] += window_s  # the next window: a run that ends now gives back to the old window's lease
+        assert await _admit(gateway) is not None  # drawn on a new lease, for the new window
+        await gateway.end_run(run_id, RunStatus.COMPLETED)
+        await gateway.keep_leases()
+        # The old window's lease went back whole; the new window's holds the new run (not idle yet).
+        assert await gateway.store.lease_tokens() == first
+        old = await gateway.store.spend(world_id="w", tenant_id="", window_start_ms=0)
+        new = await _spend(gateway)
+        assert old.leased_tokens == new.leased_tokens == first
