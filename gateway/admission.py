@@ -1,8 +1,9 @@
 """The gateway's domain: admit runs, serve their model and tool boundaries, end them; no gRPC here.
 
-A run is admitted once (kill switches, world-cap reservation of the tier's max tokens, per-run budget),
-then every model call re-checks the run against controls and its budget, is audited with its ledger
-update in one transaction, and every way a run ends releases what it reserved but did not use.
+A run is admitted once (kill switches, world-cap reservation of the tier's max tokens from this gateway's
+lease of the world cap, per-run budget), then every model call re-checks the run against controls and its
+budget, is audited with its ledger update in one transaction, and every way a run ends releases what it
+reserved but did not use (to the lease it came from).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from gateway.adapters.base import ModelAdapter, ModelReply, ModelRequest
 from gateway.config import TIER_NAMES, GatewayConfig
 from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd
 from gateway.inflight import InFlight, InFlightRun, SchemaStats
+from gateway.lease import Leases
 from gateway.metrics import GatewayMetrics
 from gateway.provider_errors import ProviderError, to_gateway_error
 from gateway.records import (
+    LEASE_SETTLED,
     AuditEntry,
     CallGrant,
     Control,
@@ -32,9 +35,9 @@ from gateway.records import (
     RunStatus,
 )
 from gateway.routing import ModelRoute, config_fingerprint, select_route
-from gateway.store.base import ControlRefusal, GatewayStore, call_grant
+from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, call_grant
 from services.causes import CAUSE_LABELS
-from services.errors import Aborted, FieldViolation, InvalidArgument
+from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument, NotFound, Unavailable
 from services.logging import get_logger
 
 log = get_logger(__name__)
@@ -60,6 +63,9 @@ class AdmitResult:
     stopped_by: Control | None = None
     repeated: bool = False
     earlier_result: str = ""
+    # Set for a fused run's admission (`_admit(..., with_finish=True)`): its row, to be written with the
+    # run's finish instead of on its own.
+    unwritten: AdmissionItem | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class CognitionGateway:
         *,
         metrics: GatewayMetrics | None = None,
         clock: Clock = time.time,
+        lease_holder: str = "",
     ) -> None:
         self.config = config
         self.store = store
@@ -106,7 +113,13 @@ class CognitionGateway:
         self.fingerprint = config_fingerprint(config)
         self._clock = clock
         self.inflight = InFlight()
-        self._sweeper: asyncio.Task[None] | None = None
+        # This gateway's leases of world caps (docs/gateway.md "Durability"): the holder id must be unique
+        # among live gateways sharing the store and stable across restarts (`server.lease_holder`; a
+        # gateway built without one, as in-process tests do, holds as "embedded").
+        self.leases = Leases(store, lease_holder or config.lease.holder or "embedded", config.lease, clock)
+        # Admissions in progress by request id: a concurrent repeat waits for the first one's answer.
+        self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
         store.on_control_change(self._on_control)
         resync = getattr(store, "on_resync", None)
         if resync is not None:
@@ -114,32 +127,117 @@ class CognitionGateway:
 
     # -- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Open the store and load every active control before serving anything."""
+        """Open the store, load every active control and settle what this holder's previous life left
+        leased, before serving anything."""
         await self.store.open()
         self.inflight.replace_controls(await self.store.load_controls())
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway-run-sweeper")
+        charged = await self.store.settle_leases(
+            self.leases.holder, audit=self._settlement_record, now_ms=self._now_ms()
+        )
+        if charged:
+            log.warning("settled a lease left by this gateway's previous life", tokens=charged)
+        self._tasks.add(asyncio.create_task(self._every(self.config.sweep_interval_seconds, self.sweep)))
+        lease_tick = self.config.lease.idle_return_seconds / 2
+        self._tasks.add(asyncio.create_task(self._every(lease_tick, self.keep_leases)))
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        """Stop background work, give back every lease this gateway holds unused, close."""
+        for task in self._tasks:
+            task.cancel()
+        for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+                await task
+        try:
+            await self.return_leases()
+        except Exception as exc:  # the store is down: the next start settles the lease as spent
+            log.warning("leases not returned at stop", error=str(exc))
         await self.adapter.close()
         await self.store.close()
 
-    async def _sweep_forever(self) -> None:
+    async def return_leases(self) -> None:
+        """Give back everything this gateway's leases hold that no run reserved."""
+        await self.leases.return_all(self._now_ms())
+
+    @staticmethod
+    async def _every(seconds: float, work: Callable[[], Awaitable[object]]) -> None:
         while True:
-            await asyncio.sleep(self.config.sweep_interval_seconds)
+            await asyncio.sleep(seconds)
             try:
-                await self.sweep()
-            except Exception as exc:  # the store may be down; the next sweep retries
-                log.warning("run sweep failed", error=str(exc))
+                await work()
+            except Exception as exc:  # the store may be down; the next round retries
+                log.warning("gateway background work failed", work=work.__name__, error=str(exc))
 
     async def sweep(self) -> int:
-        """Time out runs past their deadline (a caller that never ended them), releasing reservations."""
+        """Time out runs past their deadline (a caller that never ended them), releasing reservations:
+        this gateway's own (each reservation back to its lease) and any left in the store."""
+        for run_id in self.leases.expired(self._now_ms()):
+            try:
+                await self.end_run(run_id, RunStatus.TIMED_OUT, detail="run deadline passed")
+            except EgbeError as exc:  # the store is down (the next sweep retries) or never wrote the run
+                log.warning("timed-out run not ended", run_id=run_id, error=str(exc))
         expired = await self.store.expire_runs(now_ms=self._now_ms())
         self.metrics.runs_ended.labels(status=RunStatus.TIMED_OUT.value).inc(expired)
         return expired
+
+    def _probe_soon(self) -> None:
+        """Try the store once in the background (one at a time): the writer marks it healthy again as
+        soon as it answers, so a passing failure closes admission for a round trip, not a lease tick."""
+        if any(task.get_name() == "gateway-store-probe" for task in self._tasks):
+            return
+        task = asyncio.create_task(self._quietly(self.store.probe), name="gateway-store-probe")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _quietly(work: Callable[[], Awaitable[object]]) -> None:
+        with contextlib.suppress(EgbeError):  # still unreachable: the next admission or tick tries again
+            await work()
+
+    async def keep_leases(self) -> None:
+        """Give back leases no admission drew on lately or whose window is over; while the store is
+        marked unreachable, try it (admission stays closed until it answers)."""
+        if not self.store.healthy:
+            await self.store.probe()
+        now_ms = self._now_ms()
+        window_ms = self._window_start_ms(now_ms)
+        await self.leases.return_idle(
+            current_window_ms=window_ms,
+            previous_window_ms=window_ms - self.config.ledger_window_seconds * 1000,
+            now_ms=now_ms,
+        )
+
+    def _settlement_record(self, world_id: str, window_start_ms: int, tokens: int) -> AuditEntry:
+        """The audit record charging a settled lease: the tokens are counted as input (what the audit sum
+        and the ledger's consumption add up), `error_class` says it was no model call."""
+        window_end_ms = window_start_ms + self.config.ledger_window_seconds * 1000 - 1
+        return AuditEntry(
+            call_id=f"lease-settlement:{uuid.uuid4().hex}",
+            run_id=f"lease:{self.leases.holder}",
+            tenant_id="",
+            world_id=world_id,
+            ori_id="",
+            tier=0,
+            cause="lease-settlement",
+            model_ref="",
+            model_class="",
+            input_context={
+                "lease_holder": self.leases.holder,
+                "window_start_ms": window_start_ms,
+                "tokens": tokens,
+                "why": "leased by this gateway before it stopped without returning them; nothing proves"
+                " them unspent",
+            },
+            output="",
+            usage=Usage(input_tokens=tokens),
+            micro_usd=0,
+            cost_estimated=True,
+            policy_decision=f"{self.config.safety_policy_id}:lease-settled",
+            retention_policy_id=self.config.retention_policy_id,
+            config_fingerprint=self.fingerprint,
+            offline=False,
+            recorded_at_ms=min(self._now_ms(), window_end_ms),  # inside the window it charges
+            error_class=LEASE_SETTLED,
+        )
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -153,7 +251,18 @@ class CognitionGateway:
         return budget.world_cap_tokens_per_hour * budget.homestead_rest_bp // 10_000
 
     def _on_control(self, control: Control) -> None:
+        """A control was added or lifted: stop matching in-flight work, and end the matching runs this
+        gateway admitted (idempotent where the control's transaction already did), so their reservations
+        come back to the lease now rather than at their deadline."""
         self.inflight.apply(control)
+        if not control.active:
+            return
+        for run in list(self.inflight.runs.values()):
+            # (a run with work in flight ends itself when the control cancels it)
+            if control.matches(run.spec) and self.leases.owns(run.spec.run_id) and not run.tasks:
+                task = asyncio.create_task(self._end_after(run.spec.run_id, _aborted(control)))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     # -- admission ----------------------------------------------------------------------------------
     async def admit(
@@ -190,37 +299,106 @@ class CognitionGateway:
             kernel_call_id=kernel_call_id,
         )
 
-    async def _admit(self, spec: RunSpec, first_call_grants: tuple[str, ...] | None = None) -> AdmitResult:
+    async def _admit(
+        self, spec: RunSpec, first_call_grants: tuple[str, ...] | None = None, *, with_finish: bool = False
+    ) -> AdmitResult:
+        """Admit from this gateway's lease in memory. A repeated request id answers its first run: one
+        this gateway is admitting right now (waited for), or one the store holds (from any gateway)."""
+        request_id = spec.request_id
+        if not request_id:
+            return await self._admit_fresh(spec, first_call_grants, with_finish=with_finish)
+        while (first := self._requests.get(request_id)) is not None:
+            with contextlib.suppress(Exception):  # a first attempt that failed leaves this one to try
+                result = await asyncio.shield(first)
+                if result.repeated:
+                    return result
+                if result.admitted:
+                    return AdmitResult(result.run, True, result.reserved_tokens, "repeated", None, True)
+        mine = self._requests[request_id] = asyncio.get_running_loop().create_future()
+        try:
+            result = await self._admit_fresh(spec, first_call_grants)
+        except BaseException as error:
+            mine.set_exception(error)
+            mine.exception()  # (retrieved: only a concurrent repeat may wait for it)
+            raise
+        finally:
+            del self._requests[request_id]
+        mine.set_result(result)
+        return result
+
+    async def _write_with_request_id(self, item: AdmissionItem) -> AdmitResult | None:
+        """Write an admission whose request id may repeat one the store holds (admitted here earlier, or
+        by another gateway): the earlier run's answer when it does (a reservation made for the repeat
+        goes back to the lease), else None once written."""
+        spec = item.run
+        if item.outcome is AdmissionOutcome.ADMITTED:
+            try:
+                admission = await self.store.write_admission(item)
+            except BaseException:
+                self.leases.release(spec.run_id, spec.max_tokens)  # not written: no call was made on it
+                raise
+            if not admission.repeated:
+                return None
+            self.leases.release(spec.run_id, spec.max_tokens)
+        else:  # refused now: a repeat still answers the run admitted first
+            earlier = await self.store.earlier_admission(str(spec.request_id))
+            if earlier is None:
+                self.store.post_admission(item)
+                return None
+            admission = earlier
+        return AdmitResult(
+            admission.run, True, admission.reserved_tokens, "repeated", None, True, admission.earlier_result
+        )
+
+    async def _admit_fresh(
+        self, spec: RunSpec, first_call_grants: tuple[str, ...] | None, *, with_finish: bool = False
+    ) -> AdmitResult:
+        """Controls from the pushed view, then the run's max tokens reserved from the world window's lease
+        (leasing more when it cannot hold them); the decision is written without waiting (with a request
+        id, once applied, so a repeat finds it). Fails closed while the store is unreachable."""
+        if not self.store.healthy:
+            self._probe_soon()
+            raise Unavailable("the gateway store is unreachable; admission fails closed")
         now_ms = self._now_ms()
-        admission = await self.store.admit(
+        deadline_ms = now_ms + int(self.config.run_timeout_seconds * 1000)
+        window_start_ms = self._window_start_ms(now_ms)
+        blocking = self.inflight.blocking(spec)
+        outcome = AdmissionOutcome.KILLED
+        if blocking is None:
+            reserved = await self.leases.reserve(
+                spec.run_id,
+                (spec.world_id, window_start_ms),
+                cap_tokens=self.world_cap_tokens(),
+                tokens=spec.max_tokens,
+                deadline_ms=deadline_ms,
+                now_ms=now_ms,
+            )
+            outcome = AdmissionOutcome.ADMITTED if reserved else AdmissionOutcome.BLOCKED
+        item = AdmissionItem(
             spec,
-            cap_tokens=self.world_cap_tokens(),
-            window_start_ms=self._window_start_ms(now_ms),
-            now_ms=now_ms,
-            deadline_ms=now_ms + int(self.config.run_timeout_seconds * 1000),
-            first_call_grants=first_call_grants,
+            outcome,
+            self.world_cap_tokens(),
+            window_start_ms,
+            now_ms,
+            deadline_ms,
+            self.leases.holder,
+            first_call_grants,
         )
         tier_name = TIER_NAMES[spec.tier]
-        if admission.admitted:
-            self.metrics.admissions.labels(tier=tier_name).inc(0 if admission.repeated else 1)
-            if admission.repeated:
-                return AdmitResult(
-                    admission.run,
-                    True,
-                    admission.reserved_tokens,
-                    "repeated",
-                    None,
-                    True,
-                    admission.earlier_result,
-                )
-            self.inflight.track(admission.run)
-            return AdmitResult(admission.run, True, admission.reserved_tokens, "admitted")
-        if admission.control_id is not None:
+        admitted = outcome is AdmissionOutcome.ADMITTED
+        if spec.request_id:  # reserved first, in arrival order; a repeat gives it back
+            earlier = await self._write_with_request_id(item)
+            if earlier is not None:
+                return earlier
+        elif not (admitted and with_finish):
+            self.store.post_admission(item)
+        if admitted:
+            self.metrics.admissions.labels(tier=tier_name).inc()
+            self.inflight.track(spec).unwritten = None if spec.request_id or not with_finish else item
+            return AdmitResult(spec, True, spec.max_tokens, "admitted")
+        if blocking is not None:
             self.metrics.blocked.labels(tier=tier_name, reason="control").inc()
-            control = next((c for c in self.inflight.controls if c.control_id == admission.control_id), None)
-            control = control or await self.store.get_control(admission.control_id)
-            assert control is not None  # it was active inside the admission transaction
-            return AdmitResult(spec, False, 0, f"refused: {control.describe()}: {control.reason}", control)
+            return AdmitResult(spec, False, 0, f"refused: {blocking.describe()}: {blocking.reason}", blocking)
         self.metrics.blocked.labels(tier=tier_name, reason="world_cap").inc()
         return AdmitResult(
             spec,
@@ -240,6 +418,16 @@ class CognitionGateway:
         if run.stopped_by is not None:
             raise _aborted(run.stopped_by)
 
+    async def _stop_if_controlled(self, run: InFlightRun) -> None:
+        """A boundary's control check, against the pushed view (this gateway's own controls are in it
+        before their RPC answers; another gateway's arrive by push): a run a control matches is ended as
+        killed (its reservation released) and the boundary answers ABORTED naming the control."""
+        if run.stopped_by is not None:
+            error = _aborted(run.stopped_by)
+            self.metrics.kills.labels(scope=run.stopped_by.scope.name.lower()).inc()
+            await self._end_after(run.spec.run_id, error)
+            raise error
+
     async def generate(self, run_id: str, request: ModelRequest, *, attempt: int = 1) -> GenerateResult:
         """One model call inside an admitted run: controls and budget first, then the adapter, then audit."""
         if not run_id:
@@ -248,7 +436,7 @@ class CognitionGateway:
             raise InvalidArgument.field("max_output_tokens", "must be >= 0")
         spec = await self._run_spec(run_id)
         run = self.inflight.track(spec)
-        self._raise_if_stopped(run)
+        await self._stop_if_controlled(run)
         route, request = self._routed(spec, request)
         input_tokens = await self.adapter.count_input_tokens(request)
         grant = await self.store.begin_call(
@@ -256,14 +444,9 @@ class CognitionGateway:
             input_tokens=input_tokens,
             max_output_tokens=request.max_output_tokens,
             tool_grants=request.tool_grants,
-            now_ms=self._now_ms(),
         )
-        if isinstance(grant, ControlRefusal):
-            self.inflight.apply(grant.control)
-            self.metrics.kills.labels(scope=grant.control.scope.name.lower()).inc()
-            raise _aborted(grant.control)
         result, entry = await self._call(run, route, request, grant, attempt)
-        await self.store.record_call(entry)
+        self.leases.charge(await self.store.record_call(entry, holder=self.leases.holder))
         self._account(run, result)
         return result
 
@@ -317,6 +500,7 @@ class CognitionGateway:
         try:
             reply = await self._call_adapter(run, request)
         except BaseException as error:
+            self._write_row(run)
             await self._record_failed_call(
                 audit(
                     output="",
@@ -363,7 +547,7 @@ class CognitionGateway:
             input_tokens=input_tokens,
             max_output_tokens=request.max_output_tokens,
         )
-        admission = await self._admit(spec, first_call_grants=request.tool_grants)
+        admission = await self._admit(spec, first_call_grants=request.tool_grants, with_finish=True)
         if not admission.admitted or admission.repeated:
             return FusedRun(admission)
         run = self.inflight.track(spec)
@@ -375,17 +559,30 @@ class CognitionGateway:
             # What a repeat of the request id answers (none without one): the run as this call ends it.
             used = call.reply.usage.total
             planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
+            row, run.unwritten = run.unwritten, None  # written with the finish, or (it failed) never
             ended = await self.store.finish_call(
                 entry,
+                holder=self.leases.holder,
                 stats=run.stats(),
                 now_ms=self._now_ms(),
                 result=result_of(admission, call, planned) if spec.request_id else "",
+                admission=row,
             )
+            self.leases.charge(ended.lease_charge)
+            self.leases.release(spec.run_id, ended.lease_return)
         except BaseException as error:
+            self._write_row(run)
             await asyncio.shield(self._end_after(spec.run_id, error))
             raise
         self.metrics.runs_ended.labels(status=RunStatus.COMPLETED.value).inc(int(ended.ended_now))
         return FusedRun(admission, call, ended)
+
+    def _write_row(self, run: InFlightRun) -> None:
+        """Write a fused run's admission row now (before its ending or a failed call's record), unless
+        its finish took it."""
+        if run.unwritten is not None:
+            self.store.post_admission(run.unwritten)
+            run.unwritten = None
 
     async def _end_after(self, run_id: str, error: BaseException) -> None:
         """End a run its error stopped (releasing its reservation); a store that is down leaves it to the
@@ -409,7 +606,8 @@ class CognitionGateway:
         tokens: the provider reports no usage for a failed request), so the ledger still equals the audit
         sum. Shielded: a cancelled or killed call still leaves its record."""
         try:
-            await asyncio.shield(self.store.record_call(entry))
+            charge = await asyncio.shield(self.store.record_call(entry, holder=self.leases.holder))
+            self.leases.charge(charge)
         except Exception as exc:  # the store is down: the caller's own error is the one to report
             log.warning("failed model call not audited", call_id=entry.call_id, error=str(exc))
 
@@ -440,11 +638,9 @@ class CognitionGateway:
             raise InvalidArgument.field("run_id", "must name an admitted run")
         if not tool_name:
             raise InvalidArgument.field("tool_name", "must be set")
-        counted = await self.store.count_tool_call(run_id, tool_name, now_ms=self._now_ms())
-        if isinstance(counted, ControlRefusal):
-            self.inflight.apply(counted.control)
-            raise _aborted(counted.control)
-        return counted
+        run = self.inflight.track(await self._run_spec(run_id))
+        await self._stop_if_controlled(run)
+        return await self.store.count_tool_call(run_id, tool_name)
 
     async def end_run(
         self, run_id: str, status: RunStatus, *, detail: str = "", fallbacks: int = 0, result: str = ""
@@ -463,9 +659,16 @@ class CognitionGateway:
                 name = next(iter(tracked.schemas), "unknown")
                 tracked.schemas.setdefault(name, SchemaStats()).fallbacks += fallbacks
             stats = tracked.stats()
-        ended = await self.store.end_run(
-            run_id, status, detail=detail, stats=stats, now_ms=self._now_ms(), result=result
-        )
+        try:
+            ended = await self.store.end_run(
+                run_id, status, detail=detail, stats=stats, now_ms=self._now_ms(), result=result
+            )
+        except NotFound:
+            # A run this gateway admitted whose row was never written (the store went down): nothing
+            # proves it made no call, so its reservation stays leased, to be settled as spent.
+            self.leases.strand(run_id)
+            raise
+        self.leases.release(run_id, ended.lease_return)
         if ended.ended_now:
             self.metrics.runs_ended.labels(status=status.value).inc()
         return ended

@@ -201,6 +201,31 @@ class AnthropicConfig(_Frozen):
     count_tokens: bool = Field(default=True, description="Exact input counts from count-tokens.")
 
 
+class LeaseConfig(_Frozen):
+    """How a gateway leases blocks of a world's cap from the shared ledger and admits runs from them in
+    memory (docs/gateway.md "Durability")."""
+
+    chunk_tokens: int = Field(
+        default=1_000_000, gt=0, description="The most one lease takes from a world's window at once."
+    )
+    share_bp: int = Field(
+        default=2_500,
+        gt=0,
+        le=10_000,
+        description="A lease takes at most this share of what no gateway has leased yet (never less than"
+        " the run that asked needs), so gateways sharing a ledger near the cap leave room to each other.",
+    )
+    idle_return_seconds: float = Field(
+        default=5.0, gt=0, description="A lease no admission drew on for this long is returned to the ledger."
+    )
+    holder: str = Field(
+        default="",
+        max_length=200,
+        description="This gateway's lease holder id, unique among live gateways sharing a store and the same"
+        " across its restarts (a restart settles what its previous life left leased); '' = host:data_dir.",
+    )
+
+
 class GatewayConfig(_Frozen):
     """Everything the gateway reads at start; refused whole when any part is invalid."""
 
@@ -228,3 +253,4 @@ class GatewayConfig(_Frozen):
         default=0, ge=0, le=65_535, description="Serve Prometheus metrics on this port; 0 = not served."
     )
     retry_stats_window: int = Field(default=100, gt=0, description="Runs rolled up by GetRetryStats.")
+    lease: LeaseConfig = Field(default_factory=LeaseConfig)

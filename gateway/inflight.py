@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from gateway.cost import Usage
 from gateway.records import Control, RunSpec
+from gateway.store.base import AdmissionItem
 
 
 @dataclass
@@ -29,6 +30,9 @@ class InFlightRun:
     usage: Usage = field(default_factory=Usage)
     micro_usd: int = 0
     cost_estimated: bool = False
+    # A fused run's admission row, not written yet: its finish writes it in the same transaction, and
+    # any other ending (or a failed call's audit record) writes it first (`CognitionGateway._write_row`).
+    unwritten: AdmissionItem | None = None
 
     def add_usage(self, usage: Usage, micro_usd: int, *, estimated: bool) -> None:
         self.usage = Usage(

@@ -66,8 +66,6 @@ class Admission:
     run: RunSpec
     admitted: bool
     reserved_tokens: int
-    # Set when an operator control refused the run.
-    control_id: str | None = None
     # True when this answered an earlier admission with the same request id.
     repeated: bool = False
     # What the earlier run answered when it ended ('' while it runs): a repeat returns it.
@@ -104,6 +102,11 @@ class CallGrant:
     run: RunSpec
     call_index: int
     max_output_tokens: int
+
+
+# The error class of a lease settlement's audit record: no model call, the tokens a crashed gateway's lease
+# held, charged because nothing proves them unspent.
+LEASE_SETTLED = "lease_settled"
 
 
 @dataclass(frozen=True)
@@ -149,10 +152,26 @@ class OperatorAttempt:
 
 
 @dataclass(frozen=True)
+class LeaseCharge:
+    """Tokens a recorded call took from its gateway's lease beyond the run's reservation (a call that
+    finished after its run ended, or calls that together overran it): the gateway takes them from what
+    its lease of that world window (`key`) has available."""
+
+    key: tuple[str, int]
+    tokens: int
+
+
+@dataclass(frozen=True)
 class RunEnd:
     used_tokens: int
     released_tokens: int
     ended_now: bool
+    # What the run's ending (now or earlier) handed back to the lease its reservation came from: the
+    # holder adds it to what it may admit, once (gateway/lease.py).
+    lease_return: int = 0
+    # What its last call took from that lease beyond the run's reservation (the run had ended, or its
+    # calls overran it): the holder takes it from what it may admit.
+    lease_charge: LeaseCharge | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +185,8 @@ class TierSpend:
 @dataclass(frozen=True)
 class Spend:
     world_cap_tokens: int
-    reserved_tokens: int
+    reserved_tokens: int  # by active runs, not yet consumed
+    leased_tokens: int  # by the ledger itself: every gateway's lease (holding those runs' reservations)
     consumed_tokens: int
     consumed_micro_usd: int
     admissions: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 from prometheus_client import start_http_server
 
@@ -49,10 +50,21 @@ def build_adapter(config: GatewayConfig) -> ModelAdapter:
     return OfflineAdapter()
 
 
+def lease_holder(settings: EgbeSettings) -> str:
+    """The configured lease holder id, else `host:data_dir`: distinct for gateways with their own data
+    directories, and the same after a restart (which settles what the previous life left leased)."""
+    return settings.gateway.lease.holder or f"{socket.gethostname()}:{settings.data_dir.resolve()}"
+
+
 async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
     """A started gateway: config refused whole when invalid, controls loaded before it answers anything."""
     validate_config(settings.gateway)
-    gateway = CognitionGateway(settings.gateway, build_store(settings), build_adapter(settings.gateway))
+    gateway = CognitionGateway(
+        settings.gateway,
+        build_store(settings),
+        build_adapter(settings.gateway),
+        lease_holder=lease_holder(settings),
+    )
     await gateway.start()
     return gateway
 

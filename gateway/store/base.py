@@ -13,6 +13,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol, TypeVar, cast
 
 from gateway.config import TIER_NAMES
@@ -24,6 +25,7 @@ from gateway.records import (
     Control,
     ControlKind,
     ControlScope,
+    LeaseCharge,
     OperatorAttempt,
     RunEnd,
     RunSpec,
@@ -65,17 +67,10 @@ class Tx(Protocol):
     def notify(self, payload: str) -> None: ...
 
 
-@dataclass(frozen=True)
-class ControlRefusal:
-    """A boundary check met an active control; the run was ended as killed in the same transaction."""
-
-    control: Control
-
-
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
     " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id,"
-    " tool_grants"
+    " tool_grants, lease_holder, released_tokens"
 )
 _CONTROL_COLUMNS = "control_id, kind, scope, target, reason, operator_id, created_at_ms, active"
 _AUDIT_COLUMNS = (
@@ -129,17 +124,30 @@ class _FinishItem:
     stats: str
     now_ms: int
     result: str
+    holder: str
+    # The run's admission when its row was not written yet: written first, in the same transaction.
+    admission: AdmissionItem | None = None
+
+
+class AdmissionOutcome(StrEnum):
+    """What the gateway decided in memory; the store writes it (and for an admission, the run's row)."""
+
+    ADMITTED = "admitted"
+    KILLED = "killed"  # an active control in the gateway's pushed view matched the run
+    BLOCKED = "blocked"  # the world cap: the lease could not hold the run and the ledger had no more
 
 
 @dataclass(frozen=True)
-class _AdmitItem:
-    """One admission waiting for the writer."""
+class AdmissionItem:
+    """One admission decision waiting for the writer."""
 
     run: RunSpec
+    outcome: AdmissionOutcome
     cap_tokens: int
     window_start_ms: int
     now_ms: int
     deadline_ms: int
+    holder: str
     # Set for a fused run (`Run`): the admission is also its first model boundary, so the run row starts
     # with that call counted and its tool grants recorded.
     first_call_grants: tuple[str, ...] | None = None
@@ -165,25 +173,16 @@ class _AdmitItem:
             run.kernel_call_id,
             int(grants is not None),
             "\n".join(sorted(set(grants or ()))),
+            self.holder,
         )
 
-
-@dataclass
-class _LedgerBurst:
-    """One world's ledger row during a burst of admissions: what it held, and what the burst adds."""
-
-    reserved: int
-    consumed: int
-    cap: int = 0
-    added: int = 0
-    admissions: int = 0
-    killed: int = 0
-    blocked: int = 0
-
-    def admit(self, tokens: int) -> None:
-        self.reserved += tokens
-        self.added += tokens
-        self.admissions += 1
+    def fresh_row(self) -> _RunRow:
+        """The run's row as `row()` writes it."""
+        grants = frozenset(self.first_call_grants or ())
+        model_calls = int(self.first_call_grants is not None)
+        return _RunRow(
+            self.run, RunStatus.ACTIVE, 0, model_calls, 0, self.window_start_ms, "", grants, self.holder, 0
+        )
 
 
 @dataclass(frozen=True)
@@ -196,10 +195,18 @@ class _RunRow:
     window_start_ms: int
     detail: str
     tool_grants: frozenset[str]
+    # The gateway whose lease the run's reservation came from ('' for a run admitted before leases,
+    # reserved on the ledger itself), and what its ending handed back to that lease.
+    lease_holder: str
+    released_tokens: int
 
     @property
     def unused_reservation(self) -> int:
         return max(0, self.spec.max_tokens - self.used_tokens)
+
+    @property
+    def lease_key(self) -> tuple[str, str, int]:
+        return self.lease_holder, self.spec.world_id, self.window_start_ms
 
 
 def _run_from(row: Row) -> _RunRow:
@@ -217,7 +224,21 @@ def _run_from(row: Row) -> _RunRow:
         kernel_call_id=row[16],
     )
     grants = frozenset(row[17].split("\n")) - {""}
-    return _RunRow(spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15], grants)
+    return _RunRow(
+        spec, RunStatus(row[10]), row[11], row[12], row[13], row[14], row[15], grants, row[18], row[19]
+    )
+
+
+def _charge(run: _RunRow, tokens: int, holder: str) -> tuple[int, int]:
+    """A call's tokens: how many leave `reserved_tokens` (and the run's lease), and how many of those the
+    recording gateway `holder` must take from its lease's `available` because the run's reservation no
+    longer held them. A run's own gateway takes every token from its lease, so what it admits from
+    memory never counts tokens already consumed; another gateway takes only what the run's reservation
+    still holds (the rest is consumed beside the leases, as before leases)."""
+    from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
+    if run.lease_holder and run.lease_holder == holder:
+        return tokens, tokens - from_reservation
+    return from_reservation, 0
 
 
 def _no_run(run_id: str) -> NotFound:
@@ -329,6 +350,16 @@ class GatewayStore(ABC):
         )
         return result
 
+    @property
+    def healthy(self) -> bool:
+        """False while the store is known to be unreachable (the writer lost the database; PostgreSQL: or
+        the control push channel is down): admission fails closed even with lease left in memory."""
+        return self._writer.healthy
+
+    async def probe(self) -> None:
+        """One round trip through the writer: it marks the store healthy again once the database answers."""
+        await self.transact(lambda tx: tx.one("SELECT 1"), durable=False)
+
     def on_control_change(self, listener: Callable[[Control], None]) -> None:
         """Called for every control added or lifted, by this process or (PostgreSQL) any other."""
         self._control_listeners.append(listener)
@@ -339,22 +370,6 @@ class GatewayStore(ABC):
                 listener(control)
 
     # -- admission and runs -------------------------------------------------------------------------
-    def _active_control(self, tx: Tx, run: RunSpec) -> Control | None:
-        row = tx.one(
-            f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 AND ("
-            " (scope = ? AND target = ?) OR (scope = ? AND target = ?) OR (scope = ? AND target = ?))"
-            " ORDER BY seq LIMIT 1",
-            (
-                ControlScope.ORI,
-                run.ori_id,
-                ControlScope.TIER,
-                run.tier_name,
-                ControlScope.TENANT,
-                run.tenant_id,
-            ),
-        )
-        return None if row is None else _control_from(row)
-
     # Creates the world's ledger row for the window when new, in any case locks it (PostgreSQL holds the
     # upsert's row lock to COMMIT; SQLite's BEGIN IMMEDIATE already holds the write lock) and returns what
     # it holds: one statement where an insert and a locked read would be two.
@@ -370,95 +385,173 @@ class GatewayStore(ABC):
             raise _no_run(run_id)
         return _run_from(row)
 
-    async def admit(
-        self,
-        run: RunSpec,
-        *,
-        cap_tokens: int,
-        window_start_ms: int,
-        now_ms: int,
-        deadline_ms: int,
-        first_call_grants: tuple[str, ...] | None = None,
-    ) -> Admission:
-        """Check controls and the world cap and reserve the run's max tokens, all in one transaction.
+    def post_admission(self, item: AdmissionItem) -> None:
+        """Write an admission decision without waiting for it: the run's row (its reservation came from
+        this gateway's lease in memory) and the ledger's counters. Applied in order with everything else
+        this gateway writes, so its later transactions find the row; never waited for (docs/gateway.md
+        "Durability")."""
+        self._writer.post(item, combine=self._admission_burst)
 
-        Admissions arriving together are applied by one `_admit_burst` (durable: on disk before the
-        answer, so no model call can run against a reservation a crash could lose). With
-        `first_call_grants` the admission is also the run's first model boundary (the caller checked the
-        call against the fresh run's budget with `call_grant`): the call is counted in the same row."""
-        item = _AdmitItem(run, cap_tokens, window_start_ms, now_ms, deadline_ms, first_call_grants)
-        admission: Admission = await self.transact_item(item, self._admit_burst, durable=True)
+    async def write_admission(self, item: AdmissionItem) -> Admission:
+        """Like `post_admission`, answered once applied, for an admission with a request id: a repeat of
+        one already written (by any gateway) answers the first run instead, and writes nothing."""
+        admission: Admission = await self.transact_item(item, self._admission_burst, durable=False)
         return admission
 
-    def _admit_burst(self, tx: Tx, items: list[_AdmitItem]) -> list[Admission]:
-        """Admissions in arrival order, exactly as if one after another: each sees the reservations and
-        refusals of those before it under the locked ledger row, so the cap holds to the token. A few
-        statements serve the whole burst: one read of the repeated request ids (when there are any), then
-        the active controls and one locking upsert per world ledger together (one round trip on
-        PostgreSQL's pipeline), one multi-row insert, one ledger update per world."""
-        earlier = self._earlier_admissions(tx, [i.run.request_id for i in items if i.run.request_id])
-        caps = {  # the ledgers the burst's new runs draw on (a repeat draws on none)
-            (i.run.world_id, i.window_start_ms): i.cap_tokens
-            for i in items
-            if (i.run.request_id or "") not in earlier
-        }
-        active = f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
-        control_rows, *ledger_rows = tx.all_together(
-            [(active, ()), *((self._LOCK_LEDGER, (*key, cap)) for key, cap in caps.items())]
-        )
-        controls = [_control_from(row) for row in control_rows]
-        ledgers = {
-            key: _LedgerBurst(int(rows[0][0]), int(rows[0][1]))
-            for key, rows in zip(caps, ledger_rows, strict=True)
-        }
+    async def earlier_admission(self, request_id: str) -> Admission | None:
+        """The run already admitted under this request id, if any."""
+        earlier = await self.transact(lambda tx: self._earlier_admissions(tx, [request_id]), durable=False)
+        return earlier.get(request_id)
+
+    def _admission_burst(self, tx: Tx, items: list[AdmissionItem]) -> list[Admission]:
+        """Admission decisions in arrival order, in a few statements for the burst: one read of the
+        repeated request ids (when there are any), one multi-row insert of the new runs, one counter
+        upsert per world window. An admitted run whose request id was already admitted is answered as a
+        repeat (the caller gives its reservation back to its lease)."""
+        admitted = [i for i in items if i.outcome is AdmissionOutcome.ADMITTED]
+        earlier = self._earlier_admissions(tx, [i.run.request_id for i in admitted if i.run.request_id])
+        counters: dict[tuple[str, int], list[int]] = {}  # -> [cap, admissions, blocked, killed]
         answers: list[Admission] = []
         inserted: list[tuple[Any, ...]] = []
         for item in items:
             run = item.run
+            counts = counters.setdefault((run.world_id, item.window_start_ms), [item.cap_tokens, 0, 0, 0])
+            if item.outcome is not AdmissionOutcome.ADMITTED:
+                counts[2 if item.outcome is AdmissionOutcome.BLOCKED else 3] += 1
+                answers.append(Admission(run, False, 0))
+                continue
             repeated = earlier.get(run.request_id or "")
             if repeated is not None:
                 answers.append(repeated)
                 continue
-            ledger = ledgers[(run.world_id, item.window_start_ms)]
-            ledger.cap = item.cap_tokens
-            control = next((c for c in controls if c.matches(run)), None)
-            if control is not None:
-                ledger.killed += 1
-                answers.append(Admission(run, False, 0, control_id=control.control_id))
-            elif ledger.reserved + ledger.consumed + run.max_tokens > item.cap_tokens:
-                ledger.blocked += 1
-                answers.append(Admission(run, False, 0))
-            else:
-                ledger.admit(run.max_tokens)
-                inserted.append(item.row())
-                answers.append(Admission(run, True, run.max_tokens))
-                if run.request_id:  # a repeat later in this burst answers this run
-                    earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
+            counts[1] += 1
+            inserted.append(item.row())
+            answers.append(Admission(run, True, run.max_tokens))
+            if run.request_id:  # a repeat later in this burst answers this run
+                earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
         if inserted:
             tx.executemany(
                 "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
                 " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
-                " deadline_ms, kernel_call_id, model_calls, tool_grants)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " deadline_ms, kernel_call_id, model_calls, tool_grants, lease_holder)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 inserted,
             )
-        for (world_id, window_start_ms), ledger in ledgers.items():
+        tx.executemany(
+            "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
+            " blocked_by_world_cap, killed) VALUES (?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (world_id, window_start_ms) DO UPDATE SET cap_tokens = excluded.cap_tokens,"
+            " admissions = gateway_ledger.admissions + excluded.admissions,"
+            " blocked_by_world_cap = gateway_ledger.blocked_by_world_cap + excluded.blocked_by_world_cap,"
+            " killed = gateway_ledger.killed + excluded.killed",
+            [(*key, *counts) for key, counts in counters.items()],
+        )
+        return answers
+
+    # -- leases of the world cap --------------------------------------------------------------------
+    async def lease(
+        self,
+        holder: str,
+        key: tuple[str, int],
+        *,
+        cap_tokens: int,
+        need: int,
+        chunk: int,
+        share_bp: int,
+        now_ms: int,
+    ) -> int:
+        """Lease at least `need` tokens of a world window's cap to `holder`, or none (0) when the ledger
+        has fewer than that left unleased and unconsumed: checked under the ledger row's lock, so every
+        lease together never passes the cap. Asks for `chunk`, but at most `share_bp` of what is left
+        (never less than `need`), so gateways sharing the ledger leave room to each other near the cap.
+        Durable: no run is admitted from a lease a crash could lose."""
+
+        def body(tx: Tx) -> int:
+            row = tx.one(self._LOCK_LEDGER, (*key, cap_tokens))
+            assert row is not None  # the upsert returns its row
+            unleased = cap_tokens - int(row[0]) - int(row[1])
+            if unleased < need:
+                return 0
+            granted = min(unleased, max(need, min(chunk, unleased * share_bp // 10_000)))
+            self._move_lease(tx, holder, key, granted, now_ms)
+            return granted
+
+        return await self.transact(body, durable=True)
+
+    async def return_lease(self, holder: str, key: tuple[str, int], *, tokens: int, now_ms: int) -> None:
+        """Give back unused leased tokens to the ledger (not waiting for the disk: a return a crash loses
+        only leaves the tokens leased, to be settled as spent)."""
+        await self.transact(lambda tx: self._move_lease(tx, holder, key, -tokens, now_ms), durable=False)
+
+    @staticmethod
+    def _move_lease(tx: Tx, holder: str, key: tuple[str, int], tokens: int, now_ms: int) -> None:
+        """Tokens from the ledger to a lease (negative: back); the ledger row exists and is locked."""
+        tx.execute(
+            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?"
+            " WHERE world_id = ? AND window_start_ms = ?",
+            (tokens, *key),
+        )
+        tx.execute(
+            "INSERT INTO gateway_leases (holder, world_id, window_start_ms, tokens, updated_at_ms)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (holder, world_id, window_start_ms) DO UPDATE SET"
+            " tokens = gateway_leases.tokens + excluded.tokens, updated_at_ms = excluded.updated_at_ms",
+            (holder, *key, tokens, now_ms),
+        )
+
+    async def settle_leases(
+        self, holder: str, *, audit: Callable[[str, int, int], AuditEntry], now_ms: int
+    ) -> int:
+        """At start: settle what `holder`'s previous life left leased (it crashed, or stopped with runs in
+        flight). Nothing proves those tokens unspent (its last admissions' rows and calls may never have
+        been written), so they are charged: moved from reserved to consumed, with a settlement audit record
+        (`audit(world, window, tokens)`) in the same transaction so the ledger still equals the audit log;
+        the runs it left active are ended. Returns the tokens charged."""
+
+        def body(tx: Tx) -> int:
+            leases = tx.all(
+                "SELECT world_id, window_start_ms, tokens FROM gateway_leases WHERE holder = ? AND tokens > 0"
+                f"{self._for_update}",
+                (holder,),
+            )
+            charged = 0
+            for world_id, window_start_ms, tokens in leases:
+                entry = audit(world_id, int(window_start_ms), int(tokens))
+                tx.execute(_INSERT_AUDIT, _audit_row(entry))
+                tx.execute(
+                    "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+                    " consumed_tokens = consumed_tokens + ? WHERE world_id = ? AND window_start_ms = ?",
+                    (tokens, tokens, world_id, window_start_ms),
+                )
+                charged += int(tokens)
             tx.execute(
-                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?,"
-                " admissions = admissions + ?, killed = killed + ?,"
-                " blocked_by_world_cap = blocked_by_world_cap + ?, cap_tokens = ?"
-                " WHERE world_id = ? AND window_start_ms = ?",
+                "UPDATE gateway_leases SET tokens = 0, updated_at_ms = ? WHERE holder = ?", (now_ms, holder)
+            )
+            tx.execute(
+                "UPDATE gateway_runs SET status = ?, detail = ?, ended_at_ms = ?"
+                " WHERE status = ? AND lease_holder = ?",
                 (
-                    ledger.added,
-                    ledger.admissions,
-                    ledger.killed,
-                    ledger.blocked,
-                    ledger.cap,
-                    world_id,
-                    window_start_ms,
+                    RunStatus.FAILED.value,
+                    "its gateway's lease was settled at a restart",
+                    now_ms,
+                    RunStatus.ACTIVE.value,
+                    holder,
                 ),
             )
-        return answers
+            return charged
+
+        return await self.transact(body, durable=True)
+
+    async def lease_tokens(self, holder: str = "") -> int:
+        """What leases hold (one holder's, or every one's): the invariant checks read this."""
+        row = await self.transact(
+            lambda tx: tx.one(
+                "SELECT COALESCE(SUM(tokens), 0) FROM gateway_leases WHERE ? = '' OR holder = ?",
+                (holder, holder),
+            ),
+            durable=False,
+        )
+        assert row is not None
+        return int(row[0])
 
     @staticmethod
     def _earlier_admissions(tx: Tx, request_ids: list[str]) -> dict[str, Admission]:
@@ -479,17 +572,20 @@ class GatewayStore(ABC):
         return earlier
 
     def _end(self, tx: Tx, run: _RunRow, status: RunStatus, *, detail: str, stats: str, now_ms: int) -> int:
-        """End an active run and release its unused reservation; returns the tokens released."""
+        """End an active run and release its unused reservation: back to the lease it came from (the
+        holder hands it to its `available` when it learns the ending, `RunEnd.lease_return`), or, for a
+        run admitted before leases, to the ledger. Returns the tokens released."""
         released = run.unused_reservation
         killed = int(status is RunStatus.KILLED)
         tx.execute(
-            "UPDATE gateway_runs SET status = ?, detail = ?, stats = ?, ended_at_ms = ? WHERE run_id = ?",
-            (status.value, detail, stats, now_ms, run.spec.run_id),
+            "UPDATE gateway_runs SET status = ?, detail = ?, stats = ?, ended_at_ms = ?, released_tokens = ?"
+            " WHERE run_id = ?",
+            (status.value, detail, stats, now_ms, released, run.spec.run_id),
         )
         tx.execute(
             "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?, killed = killed + ?,"
             " killed_in_flight = killed_in_flight + ? WHERE world_id = ? AND window_start_ms = ?",
-            (released, killed, killed, run.spec.world_id, run.window_start_ms),
+            (0 if run.lease_holder else released, killed, killed, run.spec.world_id, run.window_start_ms),
         )
         return released
 
@@ -519,20 +615,15 @@ class GatewayStore(ABC):
         input_tokens: int,
         max_output_tokens: int,
         tool_grants: Sequence[str],
-        now_ms: int,
-    ) -> CallGrant | ControlRefusal:
-        """A model boundary: the run is active, no control matches, and the call fits the run's budget.
-
-        The call's tool grants join the run's, so a later tool boundary can refuse an ungranted tool.
+    ) -> CallGrant:
+        """A model boundary: the run is active and the call fits the run's budget (the caller checked the
+        controls in its pushed view). The call's tool grants join the run's, so a later tool boundary can
+        refuse an ungranted tool.
         """
 
-        def body(tx: Tx) -> CallGrant | ControlRefusal:
+        def body(tx: Tx) -> CallGrant:
             run = self._lock_run(tx, run_id)
             self._refuse_ended(run)
-            control = self._active_control(tx, run.spec)
-            if control is not None:
-                self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
-                return ControlRefusal(control)
             grant = call_grant(
                 run.spec,
                 model_calls=run.model_calls,
@@ -549,42 +640,64 @@ class GatewayStore(ABC):
 
         return await self.transact(body, durable=False)
 
-    async def record_call(self, entry: AuditEntry) -> None:
-        """Write the call's audit record and move its tokens from reservation to consumption, together."""
-        await self.transact(lambda tx: self._record(tx, entry), durable=False)
+    async def record_call(self, entry: AuditEntry, *, holder: str) -> LeaseCharge:
+        """Write the call's audit record and move its tokens from reservation to consumption, together;
+        what the recording gateway (`holder`) must take from its lease beyond the run's reservation."""
+        charge: LeaseCharge = await self.transact(lambda tx: self._record(tx, entry, holder), durable=False)
+        return charge
 
-    def _record(self, tx: Tx, entry: AuditEntry) -> None:
+    def _record(self, tx: Tx, entry: AuditEntry, holder: str) -> LeaseCharge:
         run = self._lock_run(tx, entry.run_id)
         tokens = entry.usage.total
-        from_reservation = min(tokens, run.unused_reservation) if run.status is RunStatus.ACTIVE else 0
+        leaving, beyond = _charge(run, tokens, holder)
         tx.execute(_INSERT_AUDIT, _audit_row(entry))
         tx.execute(
             "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
             (tokens, entry.run_id),
         )
-        tx.execute(
-            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-            " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
-            " WHERE world_id = ? AND window_start_ms = ?",
-            (from_reservation, tokens, entry.micro_usd, run.spec.world_id, run.window_start_ms),
-        )
+        self._consume(tx, [(run, tokens, leaving, entry.micro_usd)])
+        return LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
 
-    async def count_tool_call(
-        self, run_id: str, tool_name: str, *, now_ms: int
-    ) -> tuple[int, int] | ControlRefusal:
-        """A tool boundary: the tool was granted to the run's model calls; count it; (used, remaining).
+    @staticmethod
+    def _consume(tx: Tx, calls: list[tuple[_RunRow, int, int, int]]) -> None:
+        """Calls' tokens into the ledger's consumption, `(run, tokens, from its reservation, micro-USD)`:
+        what came from a run's reservation leaves `reserved_tokens`, and the lease it was drawn from. One
+        update per world window and per lease."""
+        ledgers: dict[tuple[str, int], list[int]] = {}  # -> [from reservations, consumed, micro-USD]
+        leases: dict[tuple[str, str, int], int] = {}
+        for run, tokens, from_reservation, micro_usd in calls:
+            ledger = ledgers.setdefault((run.spec.world_id, run.window_start_ms), [0, 0, 0])
+            ledger[0] += from_reservation
+            ledger[1] += tokens
+            ledger[2] += micro_usd
+            if run.lease_holder:
+                leases[run.lease_key] = leases.get(run.lease_key, 0) + from_reservation
+        for (world_id, window_start_ms), (from_reservations, consumed, micro_usd) in ledgers.items():
+            tx.execute(
+                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+                " WHERE world_id = ? AND window_start_ms = ?",
+                (from_reservations, consumed, micro_usd, world_id, window_start_ms),
+            )
+        for (holder, world_id, window_start_ms), tokens in leases.items():
+            if tokens:
+                tx.execute(
+                    "UPDATE gateway_leases SET tokens = tokens - ? WHERE holder = ? AND world_id = ?"
+                    " AND window_start_ms = ?",
+                    (tokens, holder, world_id, window_start_ms),
+                )
+
+    async def count_tool_call(self, run_id: str, tool_name: str) -> tuple[int, int]:
+        """A tool boundary: the run is active and the tool was granted to its model calls (the caller
+        checked the controls in its pushed view); count it; (used, remaining).
 
         Grants come only from the trusted prompt part the cognition service builds, never from model
         output or an untrusted zone, so this is where an injected "use tool X" is stopped.
         """
 
-        def body(tx: Tx) -> tuple[int, int] | ControlRefusal:
+        def body(tx: Tx) -> tuple[int, int]:
             run = self._lock_run(tx, run_id)
             self._refuse_ended(run)
-            control = self._active_control(tx, run.spec)
-            if control is not None:
-                self._end(tx, run, RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms)
-                return ControlRefusal(control)
             if tool_name not in run.tool_grants:
                 granted = ", ".join(sorted(run.tool_grants)) or "none"
                 raise PermissionDenied(
@@ -619,22 +732,29 @@ class GatewayStore(ABC):
         def body(tx: Tx) -> RunEnd:
             run = self._lock_run(tx, run_id)
             if run.status is not RunStatus.ACTIVE:
-                return RunEnd(run.used_tokens, 0, ended_now=False)
+                return RunEnd(run.used_tokens, 0, ended_now=False, lease_return=run.released_tokens)
             released = self._end(
                 tx, run, status, detail=detail, stats=json.dumps(stats, sort_keys=True), now_ms=now_ms
             )
             tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run_id))
-            return RunEnd(run.used_tokens, released, ended_now=True)
+            return RunEnd(run.used_tokens, released, ended_now=True, lease_return=released)
 
         return await self.transact(body, durable=False)
 
     async def finish_call(
-        self, entry: AuditEntry, *, stats: dict[str, Any], now_ms: int, result: str = ""
+        self,
+        entry: AuditEntry,
+        *,
+        holder: str,
+        stats: dict[str, Any],
+        now_ms: int,
+        result: str = "",
+        admission: AdmissionItem | None = None,
     ) -> RunEnd:
         """A fused run's call and its completion in one transaction: the audit record with its ledger
         update, and the release of what the run reserved but did not use. Finishes arriving together are
         applied by one `_finish_burst` (answered once applied, as `record_call` and `end_run` are)."""
-        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result)
+        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result, holder, admission)
         ended: RunEnd = await self.transact_item(item, self._finish_burst, durable=False)
         return ended
 
@@ -643,14 +763,19 @@ class GatewayStore(ABC):
         burst: one locked read of the runs, one multi-row audit insert, one multi-row run update, one
         ledger update per world window. A run a control already ended keeps its ending (its call is
         still audited and consumed, as `record_call` does)."""
-        ids = [item.entry.run_id for item in items]
-        rows = tx.all(
-            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
-            f"{self._for_update}",
-            ids,
-        )
-        runs = {row[0]: _run_from(row) for row in rows}
-        ledgers: dict[tuple[str, int], list[int]] = {}  # (world, window) -> [released, consumed, micro_usd]
+        admissions = [item.admission for item in items if item.admission is not None]
+        if admissions:
+            self._admission_burst(tx, admissions)
+        runs = {a.run.run_id: a.fresh_row() for a in admissions}  # (no read needed: just written)
+        ids = [item.entry.run_id for item in items if item.admission is None]
+        if ids:
+            rows = tx.all(
+                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
+                f"{self._for_update}",
+                ids,
+            )
+            runs.update((row[0], _run_from(row)) for row in rows)
+        calls: list[tuple[_RunRow, int, int, int]] = []
         completed, consumed_only, answers = [], [], []
         for item in items:
             entry = item.entry
@@ -659,39 +784,47 @@ class GatewayStore(ABC):
                 raise _no_run(entry.run_id)
             tokens = entry.usage.total
             used = run.used_tokens + tokens
-            ledger = ledgers.setdefault((run.spec.world_id, run.window_start_ms), [0, 0, 0])
-            ledger[1] += tokens
-            ledger[2] += entry.micro_usd
+            leaving, beyond = _charge(run, tokens, item.holder)
             if run.status is RunStatus.ACTIVE:
-                # The call's tokens move from reservation to consumption and the rest is released: the
-                # whole unused reservation leaves `reserved_tokens`.
-                ledger[0] += run.unused_reservation
-                completed.append(
-                    (used, RunStatus.COMPLETED.value, item.stats, item.now_ms, item.result, entry.run_id)
+                # The call's tokens move from the reservation to consumption; the rest is released: to the
+                # run's lease (its holder learns it from `lease_return`), or for a run admitted before
+                # leases to the ledger, so its whole unused reservation leaves `reserved_tokens`.
+                released = max(0, run.unused_reservation - tokens)
+                calls.append(
+                    (run, tokens, leaving if run.lease_holder else run.unused_reservation, entry.micro_usd)
                 )
-                answers.append(RunEnd(used, max(0, run.spec.max_tokens - used), ended_now=True))
+                completed.append(
+                    (
+                        used,
+                        RunStatus.COMPLETED.value,
+                        item.stats,
+                        item.now_ms,
+                        item.result,
+                        released,
+                        entry.run_id,
+                    )
+                )
+                charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
+                answers.append(RunEnd(used, released, True, lease_return=released, lease_charge=charge))
             else:
+                calls.append((run, tokens, leaving, entry.micro_usd))
                 consumed_only.append((tokens, entry.run_id))
-                answers.append(RunEnd(used, 0, ended_now=False))
+                charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
+                ended = RunEnd(used, 0, False, lease_return=run.released_tokens, lease_charge=charge)
+                answers.append(ended)
             runs[entry.run_id] = dataclasses.replace(run, used_tokens=used, status=RunStatus.COMPLETED)
         tx.executemany(_INSERT_AUDIT, [_audit_row(item.entry) for item in items])
         if completed:
             tx.executemany(
                 "UPDATE gateway_runs SET used_tokens = ?, status = ?, detail = '', stats = ?,"
-                " ended_at_ms = ?, result = ? WHERE run_id = ?",
+                " ended_at_ms = ?, result = ?, released_tokens = ? WHERE run_id = ?",
                 completed,
             )
         if consumed_only:
             tx.executemany(
                 "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
             )
-        for (world_id, window_start_ms), (released, consumed, micro_usd) in ledgers.items():
-            tx.execute(
-                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
-                " WHERE world_id = ? AND window_start_ms = ?",
-                (released, consumed, micro_usd, world_id, window_start_ms),
-            )
+        self._consume(tx, calls)
         return answers
 
     async def expire_runs(self, *, now_ms: int) -> int:
@@ -888,7 +1021,9 @@ class GatewayStore(ABC):
 
     async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
         """The ledger (one world, or all) and audited spend by tier, summed over every window from the one
-        starting at `window_start_ms` to the current one."""
+        starting at `window_start_ms` to the current one. `reserved_tokens` is what active runs reserved
+        and have not consumed; `leased_tokens` the ledger's own reservation (every lease, which holds
+        those runs' reservations and what its gateway has not given to a run yet)."""
 
         def body(tx: Tx) -> Spend:
             ledger = tx.one(
@@ -900,18 +1035,26 @@ class GatewayStore(ABC):
                 (window_start_ms, world_id, world_id),
             )
             assert ledger is not None  # an aggregate always answers one row
+            runs = tx.one(
+                "SELECT COALESCE(SUM(CASE WHEN reserved_tokens > used_tokens"
+                " THEN reserved_tokens - used_tokens ELSE 0 END), 0) FROM gateway_runs"
+                " WHERE status = ? AND window_start_ms >= ? AND (? = '' OR world_id = ?)",
+                (RunStatus.ACTIVE.value, window_start_ms, world_id, world_id),
+            )
+            assert runs is not None
             tiers = tx.all(
                 "SELECT tier, SUM(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens),"
                 " SUM(micro_usd), COUNT(*) FROM gateway_audit WHERE recorded_at_ms >= ?"
                 " AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?) GROUP BY tier ORDER BY tier",
                 (window_start_ms, world_id, world_id, tenant_id, tenant_id),
             )
-            cap, reserved, consumed, micro_usd, admissions, blocked, killed, killed_in_flight = (
+            cap, leased, consumed, micro_usd, admissions, blocked, killed, killed_in_flight = (
                 int(v) for v in ledger
             )
             return Spend(
                 world_cap_tokens=cap,
-                reserved_tokens=reserved,
+                reserved_tokens=int(runs[0]),
+                leased_tokens=leased,
                 consumed_tokens=consumed,
                 consumed_micro_usd=micro_usd,
                 admissions=admissions,

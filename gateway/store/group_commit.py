@@ -27,12 +27,14 @@ import contextlib
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from services.errors import Unavailable
+from services.logging import get_logger
 
+log = get_logger(__name__)
 T = TypeVar("T")
 C = TypeVar("C", bound="Connection")
 MAX_BATCH = 256
@@ -63,7 +65,9 @@ class Connection(Protocol):
 @dataclass
 class _Job:
     body: Callable[[Any], Any]
-    future: asyncio.Future[Any]
+    # None for a posted job: nobody waits for it (a failure is logged, and a lost database marks the
+    # writer unhealthy, which fails admissions closed).
+    future: asyncio.Future[Any] | None
     loop: asyncio.AbstractEventLoop
     durable: bool
     # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
@@ -77,16 +81,26 @@ class _Job:
         return values
 
 
-def _groups(batch: list[_Job]) -> Iterator[list[_Job]]:
-    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone."""
-    group: list[_Job] = []
+def _groups(batch: list[_Job]) -> list[list[_Job]]:
+    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone; and
+    every posted job of one `combine` joins the first of them (nobody waits on a posted job, and no
+    earlier job can depend on one, so it may go earlier): admissions posted between the fused runs'
+    finishes are written by one call, and the finishes come together too."""
+    groups: list[list[_Job]] = []
+    posted: dict[Callable[[Any, list[Any]], list[Any]], list[_Job]] = {}
     for job in batch:
-        if group and (job.combine is None or job.combine != group[0].combine):
-            yield group
-            group = []
-        group.append(job)
-    if group:
-        yield group
+        if job.future is None and job.combine is not None:
+            group = posted.get(job.combine)
+            if group is None:
+                group = posted[job.combine] = []
+                groups.append(group)
+            group.append(job)
+            continue
+        last = groups[-1] if groups else None
+        if last is None or job.combine is None or job.combine != last[0].combine or last[0].future is None:
+            groups.append([])
+        groups[-1].append(job)
+    return groups
 
 
 def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
@@ -95,13 +109,19 @@ def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
 
 
 def _deliver(job: _Job, ok: bool, value: Any) -> None:
+    future = job.future
+    if future is None:
+        if not ok:
+            log.warning("posted store write failed", error=str(value))
+        return
+
     def settle() -> None:
-        if job.future.done():
+        if future.done():
             return  # the caller gave up (deadline, cancellation)
         if ok:
-            job.future.set_result(value)
+            future.set_result(value)
         else:
-            job.future.set_exception(value)
+            future.set_exception(value)
 
     job.loop.call_soon_threadsafe(settle)
 
@@ -145,6 +165,8 @@ class GroupCommitter(Generic[C]):
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._closed = False
+        # False from a batch that lost the database until one commits again.
+        self.healthy = True
 
     def start(self) -> None:
         """Connect (raising when the database cannot be reached) and start the writer thread."""
@@ -182,6 +204,13 @@ class GroupCommitter(Generic[C]):
         finally:
             timer.cancel()
 
+    def post(self, item: Any, *, combine: Callable[[Any, list[Any]], list[Any]]) -> None:
+        """Queue an item for `combine` (as `submit` does) and do not wait for it: it is applied in order
+        with every other job and committed without waiting for the disk."""
+        if self._closed:
+            raise Unavailable(f"{self._describe} is closed")
+        self._jobs.put(_Job(item, None, asyncio.get_running_loop(), False, combine))
+
     def close(self) -> None:
         self._closed = True
         if self._thread.is_alive():
@@ -210,7 +239,7 @@ class GroupCommitter(Generic[C]):
             self._run_batch(batch)
 
     def _run_batch(self, batch: list[_Job]) -> None:
-        groups = list(_groups(batch))
+        groups = _groups(batch)
         outcomes: list[tuple[bool, Any]] = []
         try:
             if self._connection is None:
@@ -225,11 +254,14 @@ class GroupCommitter(Generic[C]):
                     for group in groups:
                         outcomes.extend(self._run_among_others(connection, tx, group, pipe))
                     connection.execute("COMMIT")
+            self.healthy = True
         except self._lost as error:
+            self.healthy = False
             self._drop_connection()
             failure = Unavailable(f"{self._describe} is unavailable: {error}")
             outcomes = [(False, failure)] * len(batch)
-        for job, (ok, value) in zip(batch, outcomes, strict=True):
+        ordered = [job for group in groups for job in group]  # the order the outcomes are in
+        for job, (ok, value) in zip(ordered, outcomes, strict=True):
             if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
                 _deliver(job, ok, value)
 

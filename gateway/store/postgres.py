@@ -81,6 +81,10 @@ class PostgresGatewayStore(GatewayStore):
         if durable:
             connection.execute(b"SET LOCAL synchronous_commit TO on")
 
+    @property
+    def healthy(self) -> bool:
+        return self._writer.healthy and self._listening.is_set()
+
     def on_resync(self, listener: Callable[[list[Control]], None]) -> None:
         """Told every active control whenever the push channel (re)connects: pushes may have been missed."""
         self._resync_listeners.append(listener)
@@ -126,14 +130,15 @@ class PostgresGatewayStore(GatewayStore):
             try:
                 async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as connection:
                     await connection.execute(f"LISTEN {CONTROLS_CHANNEL}")
-                    self._listening.set()
                     active = await self.load_controls()
                     for resync in self._resync_listeners:
                         resync(active)
+                    self._listening.set()  # (healthy again: no push missed from here)
                     async for notification in connection.notifies():
                         control = await self.get_control(notification.payload)
                         if control is not None:
                             self._publish([control])
             except (psycopg.Error, EgbeError) as exc:
+                self._listening.clear()  # pushes may be missed from here: admission fails closed
                 log.warning("gateway control listener lost its connection; reconnecting", error=str(exc))
                 await asyncio.sleep(LISTEN_RETRY_SECONDS)

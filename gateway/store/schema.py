@@ -82,6 +82,14 @@ CREATE TABLE IF NOT EXISTS gateway_controls (
     lifted_at_ms BIGINT
 );
 CREATE INDEX IF NOT EXISTS gateway_controls_target ON gateway_controls (active, scope, target);
+CREATE TABLE IF NOT EXISTS gateway_leases (
+    holder TEXT NOT NULL,
+    world_id TEXT NOT NULL,
+    window_start_ms BIGINT NOT NULL,
+    tokens BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (holder, world_id, window_start_ms)
+);
 CREATE TABLE IF NOT EXISTS gateway_operator_audit (
     seq {serial},
     method TEXT NOT NULL,
@@ -104,6 +112,10 @@ ADDED_COLUMNS = (
     ("gateway_runs", "tool_grants", "TEXT NOT NULL DEFAULT ''"),
     # Admitted runs a control ended in flight (also in `killed`): what tells them from refusals.
     ("gateway_ledger", "killed_in_flight", "BIGINT NOT NULL DEFAULT 0"),
+    # The gateway whose lease a run's reservation came from ('' before leases), and what its ending
+    # handed back to that lease.
+    ("gateway_runs", "lease_holder", "TEXT NOT NULL DEFAULT ''"),
+    ("gateway_runs", "released_tokens", "BIGINT NOT NULL DEFAULT 0"),
 )
 # Indexes over added columns, created once the columns exist.
 LATER_INDEXES = (

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import secrets
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from gateway.server import build_bundle
 from services.auth import Role, TokenStore, bearer_metadata
 from services.server import RunningService, start_service
 from services.settings import EgbeSettings, Endpoint, load_settings
+from tests.conftest import ROOT
 
 CLOTHO, LACHESIS, ATROPOS = (
     common_pb2.COGNITION_TIER_CLOTHO,
@@ -152,3 +158,53 @@ async def start_gateway(settings: EgbeSettings) -> GatewayHarness:
     bundle = await build_bundle(settings, store)
     running = await start_service(bundle, settings.endpoints["gateway"], store, settings)
     return GatewayHarness(running, grpc.aio.insecure_channel(running.target), tokens)
+
+
+def write_tokens_file(folder: Path) -> tuple[Path, dict[str, str]]:
+    """A tokens file (EGBE_TOKENS_FILE) for gateway processes, and the token of each role."""
+    tokens = {role: secrets.token_urlsafe(24) for role in ("service", "operator", "world")}
+    tokens_file = folder / "tokens.json"
+    tokens_file.write_text(json.dumps(tokens))
+    tokens_file.chmod(0o600)
+    return tokens_file, tokens
+
+
+def serve_gateway_process(
+    data_dir: Path, tokens_file: Path, dsn: str | None, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """A real `egbe serve gateway` process (PostgreSQL when `dsn` is set, else SQLite under data_dir)."""
+    database = {"EGBE_DATABASE_URL": dsn} if dsn else {}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "--data-dir",
+            str(data_dir),
+            "serve",
+            "gateway",
+            "--ephemeral-ports",
+        ],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            **env,
+            **database,
+            "EGBE_TOKENS_FILE": str(tokens_file),
+            "EGBE_LOG_FORMAT": "json",
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def process_target(process: subprocess.Popen[bytes], data_dir: Path) -> str:
+    for _ in range(600):
+        endpoints = data_dir / "endpoints.json"
+        if endpoints.is_file():
+            published = json.loads(endpoints.read_text())
+            if published.get("pid") == process.pid:
+                return str(published["gateway"])
+        assert process.poll() is None, "the gateway process exited"
+        await asyncio.sleep(0.05)
+    raise AssertionError("the gateway process did not publish its endpoint")

@@ -188,6 +188,7 @@ async def test_admission_fails_closed_when_the_store_is_unreachable(
             admin.execute(
                 sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(str(info["dbname"])))
             )
+        # The first admission leased far more than one run: "bram" is refused with lease left in memory.
         for call in (harness.admit("bram"), harness.generate(run.run_id)):
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await call

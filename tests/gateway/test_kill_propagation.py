@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import secrets
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +13,14 @@ import pytest
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
-from tests.conftest import ROOT
 from tests.gateway.fake_anthropic import FakeAnthropic
-from tests.gateway.harness import gateway_settings, start_gateway
+from tests.gateway.harness import (
+    gateway_settings,
+    process_target,
+    serve_gateway_process,
+    start_gateway,
+    write_tokens_file,
+)
 
 SLOW_MODEL_SECONDS = 30.0  # far longer than any push may take: only a push can end the call sooner
 PUSH_BOUND_SECONDS = 5.0
@@ -64,67 +65,21 @@ async def test_a_kill_cancels_an_in_flight_model_call(
         await harness.stop()
 
 
-def _serve_gateway(
-    data_dir: Path, tokens_file: Path, dsn: str, env: dict[str, str]
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "--data-dir",
-            str(data_dir),
-            "serve",
-            "gateway",
-            "--ephemeral-ports",
-        ],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            **env,
-            "EGBE_DATABASE_URL": dsn,
-            "EGBE_TOKENS_FILE": str(tokens_file),
-            "EGBE_LOG_FORMAT": "json",
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-async def _target(process: subprocess.Popen[bytes], data_dir: Path) -> str:
-    for _ in range(600):
-        endpoints = data_dir / "endpoints.json"
-        if endpoints.is_file():
-            published = json.loads(endpoints.read_text())
-            if published.get("pid") == process.pid:
-                return str(published["gateway"])
-        assert process.poll() is None, "the gateway process exited"
-        await asyncio.sleep(0.05)
-    raise AssertionError("the gateway process did not publish its endpoint")
-
-
 @pytest.mark.slow
 @pytest.mark.postgres
 async def test_a_kill_on_one_gateway_stops_work_on_another_sharing_postgres(
     tmp_path: Path, postgres_dsn: str, slow_model: FakeAnthropic
 ) -> None:
-    tokens = {
-        "service": secrets.token_urlsafe(24),
-        "operator": secrets.token_urlsafe(24),
-        "world": secrets.token_urlsafe(24),
-    }
-    tokens_file = tmp_path / "tokens.json"
-    tokens_file.write_text(json.dumps(tokens))
-    tokens_file.chmod(0o600)
+    tokens_file, tokens = write_tokens_file(tmp_path)
     offline_env = {"ANTHROPIC_API_KEY": ""}
     model_env = {"ANTHROPIC_API_KEY": "sk-test-not-a-real-key", "ANTHROPIC_BASE_URL": slow_model.base_url}
     processes = [
-        _serve_gateway(tmp_path / "a", tokens_file, postgres_dsn, offline_env),
-        _serve_gateway(tmp_path / "b", tokens_file, postgres_dsn, model_env),
+        serve_gateway_process(tmp_path / "a", tokens_file, postgres_dsn, offline_env),
+        serve_gateway_process(tmp_path / "b", tokens_file, postgres_dsn, model_env),
     ]
     try:
-        target_a = await _target(processes[0], tmp_path / "a")
-        target_b = await _target(processes[1], tmp_path / "b")
+        target_a = await process_target(processes[0], tmp_path / "a")
+        target_b = await process_target(processes[1], tmp_path / "b")
         service, operator = bearer_metadata(tokens["service"]), bearer_metadata(tokens["operator"])
         async with (
             grpc.aio.insecure_channel(target_a) as channel_a,

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,6 +81,7 @@ async def test_reservations_and_consumption_always_add_up(plan: list[Step], conc
                 assert consumed == await store.audited_tokens()
             for run_id in runs:
                 await gateway.end_run(run_id, RunStatus.COMPLETED)
+            await gateway.return_leases()  # every run ended: the leases hold nothing a run reserved
             reserved, consumed = await store.ledger_totals()
             assert reserved == 0
             assert consumed == await store.audited_tokens()
@@ -87,9 +89,14 @@ async def test_reservations_and_consumption_always_add_up(plan: list[Step], conc
             await gateway.stop()
 
 
-async def test_a_fused_call_finishing_after_a_kill_is_audited_and_keeps_the_kill(tmp_path: Path) -> None:
-    """The kill ended the run (and released it) between the call's answer and its finish: the call is
-    still audited and consumed, the run stays killed, nothing is released twice."""
+@pytest.mark.parametrize("request_id", ["r-1", ""])
+async def test_a_fused_call_finishing_after_a_kill_is_audited_and_released_once(
+    tmp_path: Path, request_id: str
+) -> None:
+    """A kill committed between the call's answer and its finish. A run whose row was written at its
+    admission (it has a request id) is ended by the kill's transaction: the call is still audited and
+    consumed, the run stays killed. A run whose row its finish writes is not seen by the kill's
+    transaction: it completes. Either way nothing is released twice and the ledger equals the audit log."""
     config = GatewayConfig(budget=BudgetConfig(world_cap_tokens_per_hour=CAP))
     store = SqliteGatewayStore(tmp_path / "g.sqlite3", timeout_seconds=5)
     gateway = CognitionGateway(config, store, OfflineAdapter())
@@ -103,14 +110,23 @@ async def test_a_fused_call_finishing_after_a_kill_is_audited_and_keeps_the_kill
     store.finish_call = kill_first  # type: ignore[method-assign]
     try:
         fused = await gateway.run_once(
-            Who("t", "w", "ada"), 1, 1, ModelRequest("p", "Speak.", mode="dialogue")
+            Who("t", "w", "ada"), 1, 1, ModelRequest("p", "Speak.", mode="dialogue"), request_id=request_id
         )
         assert fused.call is not None
-        assert fused.ended == RunEnd(fused.call.reply.usage.total, 0, ended_now=False)
+        tokens = fused.call.reply.usage.total
+        ended = fused.ended
+        assert ended is not None
+        killed = bool(request_id)
+        assert (ended.used_tokens, ended.ended_now) == (tokens, not killed)
+        # What goes back to the lease: the reservation less the call's tokens, once.
+        charged = ended.lease_charge.tokens if ended.lease_charge else 0
+        assert ended.lease_return - charged == 4_000 - tokens
+        await gateway.return_leases()
         reserved, consumed = await store.ledger_totals()
-        assert (reserved, consumed) == (0, fused.call.reply.usage.total)
+        assert (reserved, consumed) == (0, tokens)
         assert consumed == await store.audited_tokens()
         spend = await store.spend(world_id="w", tenant_id="", window_start_ms=gateway.spend_window_start_ms())
-        assert spend.killed == 1
+        assert spend.killed == int(killed)
+        assert not (await gateway.admit(Who("t", "w", "ada"), 1, 1)).admitted  # the kill holds
     finally:
         await gateway.stop()

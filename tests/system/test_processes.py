@@ -19,6 +19,7 @@ import pytest
 from google.protobuf import struct_pb2
 
 from egbe.v1 import biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from gateway.records import LEASE_SETTLED
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 from tests.conftest import ROOT
@@ -160,7 +161,7 @@ def _controls(services: ServiceProcesses) -> list[gateway_pb2.Control]:
     return list(reply.controls)
 
 
-def test_sigkill_gateway_keeps_kill_switches_and_ledger_exactly(
+def test_sigkill_gateway_keeps_kill_switches_and_settles_its_lease_exactly(
     services: ServiceProcesses, tmp_path: Path
 ) -> None:
     _finish(_demo(services, tmp_path, "--reduced-time"))
@@ -179,7 +180,14 @@ def test_sigkill_gateway_keeps_kill_switches_and_ledger_exactly(
     services.start("gateway")
 
     assert _controls(services) == controls
-    assert _spend(services) == spend
+    # What the killed gateway's lease held is settled as spent (nothing proves it unspent), with its
+    # audit record: the ledger is otherwise unchanged and still equals the audit log exactly.
+    after = _spend(services)
+    records = _audit_records(services)
+    settled = sum(r.usage.input_tokens for r in records if r.error_class == LEASE_SETTLED)
+    assert after.consumed_tokens == spend.consumed_tokens + settled
+    assert after.consumed_tokens == sum(r.usage.input_tokens + r.usage.output_tokens for r in records)
+    assert (after.reserved_tokens, after.admissions, after.killed) == (0, spend.admissions, spend.killed)
 
 
 def test_sigkill_biography_during_appends_loses_no_acknowledged_event(services: ServiceProcesses) -> None:

@@ -1,0 +1,140 @@
+"""This gateway's leases of world caps: blocks of a world's window cap leased durably from the shared
+ledger, from which runs are admitted in memory, so an admission costs no store round trip and no fsync.
+
+The accounting (docs/gateway.md "Durability"): a ledger row's `reserved_tokens` is the sum of every
+gateway's outstanding lease on it (`gateway_leases.tokens`). A lease holds what this gateway has not
+given to a run (`available`) plus what its runs reserved and have not consumed yet. A call's tokens leave
+the lease for `consumed_tokens` with its audit record; a run's ending hands the rest of its reservation
+back to `available` (exactly what the store says its ending released, `RunEnd.lease_return`); and
+`available` goes back to the ledger when the lease idles, when its window is over, when a run could not
+be admitted, and when the gateway stops. So no gateway can admit tokens its lease does not hold, and the
+leases together never pass the cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.config import LeaseConfig
+from gateway.records import LeaseCharge
+from gateway.store.base import GatewayStore
+
+WindowKey = tuple[str, int]  # (world id, window start ms)
+
+
+@dataclass
+class _Lease:
+    available: int = 0
+    runs: int = 0  # reservations drawn from it and not yet handed back
+    last_drawn: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Reservation:
+    key: WindowKey
+    tokens: int
+    deadline_ms: int
+
+
+class Leases:
+    """Every lease this gateway holds, and the reservation of every run it admitted from one."""
+
+    def __init__(
+        self, store: GatewayStore, holder: str, config: LeaseConfig, clock: Callable[[], float]
+    ) -> None:
+        self._store = store
+        self.holder = holder
+        self._config = config
+        self._clock = clock
+        self._leases: dict[WindowKey, _Lease] = {}
+        self._locks: dict[WindowKey, asyncio.Lock] = {}
+        self._reservations: dict[str, _Reservation] = {}
+
+    async def reserve(
+        self, run_id: str, key: WindowKey, *, cap_tokens: int, tokens: int, deadline_ms: int, now_ms: int
+    ) -> bool:
+        """Reserve a run's tokens from this window's lease, leasing more first when it cannot hold them;
+        False when the ledger has no more to lease (the run is deferred by the world cap)."""
+        lease = self._leases.setdefault(key, _Lease())
+        if lease.available < tokens:
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                while lease.available < tokens:
+                    granted = await self._store.lease(
+                        self.holder,
+                        key,
+                        cap_tokens=cap_tokens,
+                        need=tokens - lease.available,
+                        chunk=self._config.chunk_tokens,
+                        share_bp=self._config.share_bp,
+                        now_ms=now_ms,
+                    )
+                    if not granted:
+                        # Nothing left to lease: what this lease holds is too small for the run; give it
+                        # back so a gateway with a smaller run can use it.
+                        await self._give_back(key, lease, now_ms)
+                        return False
+                    lease.available += granted
+                self._draw(run_id, key, lease, tokens, deadline_ms)
+            return True
+        self._draw(run_id, key, lease, tokens, deadline_ms)
+        return True
+
+    def _draw(self, run_id: str, key: WindowKey, lease: _Lease, tokens: int, deadline_ms: int) -> None:
+        lease.available -= tokens
+        lease.runs += 1
+        lease.last_drawn = self._clock()
+        self._reservations[run_id] = _Reservation(key, tokens, deadline_ms)
+
+    def owns(self, run_id: str) -> bool:
+        return run_id in self._reservations
+
+    def release(self, run_id: str, tokens: int) -> None:
+        """A run ended: `tokens` (what the store says its ending released) go back to its lease. Once."""
+        reservation = self._reservations.pop(run_id, None)
+        if reservation is None:
+            return
+        lease = self._leases[reservation.key]
+        lease.available += tokens
+        lease.runs -= 1
+
+    def charge(self, charge: LeaseCharge | None) -> None:
+        """A call of a run this gateway admitted took tokens beyond the run's reservation: they leave what
+        the lease has available (which may go below zero: the next admission leases first)."""
+        if charge is not None and charge.tokens:
+            self._leases.setdefault(charge.key, _Lease()).available -= charge.tokens
+
+    def strand(self, run_id: str) -> None:
+        """A run whose row the store never wrote (it was down): nothing proves it made no call, so its
+        reservation stays leased, never available again; the next start settles it as spent."""
+        reservation = self._reservations.pop(run_id, None)
+        if reservation is not None:
+            self._leases[reservation.key].runs -= 1
+
+    def expired(self, now_ms: int) -> list[str]:
+        """The runs this gateway admitted whose deadline has passed (to be ended as timed out)."""
+        return [run_id for run_id, r in self._reservations.items() if r.deadline_ms < now_ms]
+
+    async def return_idle(self, *, current_window_ms: int, previous_window_ms: int, now_ms: int) -> None:
+        """Give back what no admission drew on for `idle_return_seconds`, and everything of past windows;
+        forget leases older than the previous window that hold nothing (no admission can still be
+        waiting on one: admissions draw on the current window)."""
+        idle_before = self._clock() - self._config.idle_return_seconds
+        for key, lease in list(self._leases.items()):
+            if key[1] != current_window_ms or lease.last_drawn < idle_before:
+                await self._give_back(key, lease, now_ms)
+            if key[1] < previous_window_ms and not lease.runs and not lease.available:
+                del self._leases[key]
+                self._locks.pop(key, None)
+
+    async def return_all(self, now_ms: int) -> None:
+        """At shutdown: give back everything available (what runs still hold stays leased)."""
+        for key, lease in list(self._leases.items()):
+            await self._give_back(key, lease, now_ms)
+
+    async def _give_back(self, key: WindowKey, lease: _Lease, now_ms: int) -> None:
+        if lease.available <= 0:
+            return
+        tokens, lease.available = lease.available, 0  # gone from memory first: never admitted twice
+        await self._store.return_lease(self.holder, key, tokens=tokens, now_ms=now_ms)
