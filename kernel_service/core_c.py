@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from kernel_service._core import ffi, lib
 from kernel_service.agent_state import (
     AGENT_BIT_OBSERVED,
+    MOVED_BITS,
     OUTPUT_FIELDS,
     REASON_COUNT_LEN,
     TIER_COUNT_LEN,
@@ -138,14 +139,18 @@ class CCore:
             counts = [int(arrays.counts[which]), *(int(own["counts"][which]) for own in self._range_counts)]
             arrays.counts[which] = compact([arrays.outputs[name] for name in names], ranges, counts)
 
-    def apply_delta(
-        self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]
+    def apply_frame(
+        self, arrays: AgentArrays, slots: NDArray[np.uint32] | None, columns: Mapping[str, NDArray[Any]]
     ) -> None:
-        """One C loop per column (numpy's fancy assignment is several times slower at scale)."""
-        slots = np.ascontiguousarray(slots, dtype=np.uint32)
-        count = len(slots)
-        at = ffi.from_buffer("uint32_t[]", slots)
+        """One C loop per column (numpy's fancy assignment is several times slower at scale), marking
+        moved signals as it goes."""
+        count = arrays.count if slots is None else len(slots)
+        at = ffi.NULL
+        if slots is not None:
+            slots = np.ascontiguousarray(slots, dtype=np.uint32)
+            at = ffi.from_buffer("uint32_t[]", slots)
         fields = arrays.fields
+        moved = ffi.from_buffer("uint8_t[]", fields["signals_moved"], require_writable=True)
         for name, values in columns.items():
             target = fields[name]
             source = np.ascontiguousarray(values, dtype=target.dtype)
@@ -155,6 +160,9 @@ class CCore:
                 at,
                 count,
                 target.itemsize,
+                moved,
+                MOVED_BITS.get(name, 0),
             )
-        bits = ffi.from_buffer("uint8_t[]", fields["agent_bits"], require_writable=True)
-        lib.moirai_mark(bits, at, count, AGENT_BIT_OBSERVED)
+        if slots is not None:
+            bits = ffi.from_buffer("uint8_t[]", fields["agent_bits"], require_writable=True)
+            lib.moirai_mark(bits, at, count, AGENT_BIT_OBSERVED)

@@ -258,23 +258,18 @@ enum { WORK_CHANGED = 1, WORK_STEP = 2 };
 /* A bulk pass over the slots [begin, end), stepped this tick or not: work[i] for slot begin + i.
  * Branch-free over contiguous arrays, so the compiler vectorizes it (~1 ns a slot): the scalar step
  * costs ~20 loads and several branches a row, and on most ticks most rows step to the action they
- * already hold. WORK_STEP is set unless step_row provably changes nothing: the row holds no
- * cognition-made action (whose hold the scalar due check reads), runs no plan (whose cursor moves),
- * its tree's action is the one it holds, no novelty is pending, and arbitration stays quiet (not
- * Lachesis, cognition unavailable, its plan runs it, or its cooldown has not passed). */
+ * already hold. WORK_CHANGED: the row was never evaluated, its mood is settling, cognition handed it
+ * a goal, or a frame moved one of its inputs since it last stepped (SIGNALS_MOVED_BEHAVIOR, a
+ * superset of inputs_changed: re-evaluating inputs already seen changes nothing; one byte read
+ * instead of the inputs and their seen copies, ~30 bytes a row). WORK_STEP is set unless step_row
+ * provably changes nothing: the row holds no cognition-made action (whose hold the scalar due check
+ * reads), runs no plan (whose cursor moves), its tree's action is the one it holds, no novelty is
+ * pending, and arbitration stays quiet (not Lachesis, cognition unavailable, its plan runs it, or its
+ * cooldown has not passed). */
 BULK_PASS void mark_work(const struct moirai_behavior_params *p, const struct moirai_behavior *b, uint32_t begin,
                          uint32_t end, uint8_t *restrict work) {
     const uint8_t *restrict evaluated = b->evaluated + begin, *restrict mood_active = b->mood_active + begin,
-                            *restrict goal_adopted = b->goal_adopted + begin;
-    const uint16_t *restrict safety = b->need_safety_bp + begin, *restrict seen_safety = b->seen_safety + begin,
-                             *restrict sustaining = b->need_sustaining_bp + begin,
-                             *restrict seen_sustaining = b->seen_sustaining + begin,
-                             *restrict social = b->need_social_bp + begin, *restrict seen_social = b->seen_social + begin,
-                             *restrict purpose = b->need_purpose_bp + begin,
-                             *restrict seen_purpose = b->seen_purpose + begin, *restrict fatigue = b->fatigue_bp + begin,
-                             *restrict seen_fatigue = b->seen_fatigue + begin, *restrict flags = b->signal_flags + begin,
-                             *restrict seen_flags = b->seen_flags + begin;
-    const uint32_t *restrict goal_in = b->goal_ref + begin, *restrict seen_goal = b->seen_goal + begin;
+                            *restrict goal_adopted = b->goal_adopted + begin, *restrict moved = b->signals_moved + begin;
     const uint8_t *restrict source = b->cached_source + begin, *restrict tier = b->tier + begin,
                             *restrict routine = b->tree_routine + begin, *restrict tree_kind = b->tree_kind + begin,
                             *restrict kind = b->cached_kind + begin, *restrict novel = b->novel + begin;
@@ -287,11 +282,8 @@ BULK_PASS void mark_work(const struct moirai_behavior_params *p, const struct mo
     const uint8_t available = p->cognition_available != 0;
     const uint32_t n = end - begin;
     for (uint32_t i = 0; i < n; i++) {
-        const uint16_t needs_differ = (uint16_t)((safety[i] ^ seen_safety[i]) | (sustaining[i] ^ seen_sustaining[i]) |
-                                                 (social[i] ^ seen_social[i]) | (purpose[i] ^ seen_purpose[i]) |
-                                                 (fatigue[i] ^ seen_fatigue[i]) | (flags[i] ^ seen_flags[i]));
         const uint8_t changed = (uint8_t)((evaluated[i] == 0) | (mood_active[i] != 0) | (goal_adopted[i] != 0) |
-                                          (needs_differ != 0) | (goal_in[i] != seen_goal[i]));
+                                          ((moved[i] & MB_SIGNALS_MOVED_BEHAVIOR) != 0));
         const uint8_t has_method = method[i] >= 0;
         const uint8_t plan = has_method & (routine[i] != MB_ROUTINE_MAINTAIN_SAFETY);
         const uint8_t holds_tree = (tree_kind[i] == kind[i]) & (source[i] == MB_SOURCE_BEHAVIOR_TREE) &
@@ -307,6 +299,7 @@ BULK_PASS void mark_work(const struct moirai_behavior_params *p, const struct mo
 static inline void step_row(const struct moirai_behavior_params *p, const struct moirai_behavior_config *c,
                             struct moirai_behavior *b, uint32_t s, int changed, uint32_t *n_escalated) {
     if (!due(b, s, p->tick)) return;
+    if (b->signals_moved[s] & MB_SIGNALS_MOVED_BEHAVIOR) b->signals_moved[s] &= (uint8_t)~MB_SIGNALS_MOVED_BEHAVIOR;
     if (changed) evaluate(c, b, s);
     act(c, b, s);
     const uint8_t cause = arbitrate(p, c, b, s);

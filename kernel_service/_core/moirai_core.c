@@ -3,8 +3,8 @@
  * No clock, no RNG, no allocation.
  *
  * Shape, for speed: agents go in blocks of BLOCK (a block's arrays stay in L1 between passes), and
- * each block runs three branch-free bulk passes that the compiler vectorizes (tiers, the 64-bit
- * compares, the stale-goal guard), then one scalar pass that visits only the agents the bulk passes
+ * each block runs three branch-free bulk passes that the compiler vectorizes (tiers, due calls, the
+ * stale-goal guard), then one scalar pass that visits only the agents the bulk passes
  * marked as having something to do (a transition, a changed reason, Clotho, a due call, a guard, a
  * fresh or overridden action). Most agents on most ticks are never touched by scalar code. */
 #include <stdint.h>
@@ -32,7 +32,7 @@ enum { S_GUARD = 5 };
 enum { C_CLOTHO_PLANNING = 1, C_LACHESIS_REFLECTION = 2, C_ATROPOS_SUMMARY = 3, C_GUARD_REFLECTION = 5 };
 enum {
     BIT_FRESH = 1, BIT_OUT_OVERRIDDEN = 2, BIT_COGNITION_DECIDED = 4, BIT_OBSERVED = 8,
-    CAND_REHYDRATE = 1, GUARD_REPEATED = 1, GUARD_STALE = 2
+    CAND_REHYDRATE = 1, GUARD_REPEATED = 1, GUARD_STALE = 2, MOVED_GOAL = 1 /* agent_state.SIGNALS_MOVED_GOAL */
 };
 /* What the bulk passes mark per agent for the scalar pass (`work[]`): a transition, a changed reason,
  * Clotho (planning phase), a Lachesis/Atropos call that may be due, a stale goal, a fresh or overridden
@@ -47,7 +47,6 @@ struct block_scratch {
     uint8_t previous_tier[BLOCK];
     uint8_t previous_reason[BLOCK];
     uint16_t previous_held[BLOCK];
-    uint8_t same_progress[BLOCK];
     uint8_t work[BLOCK + 8]; /* +8: settle_block reads it a word at a time */
 };
 
@@ -126,35 +125,28 @@ BULK_PASS void assign_tiers(const struct tick_ctx *c, uint32_t begin, uint32_t e
     }
 }
 
-/* Bulk pass 2, the 64-bit fields: a Lachesis reflection or Atropos summary may be due (the scalar
- * pass decides), and whether the goal's progress signature moved since it was last seen. The seen
- * signature is stored for every agent: an unobserved agent's signals have not changed since. */
-BULK_PASS void compare_wide(const struct tick_ctx *c, uint32_t begin, uint32_t end, struct block_scratch *restrict s) {
+/* Bulk pass 2: a Lachesis reflection or Atropos summary may be due (the scalar pass decides). */
+BULK_PASS void mark_due(const struct tick_ctx *c, uint32_t begin, uint32_t end, struct block_scratch *restrict s) {
     const uint64_t *restrict next_call = c->a.next_call_tick;
-    const uint64_t *restrict progress = c->a.goal_progress_signature;
-    uint64_t *restrict seen_progress = c->a.seen_progress_signature;
     const uint64_t tick = c->tick;
-    for (uint32_t i = begin; i < end; i++) {
-        s->work[i - begin] |= (uint8_t)((tick >= next_call[i]) * W_DUE);
-        s->same_progress[i - begin] = progress[i] == seen_progress[i];
-        seen_progress[i] = progress[i];
-    }
+    for (uint32_t i = begin; i < end; i++) s->work[i - begin] |= (uint8_t)((tick >= next_call[i]) * W_DUE);
 }
 
 /* Bulk pass 3: the stale-goal guard, over the agents this tick's frame observed; an agent absent
- * from a delta frame was not observed, so its counter holds (its seen goal is stored regardless, as
- * in pass 2). Also clears the observed bit. */
+ * from a delta frame was not observed, so its counter holds. Progress is the frame having moved the
+ * goal or its signature (MOVED_GOAL, which this clears, as it clears the observed bit). */
 BULK_PASS void guard_stale_goals(const struct tick_ctx *c, uint32_t begin, uint32_t end, struct block_scratch *restrict s) {
     const uint32_t *restrict goal = c->a.goal_ref;
-    uint32_t *restrict seen_goal = c->a.seen_goal_ref;
+    uint8_t *restrict moved = c->a.signals_moved;
     uint8_t *restrict stale_ticks = c->a.stale_goal_ticks;
     uint8_t *restrict agent_bits = c->a.agent_bits;
     const uint32_t limit = c->stale_limit;
     const uint8_t observed_all = c->observed_all;
     for (uint32_t i = begin; i < end; i++) {
         const uint32_t g = goal[i];
-        const uint8_t same = (g == seen_goal[i]) & s->same_progress[i - begin];
-        seen_goal[i] = g;
+        const uint8_t m = moved[i];
+        const uint8_t same = (m & MOVED_GOAL) == 0;
+        moved[i] = (uint8_t)(m & ~MOVED_GOAL);
         const uint8_t bits = agent_bits[i];
         const uint8_t observed = observed_all | ((bits & BIT_OBSERVED) != 0);
         const uint8_t held = stale_ticks[i];
@@ -331,7 +323,7 @@ TICK_CLONES int moirai_tick(const struct moirai_params *p, struct moirai_agents 
         const uint32_t end = p->count - begin < BLOCK ? p->count : begin + BLOCK;
         memset(scratch.work + (end - begin), 0, BLOCK + 8 - (end - begin));
         assign_tiers(&c, begin, end, &scratch);
-        compare_wide(&c, begin, end, &scratch);
+        mark_due(&c, begin, end, &scratch);
         guard_stale_goals(&c, begin, end, &scratch);
         settle_block(&c, begin, end, &scratch);
     }

@@ -13,8 +13,7 @@ struct moirai_agents {
     uint16_t *ticks_in_tier;
     uint64_t *last_clotho_signal_tick;
     uint64_t *next_call_tick;
-    uint32_t *seen_goal_ref;
-    uint64_t *seen_progress_signature;
+    uint8_t *signals_moved;
     uint8_t *stale_goal_ticks;
     uint8_t *repeated_action_count;
     uint8_t *last_decided_kind;
@@ -85,9 +84,12 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
                               const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap);
 
-/* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count, elements `width`
- * bytes wide (1, 2, 4 or 8; else -1). The slots are registered and distinct (validated before). */
-int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width);
+/* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count (slots NULL: slot i),
+ * elements `width` bytes wide (1, 2, 4 or 8; else -1). The slots are registered and distinct
+ * (validated before). Where a value differs from the one it replaces, moved[slot] |= moved_bit
+ * (moved_bit 0: no compare). */
+int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width,
+                   uint8_t *moved, uint8_t moved_bit);
 
 /* bits[slots[i]] |= bit for i < count. */
 void moirai_mark(uint8_t *bits, const uint32_t *slots, uint32_t count, uint8_t bit);
@@ -125,6 +127,7 @@ enum moirai_behavior_constants {
     MB_CAUSE_NO_GOAL = 7,
     MB_CAUSE_NO_METHOD = 8,
     MB_BIT_FRESH_DECISION = 1,
+    MB_SIGNALS_MOVED_BEHAVIOR = 2,
     MB_THREAT_FLAG = 64,
     MB_MINOR_PRESENT_FLAG = 128,
     MB_ROUTINE_MAINTAIN_SAFETY = 1,
@@ -207,6 +210,7 @@ struct moirai_behavior {
     const uint16_t *fatigue_bp;
     const uint16_t *signal_flags;
     const uint32_t *goal_ref;
+    uint8_t *signals_moved;
 
     uint32_t capacity; /* the layer's: the row stride of traits and values */
     const uint16_t *traits;
