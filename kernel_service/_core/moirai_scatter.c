@@ -6,14 +6,17 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "moirai_clones.h"
 #include "moirai_core_decls.h"
 
-/* The compare reads the line the store writes anyway; a mark is stored only where a value moved,
- * so the marks' lines stay clean on a frame that repeats its values. */
+/* The compare reads the line the store writes anyway. A partial frame stores a mark only where a
+ * value moved, so the marks' lines stay clean on a frame that repeats its values; a full frame
+ * writes them all, branch-free, so the loop vectorizes. */
 #define SCATTER(type)                                                                        \
     do {                                                                                     \
         type *restrict d = (type *)dst;                                                      \
         const type *restrict v = (const type *)values;                                       \
+        uint8_t *restrict m = moved;                                                         \
         if (moved_bit == 0 && slots != NULL) {                                               \
             for (uint32_t i = 0; i < count; i++) d[slots[i]] = v[i];                         \
         } else if (moved_bit == 0) {                                                         \
@@ -22,18 +25,18 @@
             for (uint32_t i = 0; i < count; i++) {                                           \
                 const uint32_t s = slots[i];                                                 \
                 if (i + 32 < count) __builtin_prefetch(d + slots[i + 32], 1);                \
-                if (d[s] != v[i]) moved[s] |= moved_bit;                                     \
+                if (d[s] != v[i]) m[s] |= moved_bit;                                         \
                 d[s] = v[i];                                                                 \
             }                                                                                \
         } else {                                                                             \
-            for (uint32_t i = 0; i < count; i++) {                                           \
-                if (d[i] != v[i]) moved[i] |= moved_bit;                                     \
+            for (uint32_t i = 0; i < count; i++) { /* every line is written: vectorized */ \
+                m[i] |= (uint8_t)((d[i] != v[i]) * moved_bit);                               \
                 d[i] = v[i];                                                                 \
             }                                                                                \
         }                                                                                    \
     } while (0)
 
-int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width,
+TICK_CLONES int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width,
                    uint8_t *moved, uint8_t moved_bit) {
     switch (width) {
     case 1: SCATTER(uint8_t); return 0;
