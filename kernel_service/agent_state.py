@@ -177,6 +177,11 @@ class AgentArrays:
             fields[name][: self.count] = old[: self.count]
         self.fields = fields
         self.outputs = _alloc(OUTPUT_FIELDS, capacity)
+        # Not state: the C core's lower bound of next_call_tick per 64-slot group (0 always is one),
+        # so a tick skips the groups with no call due (_core/moirai_core.c mark_due). Registration
+        # needs no reset: a new agent's due tick is first read after its transition into Lachesis or
+        # Atropos sets it, which lowers its group's floor.
+        self.next_call_floor = np.zeros(-(-capacity // 64), dtype=np.uint64)
         self.capacity = capacity
         self.generation += 1
 

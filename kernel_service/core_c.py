@@ -68,6 +68,7 @@ class CCore:
 
         # Every field (the struct takes the core's; a frame may carry the others): apply_frame's too.
         self._pointers = {name: pointer(values) for name, values in arrays.fields.items()}
+        self._pointers["next_call_floor"] = pointer(arrays.next_call_floor)
         for name, _ in ffi.typeof("struct moirai_agents").fields:
             setattr(self._agents, name, self._pointers[name])
         for name in OUTPUT_FIELDS:

@@ -29,6 +29,9 @@ struct moirai_agents {
     uint32_t *out_goal_ref;
     uint16_t *out_priority;
     uint16_t *out_plan_step;
+    /* Not an agent field: per 64-slot group (slot >> 6), a lower bound of its next_call_tick values,
+     * kept by the core so a group with no call due is not read (AgentArrays.next_call_floor). */
+    uint64_t *next_call_floor;
 };
 
 /* Capacity-sized output buffers: compacted lists in slot order, plus counts. */
@@ -63,7 +66,8 @@ struct moirai_params {
     uint8_t observed_all; /* the frame was full: every agent observed, whatever its AGENT_BIT_OBSERVED */
 };
 
-/* One tick over agents [begin, count): the lists are written from the outputs' pointers on (at most
+/* One tick over agents [begin, count) (begin a multiple of 64, or next_call_floor is neither read nor
+ * kept): the lists are written from the outputs' pointers on (at most
  * count - begin entries each) and the counts cover the range, so disjoint ranges may run concurrently
  * (every per-agent operation reads and writes that agent's state only) and their outputs concatenate in
  * range order to the whole population's. Returns 0, or -1 when a parameter is out of range. */

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from egbe.v1 import action_pb2
+from egbe.v1 import action_pb2, perception_pb2
 from kernel_service.agent_state import AGENT_BIT_OBSERVED, MOVED_BITS, AgentArrays
 from kernel_service.config import GAME_DAY_TICKS, KernelConfig
 from kernel_service.core_c import CCore
@@ -124,3 +124,24 @@ def test_c_and_numpy_apply_a_frame_identically(agents: int, seed: int, full: boo
     for name, bit in MOVED_BITS.items():
         expected[listed[before[name][listed] != columns[name]]] |= bit
     assert c_arrays["signals_moved"].tolist() == expected.tolist()
+
+
+def test_a_due_tick_set_below_its_groups_floor_is_still_honoured() -> None:
+    """The C core skips a 64-slot group whose floor (a lower bound of its due ticks) is past the tick.
+    An agent falling from Lachesis (a reflection every 12,000 ticks) to Atropos (a summary every
+    1,200) is due long before the rest of its group: its transition must lower the floor."""
+    config = KernelConfig(reflection_game_minutes=10, summaries_per_game_day=1_440)
+    kernels = [make_kernel(64, core, config) for core in ("c", "numpy")]
+    nearby = np.full(64, 1 << perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD, np.uint16)
+    offline = nearby.copy()
+    offline[5] = 0
+    summaries = {}
+    for tick in range(1, 121):
+        batch = columns(tick, signal_flags=nearby if tick < 100 else offline)
+        result_c, result_np = (kernel.tick(batch) for kernel in kernels)
+        assert deterministic_digest(result_c) == deterministic_digest(result_np), tick
+        summaries[tick] = [
+            c.slot for c in result_c.candidates if c.cause == action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY
+        ]
+    assert summaries[106] == [5]  # due 100 + 1 + slot 5 % 1,200
+    assert not any(slots for tick, slots in summaries.items() if tick != 106)
