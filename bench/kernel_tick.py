@@ -53,8 +53,7 @@ def main() -> None:
     for tick in range(1, args.ticks + warmup + 1):
         frame = variants[tick % FRAME_VARIANTS]
         started = time.perf_counter_ns()
-        for name, values in frame.items():
-            np.copyto(arrays.live(name), values)
+        kernel.core.apply_frame(arrays, None, frame)  # Kernel.tick's apply of a full frame
         stepping = time.perf_counter_ns()
         kernel._step_behavior(tick, 0)  # Kernel.tick's behaviour call site (nothing without a layer)
         stepped = time.perf_counter_ns()

@@ -36,8 +36,7 @@ AGENT_FIELDS: dict[str, type[np.generic]] = {
     "last_clotho_signal_tick": np.uint64,
     "next_call_tick": np.uint64,  # next Lachesis reflection or Atropos summary
     # Loop/drift guard state.
-    "seen_goal_ref": np.uint32,
-    "seen_progress_signature": np.uint64,
+    "signals_moved": np.uint8,  # SIGNALS_MOVED_* below: which readers a frame's changed values concern
     "stale_goal_ticks": np.uint8,
     "repeated_action_count": np.uint8,
     "last_decided_kind": np.uint8,
@@ -72,6 +71,29 @@ AGENT_BIT_OUT_OVERRIDDEN = 2
 AGENT_BIT_OBSERVED = 8
 
 SIGNAL_FIELDS = tuple(list(AGENT_FIELDS)[:11])
+
+# signals_moved: applying a frame compares each value it writes with the one it replaces and marks
+# the agent for the reader that must look again, so neither re-reads (nor keeps a copy of) every
+# agent's signals each tick to find the few that moved: at a million agents those compares were ~60
+# of the ~140 bytes a tick streamed per agent.
+# This tick's frame moved the goal or its progress signature (the stale-goal guard's "no progress"
+# is the bit clear); the core clears it each tick.
+SIGNALS_MOVED_GOAL = 1
+# A behaviour input (needs, fatigue, flags, goal) moved since the behaviour layer last stepped the
+# agent; the step clears it for every agent it steps, so it stays set across the ticks the agent is
+# not due. A value that moves and moves back leaves it set: the layer then re-evaluates inputs it
+# has seen, which changes nothing.
+SIGNALS_MOVED_BEHAVIOR = 2
+MOVED_BITS: dict[str, int] = {
+    "signal_flags": SIGNALS_MOVED_BEHAVIOR,
+    "goal_ref": SIGNALS_MOVED_GOAL | SIGNALS_MOVED_BEHAVIOR,
+    "goal_progress_signature": SIGNALS_MOVED_GOAL,
+    "need_safety_bp": SIGNALS_MOVED_BEHAVIOR,
+    "need_sustaining_bp": SIGNALS_MOVED_BEHAVIOR,
+    "need_social_bp": SIGNALS_MOVED_BEHAVIOR,
+    "need_purpose_bp": SIGNALS_MOVED_BEHAVIOR,
+    "fatigue_bp": SIGNALS_MOVED_BEHAVIOR,
+}
 
 # Capacity-sized per-tick outputs: compacted lists in slot order, written by the core.
 OUTPUT_FIELDS: dict[str, type[np.generic]] = {
@@ -155,6 +177,11 @@ class AgentArrays:
             fields[name][: self.count] = old[: self.count]
         self.fields = fields
         self.outputs = _alloc(OUTPUT_FIELDS, capacity)
+        # Not state: the C core's lower bound of next_call_tick per 64-slot group (0 always is one),
+        # so a tick skips the groups with no call due (_core/moirai_core.c mark_due). Registration
+        # needs no reset: a new agent's due tick is first read after its transition into Lachesis or
+        # Atropos sets it, which lowers its group's floor.
+        self.next_call_floor = np.zeros(-(-capacity // 64), dtype=np.uint64)
         self.capacity = capacity
         self.generation += 1
 

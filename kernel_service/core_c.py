@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from kernel_service._core import ffi, lib
 from kernel_service.agent_state import (
     AGENT_BIT_OBSERVED,
+    MOVED_BITS,
     OUTPUT_FIELDS,
     REASON_COUNT_LEN,
     TIER_COUNT_LEN,
@@ -50,6 +51,7 @@ class CCore:
         self._params: list[Any] = [ffi.new("struct moirai_params *") for _ in range(self.ranges.threads)]
         self._keepalive: list[Any] = []
         self._bound: tuple[int, int] | None = None  # (id of the arrays, their generation)
+        self._pointers: dict[str, Any] = {}  # each agent field's cffi pointer, as bound
         self._config: CoreParams | None = None  # the params last copied into self._params
         # Ranges after the first: outputs pointing `begin` entries into the lists, and counts of their own.
         self._range_outputs: list[Any] = []
@@ -64,8 +66,11 @@ class CCore:
             keepalive.append(buffer)
             return buffer
 
+        # Every field (the struct takes the core's; a frame may carry the others): apply_frame's too.
+        self._pointers = {name: pointer(values) for name, values in arrays.fields.items()}
+        self._pointers["next_call_floor"] = pointer(arrays.next_call_floor)
         for name, _ in ffi.typeof("struct moirai_agents").fields:
-            setattr(self._agents, name, pointer(arrays.fields[name]))
+            setattr(self._agents, name, self._pointers[name])
         for name in OUTPUT_FIELDS:
             setattr(self._outputs, name, pointer(arrays.outputs[name]))
         self._outputs.counts = pointer(arrays.counts)
@@ -138,23 +143,31 @@ class CCore:
             counts = [int(arrays.counts[which]), *(int(own["counts"][which]) for own in self._range_counts)]
             arrays.counts[which] = compact([arrays.outputs[name] for name in names], ranges, counts)
 
-    def apply_delta(
-        self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]
+    def apply_frame(
+        self, arrays: AgentArrays, slots: NDArray[np.uint32] | None, columns: Mapping[str, NDArray[Any]]
     ) -> None:
-        """One C loop per column (numpy's fancy assignment is several times slower at scale)."""
-        slots = np.ascontiguousarray(slots, dtype=np.uint32)
-        count = len(slots)
-        at = ffi.from_buffer("uint32_t[]", slots)
+        """One C loop per column (numpy's fancy assignment is several times slower at scale), marking
+        moved signals as it goes, through the pointers bound for the tick (~1 µs a column less)."""
+        if self._bound != (id(arrays), arrays.generation):
+            self._bind(arrays)
+        count = arrays.count if slots is None else len(slots)
+        at = ffi.NULL
+        if slots is not None:
+            slots = np.ascontiguousarray(slots, dtype=np.uint32)
+            at = ffi.from_buffer("uint32_t[]", slots)
+        pointers = self._pointers
+        moved = pointers["signals_moved"]
         fields = arrays.fields
         for name, values in columns.items():
             target = fields[name]
-            source = np.ascontiguousarray(values, dtype=target.dtype)
             lib.moirai_scatter(
-                ffi.from_buffer(target, require_writable=True),
-                ffi.from_buffer(source),
+                pointers[name],
+                ffi.from_buffer(np.ascontiguousarray(values, dtype=target.dtype)),
                 at,
                 count,
                 target.itemsize,
+                moved,
+                MOVED_BITS.get(name, 0),
             )
-        bits = ffi.from_buffer("uint8_t[]", fields["agent_bits"], require_writable=True)
-        lib.moirai_mark(bits, at, count, AGENT_BIT_OBSERVED)
+        if slots is not None:
+            lib.moirai_mark(pointers["agent_bits"], at, count, AGENT_BIT_OBSERVED)

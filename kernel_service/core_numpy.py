@@ -24,6 +24,7 @@ from kernel_service.agent_state import (
     COUNT_TRANSITIONS,
     GUARD_BIT_REPEATED_ACTION,
     GUARD_BIT_STALE_GOAL,
+    SIGNALS_MOVED_GOAL,
     AgentArrays,
 )
 from kernel_service.config import KernelConfig
@@ -248,17 +249,13 @@ def _assign_tiers(a: AgentArrays, p: CoreParams, tick: np.uint64, previous: NDAr
 
 def _guard_stale_goals(a: AgentArrays, p: CoreParams, *, observed_all: bool) -> NDArray[np.bool_]:
     """A goal held `stale_goal_tick_limit` observed ticks without progress forces a goal change;
-    observed progress restarts the count. An agent a delta frame left out was not observed: its
-    count holds. The seen signals are stored for every agent (an unobserved agent's have not
-    changed). Clears the observed bit; returns where the guard fires."""
+    observed progress (the frame moved the goal or its signature: SIGNALS_MOVED_GOAL, cleared here)
+    restarts the count. An agent a delta frame left out was not observed: its count holds. Clears the
+    observed bit; returns where the guard fires."""
     goal = a.live("goal_ref")
-    progress = a.live("goal_progress_signature")
-    seen_goal = a.live("seen_goal_ref")
-    seen_progress = a.live("seen_progress_signature")
-    same = goal == seen_goal
-    same &= progress == seen_progress
-    seen_goal[:] = goal
-    seen_progress[:] = progress
+    moved = a.live("signals_moved")
+    same = (moved & u8(SIGNALS_MOVED_GOAL)) == 0
+    moved &= u8(~SIGNALS_MOVED_GOAL & 0xFF)
     bits = a.live("agent_bits")
     stale = a.live("stale_goal_ticks")
     # counted = has_goal * (1 + same * min(stale, 254)) as the C core writes it, here as

@@ -216,11 +216,7 @@ class Kernel:
     def _apply_signals(self, decoded: DecodedBatch) -> None:
         """A full frame observes every agent; a delta (or rows) only the slots it lists, which the core
         learns from AGENT_BIT_OBSERVED."""
-        if decoded.slots is None:
-            for name, values in decoded.columns.items():
-                self.arrays.live(name)[:] = values
-            return
-        self.core.apply_delta(self.arrays, decoded.slots, decoded.columns)
+        self.core.apply_frame(self.arrays, decoded.slots, decoded.columns)
 
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]

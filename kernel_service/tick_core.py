@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from kernel_service.agent_state import AGENT_BIT_OBSERVED, AgentArrays
+from kernel_service.agent_state import AGENT_BIT_OBSERVED, MOVED_BITS, AgentArrays
 from kernel_service.core_numpy import CoreParams, run_core_numpy
 from kernel_service.slot_ranges import SlotRanges
 
@@ -24,11 +24,13 @@ class TickCore(Protocol):
 
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None: ...
 
-    def apply_delta(
-        self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]
+    def apply_frame(
+        self, arrays: AgentArrays, slots: NDArray[np.uint32] | None, columns: Mapping[str, NDArray[Any]]
     ) -> None:
-        """Write a partial frame's columns to the listed slots (validated: registered and distinct)
-        and mark those agents observed (AGENT_BIT_OBSERVED)."""
+        """Write a frame's columns: a full frame's (`slots` None) to every live agent, a partial one's
+        to the listed slots (validated: registered and distinct), marking those agents observed
+        (AGENT_BIT_OBSERVED). Either way, an agent whose value moved gets the column's MOVED_BITS in
+        `signals_moved`."""
         ...
 
 
@@ -43,14 +45,19 @@ class NumpyCore:
     def run(self, arrays: AgentArrays, params: CoreParams, *, tick: int, observed_all: bool) -> None:
         run_core_numpy(arrays, params, tick=tick, observed_all=observed_all)
 
-    def apply_delta(
-        self, arrays: AgentArrays, slots: NDArray[np.uint32], columns: Mapping[str, NDArray[Any]]
+    def apply_frame(
+        self, arrays: AgentArrays, slots: NDArray[np.uint32] | None, columns: Mapping[str, NDArray[Any]]
     ) -> None:
-        index = slots.astype(np.intp)
+        index: slice | NDArray[np.intp] = slice(0, arrays.count) if slots is None else slots.astype(np.intp)
         fields = arrays.fields
+        moved = fields["signals_moved"]
         for name, values in columns.items():
+            bits = MOVED_BITS.get(name, 0)
+            if bits:
+                moved[index] |= (fields[name][index] != values).view(np.uint8) * np.uint8(bits)
             fields[name][index] = values
-        fields["agent_bits"][index] |= np.uint8(AGENT_BIT_OBSERVED)
+        if slots is not None:
+            fields["agent_bits"][index] |= np.uint8(AGENT_BIT_OBSERVED)
 
 
 def c_core_available() -> bool:

@@ -7,6 +7,7 @@
  * row's state only. */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "moirai_clones.h"
 #include "moirai_core_decls.h"
@@ -250,29 +251,51 @@ static inline uint8_t arbitrate(const struct moirai_behavior_params *p, const st
     return novelty ? MB_CAUSE_NOVELTY : goal != 0 ? MB_CAUSE_NO_METHOD : MB_CAUSE_NO_GOAL;
 }
 
-/* A bulk pass over the slots [begin, end): changed[i] = inputs_changed(b, begin + i), for every slot of
- * the range, stepped this tick or not. Branch-free over contiguous arrays, so the compiler vectorizes
- * it: the scalar check costs ~20 loads a row (at ~11 ns a stepped row, most of the step), this ~1 ns a
- * slot. */
-BULK_PASS void mark_changed(const struct moirai_behavior *b, uint32_t begin, uint32_t end, uint8_t *restrict changed) {
+/* What the bulk pass marks per slot for the scalar pass: its inputs changed (re-evaluate), or stepping
+ * it may do something (the rest of step_row). An unmarked stepped row would change nothing. */
+enum { WORK_CHANGED = 1, WORK_STEP = 2 };
+
+/* A bulk pass over the slots [begin, end), stepped this tick or not: work[i] for slot begin + i.
+ * Branch-free over contiguous arrays, so the compiler vectorizes it (~1 ns a slot): the scalar step
+ * costs ~20 loads and several branches a row, and on most ticks most rows step to the action they
+ * already hold. WORK_CHANGED: the row was never evaluated, its mood is settling, cognition handed it
+ * a goal, or a frame moved one of its inputs since it last stepped (SIGNALS_MOVED_BEHAVIOR, a
+ * superset of inputs_changed: re-evaluating inputs already seen changes nothing; one byte read
+ * instead of the inputs and their seen copies, ~30 bytes a row). WORK_STEP is set unless step_row
+ * provably changes nothing: nothing changed, the row runs no plan (whose cursor moves), its cached
+ * action is its tree's (which also rules out a cognition-made one, whose hold the scalar due check
+ * reads), no novelty is pending, and arbitration stays quiet (not Lachesis, cognition unavailable,
+ * its plan runs it, or its cooldown has not passed).
+ *
+ * "Its cached action is its tree's" is read off the source alone: a cached source of BEHAVIOR_TREE
+ * was written only by act() on the tree path, which wrote the tree's action (kind, priority, goal,
+ * step 0), and the tree's action and the goal change only in evaluate(), which act() follows at once
+ * (re-syncing the cached action or taking the plan path, source HTN). The kernel's other writers of
+ * the cached action set other sources (a merged cognition result COGNITION, registration CACHED).
+ * Comparing the five fields instead streamed ~16 more bytes a row: ~0.6 ms a tick at 10^6 agents. */
+BULK_PASS void mark_work(const struct moirai_behavior_params *p, const struct moirai_behavior *b, uint32_t begin,
+                         uint32_t end, uint8_t *restrict work, const uint8_t available) {
     const uint8_t *restrict evaluated = b->evaluated + begin, *restrict mood_active = b->mood_active + begin,
-                            *restrict goal_adopted = b->goal_adopted + begin;
-    const uint16_t *restrict safety = b->need_safety_bp + begin, *restrict seen_safety = b->seen_safety + begin,
-                             *restrict sustaining = b->need_sustaining_bp + begin,
-                             *restrict seen_sustaining = b->seen_sustaining + begin,
-                             *restrict social = b->need_social_bp + begin, *restrict seen_social = b->seen_social + begin,
-                             *restrict purpose = b->need_purpose_bp + begin,
-                             *restrict seen_purpose = b->seen_purpose + begin, *restrict fatigue = b->fatigue_bp + begin,
-                             *restrict seen_fatigue = b->seen_fatigue + begin, *restrict flags = b->signal_flags + begin,
-                             *restrict seen_flags = b->seen_flags + begin;
-    const uint32_t *restrict goal = b->goal_ref + begin, *restrict seen_goal = b->seen_goal + begin;
+                            *restrict goal_adopted = b->goal_adopted + begin, *restrict moved = b->signals_moved + begin;
+    const uint8_t *restrict source = b->cached_source + begin, *restrict tier = b->tier + begin,
+                            *restrict routine = b->tree_routine + begin, *restrict novel = b->novel + begin;
+    const int16_t *restrict method = b->plan_method + begin;
+    const uint32_t *restrict goal = b->goal + begin;
+    const uint64_t *restrict escalate_after = b->escalate_after + begin;
+    const uint64_t tick = p->tick;
     const uint32_t n = end - begin;
     for (uint32_t i = 0; i < n; i++) {
-        const uint16_t needs_differ = (uint16_t)((safety[i] ^ seen_safety[i]) | (sustaining[i] ^ seen_sustaining[i]) |
-                                                 (social[i] ^ seen_social[i]) | (purpose[i] ^ seen_purpose[i]) |
-                                                 (fatigue[i] ^ seen_fatigue[i]) | (flags[i] ^ seen_flags[i]));
-        changed[i] = (uint8_t)((evaluated[i] == 0) | (mood_active[i] != 0) | (goal_adopted[i] != 0) |
-                               (needs_differ != 0) | (goal[i] != seen_goal[i]));
+        const uint8_t changed = (uint8_t)((evaluated[i] == 0) | (mood_active[i] != 0) | (goal_adopted[i] != 0) |
+                                          ((moved[i] & MB_SIGNALS_MOVED_BEHAVIOR) != 0));
+        const uint8_t has_method = method[i] >= 0;
+        const uint8_t plan = has_method & (routine[i] != MB_ROUTINE_MAINTAIN_SAFETY);
+        const uint8_t holds_tree = source[i] == MB_SOURCE_BEHAVIOR_TREE;
+        /* A constant `available` (see the call site) compiles to a loop that reads none of the four. */
+        const uint8_t quiet = (novel[i] == 0) & (!available || (tier[i] != MB_TIER_LACHESIS) |
+                                                                  ((goal[i] != 0) & has_method) |
+                                                                  (escalate_after[i] > tick));
+        work[i] = (uint8_t)(changed * WORK_CHANGED |
+                            (changed | (source[i] == MB_SOURCE_COGNITION) | plan | !holds_tree | !quiet) * WORK_STEP);
     }
 }
 
@@ -280,6 +303,7 @@ BULK_PASS void mark_changed(const struct moirai_behavior *b, uint32_t begin, uin
 static inline void step_row(const struct moirai_behavior_params *p, const struct moirai_behavior_config *c,
                             struct moirai_behavior *b, uint32_t s, int changed, uint32_t *n_escalated) {
     if (!due(b, s, p->tick)) return;
+    if (b->signals_moved[s] & MB_SIGNALS_MOVED_BEHAVIOR) b->signals_moved[s] &= (uint8_t)~MB_SIGNALS_MOVED_BEHAVIOR;
     if (changed) evaluate(c, b, s);
     act(c, b, s);
     const uint8_t cause = arbitrate(p, c, b, s);
@@ -289,8 +313,8 @@ static inline void step_row(const struct moirai_behavior_params *p, const struct
     }
 }
 
-/* The strided set (slots first, first + every, ...) in blocks of this many slots: the bulk change check
- * runs over every slot of a block, so it pays while `every` is small (the kernel's is 2). */
+/* The strided set (slots first, first + every, ...) in blocks of this many slots: the bulk pass runs
+ * over every slot of a block, so it pays while `every` is small (the kernel's is 2). */
 #define STEP_BLOCK 512u
 #define BULK_MAX_EVERY 4u
 
@@ -314,11 +338,35 @@ TICK_CLONES uint32_t moirai_behavior_step(const struct moirai_behavior_params *p
         for (; s < p->count; s += p->every) step_row(p, c, b, s, inputs_changed(b, s), &n_escalated);
         return n_escalated;
     }
-    uint8_t changed[STEP_BLOCK];
+    /* stride[j] = (j % every == 0): a block starting `phase` slots past a stepped slot steps its offset i
+     * when stride[i + phase] (blocks start on stepped slots, so phase is 0 unless `every` does not
+     * divide STEP_BLOCK). */
+    uint8_t work[STEP_BLOCK + 8], stride[STEP_BLOCK + 8 + BULK_MAX_EVERY];
+    for (uint32_t j = 0; j < sizeof stride; j++) stride[j] = j % p->every == 0;
     for (uint32_t begin = s; begin < p->count; begin += STEP_BLOCK) {
         const uint32_t end = p->count - begin < STEP_BLOCK ? p->count : begin + STEP_BLOCK;
-        mark_changed(b, begin, end, changed);
-        for (; s < end; s += p->every) step_row(p, c, b, s, changed[s - begin], &n_escalated);
+        const uint32_t n = end - begin, phase = (begin - s) % p->every;
+        /* Two inlined copies: while Lachesis cognition is unavailable (an outage, a killed tier, a
+         * spent budget, no gateway) arbitration never escalates, and that copy streams ~13 fewer
+         * bytes a slot (tiers, goals, cooldowns). */
+        if (p->cognition_available)
+            mark_work(p, b, begin, end, work, 1);
+        else
+            mark_work(p, b, begin, end, work, 0);
+        for (uint32_t i = n; i < STEP_BLOCK + 8; i++) work[i] = 0;
+        const uint8_t *const stepped = stride + phase;
+        for (uint32_t j = 0; j < n; j += 8) {
+            uint64_t word, keep;
+            memcpy(&word, work + j, sizeof word);
+            memcpy(&keep, stepped + j, sizeof keep);
+            /* Bytes of 0 or 1 times 0xFF carry nothing: a byte mask of the stepped rows. */
+            uint64_t hit = word & keep * 0xFF & 0x0101010101010101ull * WORK_STEP;
+            while (hit) {
+                const uint32_t byte = (uint32_t)__builtin_ctzll(hit) >> 3;
+                hit &= ~(0xFFull << (byte * 8));
+                step_row(p, c, b, begin + j + byte, work[j + byte] & WORK_CHANGED, &n_escalated);
+            }
+        }
     }
     return n_escalated;
 }

@@ -13,8 +13,7 @@ struct moirai_agents {
     uint16_t *ticks_in_tier;
     uint64_t *last_clotho_signal_tick;
     uint64_t *next_call_tick;
-    uint32_t *seen_goal_ref;
-    uint64_t *seen_progress_signature;
+    uint8_t *signals_moved;
     uint8_t *stale_goal_ticks;
     uint8_t *repeated_action_count;
     uint8_t *last_decided_kind;
@@ -30,6 +29,9 @@ struct moirai_agents {
     uint32_t *out_goal_ref;
     uint16_t *out_priority;
     uint16_t *out_plan_step;
+    /* Not an agent field: per 64-slot group (slot >> 6), a lower bound of its next_call_tick values,
+     * kept by the core so a group with no call due is not read (AgentArrays.next_call_floor). */
+    uint64_t *next_call_floor;
 };
 
 /* Capacity-sized output buffers: compacted lists in slot order, plus counts. */
@@ -64,7 +66,8 @@ struct moirai_params {
     uint8_t observed_all; /* the frame was full: every agent observed, whatever its AGENT_BIT_OBSERVED */
 };
 
-/* One tick over agents [begin, count): the lists are written from the outputs' pointers on (at most
+/* One tick over agents [begin, count) (begin a multiple of 64, or next_call_floor is neither read nor
+ * kept): the lists are written from the outputs' pointers on (at most
  * count - begin entries each) and the counts cover the range, so disjoint ranges may run concurrently
  * (every per-agent operation reads and writes that agent's state only) and their outputs concatenate in
  * range order to the whole population's. Returns 0, or -1 when a parameter is out of range. */
@@ -85,9 +88,12 @@ int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8
                               const uint32_t *ori_offsets,
                               uint8_t *out, size_t cap);
 
-/* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count, elements `width`
- * bytes wide (1, 2, 4 or 8; else -1). The slots are registered and distinct (validated before). */
-int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width);
+/* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count (slots NULL: slot i),
+ * elements `width` bytes wide (1, 2, 4 or 8; else -1). The slots are registered and distinct
+ * (validated before). Where a value differs from the one it replaces, moved[slot] |= moved_bit
+ * (moved_bit 0: no compare). */
+int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width,
+                   uint8_t *moved, uint8_t moved_bit);
 
 /* bits[slots[i]] |= bit for i < count. */
 void moirai_mark(uint8_t *bits, const uint32_t *slots, uint32_t count, uint8_t bit);
@@ -125,6 +131,7 @@ enum moirai_behavior_constants {
     MB_CAUSE_NO_GOAL = 7,
     MB_CAUSE_NO_METHOD = 8,
     MB_BIT_FRESH_DECISION = 1,
+    MB_SIGNALS_MOVED_BEHAVIOR = 2,
     MB_THREAT_FLAG = 64,
     MB_MINOR_PRESENT_FLAG = 128,
     MB_ROUTINE_MAINTAIN_SAFETY = 1,
@@ -207,6 +214,7 @@ struct moirai_behavior {
     const uint16_t *fatigue_bp;
     const uint16_t *signal_flags;
     const uint32_t *goal_ref;
+    uint8_t *signals_moved;
 
     uint32_t capacity; /* the layer's: the row stride of traits and values */
     const uint16_t *traits;

@@ -1,21 +1,43 @@
-/* A delta frame's columns into the agent arrays: values[i] lands at slot slots[i]. numpy's fancy
- * assignment costs ~4 ns an element at a million agents (index checks, a generic inner loop); the
+/* A frame's columns into the agent arrays: values[i] lands at slot slots[i] (a full frame's at slot
+ * i), marking the agents whose value moved (agent_state.MOVED_BITS). numpy's fancy assignment costs ~4 ns an element at a million agents (index checks, a generic inner loop); the
  * slots were validated (registered, strictly increasing) before this runs, so a plain loop will do.
  * kernel_service/tick_core.py's NumpyCore holds the numpy equivalent; tests keep the two identical. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "moirai_clones.h"
 #include "moirai_core_decls.h"
 
+/* The compare reads the line the store writes anyway. A partial frame stores a mark only where a
+ * value moved, so the marks' lines stay clean on a frame that repeats its values; a full frame
+ * writes them all, branch-free, so the loop vectorizes. */
 #define SCATTER(type)                                                                        \
     do {                                                                                     \
         type *restrict d = (type *)dst;                                                      \
         const type *restrict v = (const type *)values;                                       \
-        for (uint32_t i = 0; i < count; i++) d[slots[i]] = v[i];                             \
+        uint8_t *restrict m = moved;                                                         \
+        if (moved_bit == 0 && slots != NULL) {                                               \
+            for (uint32_t i = 0; i < count; i++) d[slots[i]] = v[i];                         \
+        } else if (moved_bit == 0) {                                                         \
+            memcpy(d, v, (size_t)count * sizeof(type));                                      \
+        } else if (slots != NULL) {                                                          \
+            for (uint32_t i = 0; i < count; i++) {                                           \
+                const uint32_t s = slots[i];                                                 \
+                if (i + 32 < count) __builtin_prefetch(d + slots[i + 32], 1);                \
+                if (d[s] != v[i]) m[s] |= moved_bit;                                         \
+                d[s] = v[i];                                                                 \
+            }                                                                                \
+        } else {                                                                             \
+            for (uint32_t i = 0; i < count; i++) { /* every line is written: vectorized */ \
+                m[i] |= (uint8_t)((d[i] != v[i]) * moved_bit);                               \
+                d[i] = v[i];                                                                 \
+            }                                                                                \
+        }                                                                                    \
     } while (0)
 
-int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width) {
+TICK_CLONES int moirai_scatter(void *dst, const void *values, const uint32_t *slots, uint32_t count, uint32_t width,
+                   uint8_t *moved, uint8_t moved_bit) {
     switch (width) {
     case 1: SCATTER(uint8_t); return 0;
     case 2: SCATTER(uint16_t); return 0;

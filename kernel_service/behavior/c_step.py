@@ -47,6 +47,7 @@ KERNEL_FIELDS = frozenset(
         "fatigue_bp",
         "signal_flags",
         "goal_ref",
+        "signals_moved",
     }
 )
 # struct moirai_behavior_config's method arrays <- CompiledMethods' fields.

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2
-from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION
+from kernel_service.agent_state import AGENT_BIT_FRESH_DECISION, SIGNALS_MOVED_BEHAVIOR
 from kernel_service.behavior.arbitration import Arbitration, arbitrate_rows
 from kernel_service.behavior.compiled_plans import NO_METHOD, CompiledMethods
 from kernel_service.behavior.config import BehaviorConfig
@@ -290,6 +290,7 @@ class PersonalityBehaviorLayer:
         chosen = (np.flatnonzero(due) * every + first).astype(np.uint32) if slots is None else slots[due]
         if len(chosen) == 0:
             return Escalations(chosen, np.zeros(0, dtype=np.uint8))
+        f["signals_moved"][chosen] &= np.uint8(~SIGNALS_MOVED_BEHAVIOR & 0xFF)  # stepped: inputs seen
         fresh = self._decide(chosen, signals_of(f), decisions_of(f))
         f["agent_bits"][chosen[fresh]] |= AGENT_BIT_FRESH_DECISION
         return self.arbitrate(

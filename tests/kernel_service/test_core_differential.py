@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from egbe.v1 import action_pb2
-from kernel_service.agent_state import AGENT_BIT_OBSERVED, AgentArrays
+from egbe.v1 import action_pb2, perception_pb2
+from kernel_service.agent_state import AGENT_BIT_OBSERVED, MOVED_BITS, AgentArrays
 from kernel_service.config import GAME_DAY_TICKS, KernelConfig
 from kernel_service.core_c import CCore
 from kernel_service.tick_core import NumpyCore
@@ -89,27 +89,59 @@ def test_c_and_numpy_cores_are_byte_identical(
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 300), st.integers(0, 2**32 - 1))
-def test_c_and_numpy_apply_a_partial_frame_identically(agents: int, seed: int) -> None:
-    """Every column width (1, 2, 4, 8 bytes), slots in any order (rows arrive unordered), and the
-    observed bit set on exactly the listed agents."""
+@given(st.integers(1, 300), st.integers(0, 2**32 - 1), st.booleans())
+def test_c_and_numpy_apply_a_frame_identically(agents: int, seed: int, full: bool) -> None:
+    """Every column width (1, 2, 4, 8 bytes), slots in any order (rows arrive unordered), the observed
+    bit set on exactly the listed agents (none for a full frame, which observes all), and each
+    column's moved bits set on exactly the agents whose value it changed."""
     rng = np.random.default_rng(seed)
-    slots = rng.permutation(agents)[: int(rng.integers(1, agents + 1))].astype(np.uint32)
+    slots = None if full else rng.permutation(agents)[: int(rng.integers(1, agents + 1))].astype(np.uint32)
+    listed = np.arange(agents) if slots is None else slots.astype(np.intp)
+    before = {name: rng.integers(0, 3, agents, dtype=dtype) for name, dtype in PERCEPTION_COLUMNS.items()}
+    # Values from the same small range: about a third repeat the value they replace.
     columns = {
-        name: rng.integers(0, np.iinfo(dtype).max, len(slots), dtype=dtype, endpoint=True)
-        for name, dtype in PERCEPTION_COLUMNS.items()
+        name: rng.integers(0, 3, len(listed), dtype=dtype) for name, dtype in PERCEPTION_COLUMNS.items()
     }
     bits = rng.integers(0, 8, agents, dtype=np.uint8)
+    moved = rng.integers(0, 4, agents, dtype=np.uint8)
     populations = []
     for core in (CCore(), NumpyCore()):
         arrays = AgentArrays()
         arrays.add(agents)
+        for name, values in before.items():
+            arrays.fields[name][:agents] = values
         arrays.fields["agent_bits"][:agents] = bits
-        core.apply_delta(arrays, slots, columns)
+        arrays.fields["signals_moved"][:agents] = moved
+        core.apply_frame(arrays, slots, columns)
         populations.append(arrays.snapshot())
     c_arrays, numpy_arrays = populations
     for name, values in c_arrays.items():
         assert values.tobytes() == numpy_arrays[name].tobytes(), name
     observed = (c_arrays["agent_bits"] & AGENT_BIT_OBSERVED) != 0
-    assert np.flatnonzero(observed).tolist() == sorted(slots.tolist())  # the starting bits are below 8
-    assert c_arrays["player_proximity_mm"][slots].tolist() == columns["player_proximity_mm"].tolist()
+    assert np.flatnonzero(observed).tolist() == ([] if full else sorted(listed.tolist()))  # bits start < 8
+    assert c_arrays["player_proximity_mm"][listed].tolist() == columns["player_proximity_mm"].tolist()
+    expected = moved.copy()
+    for name, bit in MOVED_BITS.items():
+        expected[listed[before[name][listed] != columns[name]]] |= bit
+    assert c_arrays["signals_moved"].tolist() == expected.tolist()
+
+
+def test_a_due_tick_set_below_its_groups_floor_is_still_honoured() -> None:
+    """The C core skips a 64-slot group whose floor (a lower bound of its due ticks) is past the tick.
+    An agent falling from Lachesis (a reflection every 12,000 ticks) to Atropos (a summary every
+    1,200) is due long before the rest of its group: its transition must lower the floor."""
+    config = KernelConfig(reflection_game_minutes=10, summaries_per_game_day=1_440)
+    kernels = [make_kernel(64, core, config) for core in ("c", "numpy")]
+    nearby = np.full(64, 1 << perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD, np.uint16)
+    offline = nearby.copy()
+    offline[5] = 0
+    summaries = {}
+    for tick in range(1, 121):
+        batch = columns(tick, signal_flags=nearby if tick < 100 else offline)
+        result_c, result_np = (kernel.tick(batch) for kernel in kernels)
+        assert deterministic_digest(result_c) == deterministic_digest(result_np), tick
+        summaries[tick] = [
+            c.slot for c in result_c.candidates if c.cause == action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY
+        ]
+    assert summaries[106] == [5]  # due 100 + 1 + slot 5 % 1,200
+    assert not any(slots for tick, slots in summaries.items() if tick != 106)
