@@ -436,17 +436,18 @@ class CognitionGateway:
             raise InvalidArgument.field("max_output_tokens", "must be >= 0")
         spec = await self._run_spec(run_id)
         run = self.inflight.track(spec)
-        await self._stop_if_controlled(run)
-        route, request = self._routed(spec, request)
-        input_tokens = await self.adapter.count_input_tokens(request)
-        grant = await self.store.begin_call(
-            run_id,
-            input_tokens=input_tokens,
-            max_output_tokens=request.max_output_tokens,
-            tool_grants=request.tool_grants,
-        )
-        result, entry = await self._call(run, route, request, grant, attempt)
-        self.leases.charge(await self.store.record_call(entry, holder=self.leases.holder))
+        with self.leases.recording(run_id):
+            await self._stop_if_controlled(run)
+            route, request = self._routed(spec, request)
+            input_tokens = await self.adapter.count_input_tokens(request)
+            grant = await self.store.begin_call(
+                run_id,
+                input_tokens=input_tokens,
+                max_output_tokens=request.max_output_tokens,
+                tool_grants=request.tool_grants,
+            )
+            result, entry = await self._call(run, route, request, grant, attempt)
+            self.leases.charge(await self.store.record_call(entry, holder=self.leases.holder))
         self._account(run, result)
         return result
 
@@ -552,24 +553,25 @@ class CognitionGateway:
             return FusedRun(admission)
         run = self.inflight.track(spec)
         try:
-            self._raise_if_stopped(run)
-            call, entry = await self._call(run, route, request, grant, 1)
-            self._account(run, call)
-            self.inflight.forget(spec.run_id)
-            # What a repeat of the request id answers (none without one): the run as this call ends it.
-            used = call.reply.usage.total
-            planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
-            row, run.unwritten = run.unwritten, None  # written with the finish, or (it failed) never
-            ended = await self.store.finish_call(
-                entry,
-                holder=self.leases.holder,
-                stats=run.stats(),
-                now_ms=self._now_ms(),
-                result=result_of(admission, call, planned) if spec.request_id else "",
-                admission=row,
-            )
-            self.leases.charge(ended.lease_charge)
-            self.leases.release(spec.run_id, ended.lease_return)
+            with self.leases.recording(spec.run_id):
+                self._raise_if_stopped(run)
+                call, entry = await self._call(run, route, request, grant, 1)
+                self._account(run, call)
+                self.inflight.forget(spec.run_id)
+                # What a repeat of the request id answers (none without one): the run as this call ends it.
+                used = call.reply.usage.total
+                planned = RunEnd(used, max(0, spec.max_tokens - used), ended_now=True)
+                row, run.unwritten = run.unwritten, None  # written with the finish, or (it failed) never
+                ended = await self.store.finish_call(
+                    entry,
+                    holder=self.leases.holder,
+                    stats=run.stats(),
+                    now_ms=self._now_ms(),
+                    result=result_of(admission, call, planned) if spec.request_id else "",
+                    admission=row,
+                )
+                self.leases.charge(ended.lease_charge)
+                self.leases.release(spec.run_id, ended.lease_return)
         except BaseException as error:
             self._write_row(run)
             await asyncio.shield(self._end_after(spec.run_id, error))

@@ -14,7 +14,8 @@ leases together never pass the cap.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gateway.config import LeaseConfig
@@ -51,6 +52,8 @@ class Leases:
         self._leases: dict[WindowKey, _Lease] = {}
         self._locks: dict[WindowKey, asyncio.Lock] = {}
         self._reservations: dict[str, _Reservation] = {}
+        self._recording: dict[str, int] = {}  # run id -> its calls on their way to their audit record
+        self._held_back: dict[str, int] = {}  # run id -> what its ending hands back once they are recorded
 
     async def reserve(
         self, run_id: str, key: WindowKey, *, cap_tokens: int, tokens: int, deadline_ms: int, now_ms: int
@@ -90,8 +93,28 @@ class Leases:
     def owns(self, run_id: str) -> bool:
         return run_id in self._reservations
 
+    @contextlib.contextmanager
+    def recording(self, run_id: str) -> Iterator[None]:
+        """A call of the run is on its way to its audit record. An ending meanwhile (a kill, the sweep, a
+        concurrent EndRun) hands the run's reservation back only once the call's charge is taken: were
+        the tokens available first, an idle or deferred give-back could return to the ledger the very
+        tokens the call's record then takes from the lease, leaving the lease below zero."""
+        self._recording[run_id] = self._recording.get(run_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._recording.pop(run_id) - 1
+            if left:
+                self._recording[run_id] = left
+            elif run_id in self._held_back:
+                self.release(run_id, self._held_back.pop(run_id))
+
     def release(self, run_id: str, tokens: int) -> None:
-        """A run ended: `tokens` (what the store says its ending released) go back to its lease. Once."""
+        """A run ended: `tokens` (what the store says its ending released) go back to its lease. Once;
+        after the charges of its calls still being recorded (`recording`)."""
+        if run_id in self._recording:
+            self._held_back.setdefault(run_id, tokens)
+            return
         reservation = self._reservations.pop(run_id, None)
         if reservation is None:
             return

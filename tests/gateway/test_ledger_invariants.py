@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.adapters.base import ModelRequest
@@ -66,6 +66,20 @@ async def _play(gateway: CognitionGateway, chunk: list[Step], runs: list[str]) -
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=steps, concurrency=st.integers(1, 8))
+# A run ended while its call was on its way to the audit record, and a deferred admission gave the lease
+# back in between: the call's charge must not take tokens the lease no longer holds (reserved -30).
+@example(
+    plan=[
+        ("admit", 0, 1),
+        ("admit", 0, 3),
+        ("admit", 0, 3),
+        ("generate", 0, 1),
+        ("admit", 0, 3),
+        ("generate", 0, 1),
+        ("end", 0, 1),
+    ],
+    concurrency=4,
+)
 async def test_reservations_and_consumption_always_add_up(plan: list[Step], concurrency: int) -> None:
     with tempfile.TemporaryDirectory() as folder:
         config = GatewayConfig(budget=BudgetConfig(world_cap_tokens_per_hour=CAP))
