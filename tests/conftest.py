@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from gateway.config import GatewayConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,3 +165,18 @@ def postgres_dsn(postgres_server_dsn: str) -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_server_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def dialogue_submit(call_id: str, ori_id: str, world_id: str) -> gateway_pb2.SubmitRequest:
+    """A kernel's dialogue call as the gateway's Submit takes it (the call id is also its request id)."""
+    return gateway_pb2.SubmitRequest(
+        candidate=action_pb2.CognitionCallCandidate(
+            call_id=call_id,
+            ori=common_pb2.OriRef(tenant_id="t", world_id=world_id, ori_id=ori_id),
+            tier=common_pb2.COGNITION_TIER_CLOTHO,
+            cause=action_pb2.COGNITION_CAUSE_DIALOGUE,
+        ),
+        request_id=call_id,
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+        stimulus="Bram: is the bakery open today?",
+    )

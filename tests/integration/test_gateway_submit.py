@@ -5,38 +5,25 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from egbe.v1 import action_pb2, common_pb2, gateway_pb2, gateway_pb2_grpc
+from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
-from tests.conftest import EmbeddedEgbe
-
-
-def _submit(call_id: str, ori: str) -> gateway_pb2.SubmitRequest:
-    return gateway_pb2.SubmitRequest(
-        candidate=action_pb2.CognitionCallCandidate(
-            call_id=call_id,
-            ori=common_pb2.OriRef(tenant_id="t", world_id="submit-world", ori_id=ori),
-            tier=common_pb2.COGNITION_TIER_CLOTHO,
-            cause=action_pb2.COGNITION_CAUSE_DIALOGUE,
-        ),
-        request_id=call_id,
-        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
-        stimulus="Bram: is the bakery open today?",
-    )
+from tests.conftest import EmbeddedEgbe, dialogue_submit
 
 
 @pytest.mark.usefixtures("inside_one_ledger_window")  # it compares the ledger with the audit log
 async def test_submit_runs_the_pipeline_through_generate_and_releases(embedded_egbe: EmbeddedEgbe) -> None:
     service = bearer_metadata(embedded_egbe.tokens["service"])
     operator = bearer_metadata(embedded_egbe.tokens["operator"])
+    submit = dialogue_submit("submit-world:1:0:dialogue", "submit-ada", "submit-world")
     async with grpc.aio.insecure_channel(embedded_egbe.targets["gateway"]) as channel:
         gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
-        reply = await gateway.Submit(_submit("submit-world:1:0:dialogue", "submit-ada"), metadata=service)
+        reply = await gateway.Submit(submit, metadata=service)
         assert reply.outcome in {gateway_pb2.RUN_OUTCOME_COMPLETED, gateway_pb2.RUN_OUTCOME_FALLBACK}, (
             reply.detail
         )
         assert reply.offline
         assert reply.usage.input_tokens > 0
-        repeat = await gateway.Submit(_submit("submit-world:1:0:dialogue", "submit-ada"), metadata=service)
+        repeat = await gateway.Submit(submit, metadata=service)
         assert repeat == reply  # a repeated request id answers the first run's result
 
         ops = gateway_pb2_grpc.OperatorServiceStub(channel)

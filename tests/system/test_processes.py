@@ -18,11 +18,11 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc
+from egbe.v1 import biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from gateway.records import LEASE_SETTLED
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dialogue_submit
 from tests.system.cluster import running_cluster
 
 pytestmark = pytest.mark.postgres
@@ -146,17 +146,7 @@ def test_sigkill_cognition_mid_run_keeps_every_tick_answered_and_cognition_resum
     # call goes through the gateway's Submit, which calls the restarted service's Think.
     with grpc.insecure_channel(services.target("gateway")) as channel:
         reply = gateway_pb2_grpc.CognitionGatewayServiceStub(channel).Submit(
-            gateway_pb2.SubmitRequest(
-                candidate=action_pb2.CognitionCallCandidate(
-                    call_id="after-restart",
-                    ori=common_pb2.OriRef(tenant_id="t", world_id="after-restart", ori_id="ada"),
-                    tier=common_pb2.COGNITION_TIER_CLOTHO,
-                    cause=action_pb2.COGNITION_CAUSE_DIALOGUE,
-                ),
-                request_id="after-restart",
-                mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
-                stimulus="Bram: is the bakery open today?",
-            ),
+            dialogue_submit("after-restart", "ada", "after-restart"),
             metadata=bearer_metadata(services.tokens["service"]),
             timeout=30,
         )
