@@ -11,7 +11,7 @@ import dataclasses
 import json
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar, cast
@@ -50,21 +50,37 @@ CONTROLS_CHANNEL = "egbe_gateway_controls"
 
 
 class Tx(Protocol):
-    """What a transaction body may do: run SQL written with `?` placeholders, queue a notification."""
+    """What a transaction body (a coroutine) may do: run SQL written with `?` placeholders, queue a
+    notification. `execute` may only queue a statement (PostgreSQL sends it with the next read or `sync`,
+    pipelined), so its error can surface there; reads are awaited."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
 
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
 
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
-    def all_together(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
-        """Each query's rows, in order; a pipelining backend sends them all before reading any answer."""
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Rows into `table`: one statement however many (PostgreSQL: an array per column, unnested),
+        or one per row where that costs nothing more (SQLite)."""
         ...
 
     def notify(self, payload: str) -> None: ...
+
+    async def sync(self) -> None:
+        """Send every queued statement and raise the first error."""
+        ...
+
+    def mark(self) -> int:
+        """A position in the transaction's statements, for `unsend`."""
+        ...
+
+    def unsend(self, mark: int) -> bool:
+        """Forget the statements queued since `mark` if none of them has been sent; True if so (the
+        database saw none of them, so there is nothing to roll back)."""
+        ...
 
 
 _RUN_COLUMNS = (
@@ -81,10 +97,17 @@ _AUDIT_COLUMNS = (
 )
 
 
-_INSERT_AUDIT = (
-    f"INSERT INTO gateway_audit ({_AUDIT_COLUMNS}) VALUES"
-    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+# Where `_audit_row` and `AdmissionItem.row` go (`Tx.insert`).
+_AUDIT_TABLE = ("gateway_audit", tuple(_AUDIT_COLUMNS.split(", ")))
+_RUN_TABLE = (
+    "gateway_runs",
+    (
+        "run_id", "request_id", "tenant_id", "world_id", "ori_id", "tier", "cause", "window_start_ms",
+        "max_model_calls", "max_tool_calls", "reserved_tokens", "status", "admitted_at_ms", "deadline_ms",
+        "kernel_call_id", "model_calls", "tool_grants", "lease_holder", "used_tokens", "stats",
+        "ended_at_ms", "result", "released_tokens",
+    ),
+)  # fmt: skip
 
 
 def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
@@ -129,6 +152,102 @@ class _FinishItem:
     admission: AdmissionItem | None = None
 
 
+@dataclass(frozen=True)
+class _Ending:
+    """How a completed run's row ends: what `end_run` would write."""
+
+    used_tokens: int
+    stats: str
+    now_ms: int
+    result: str
+    released_tokens: int
+
+    def update(self, run_id: str) -> tuple[Any, ...]:
+        """The parameters of `_COMPLETE_RUN`."""
+        return (self.used_tokens, self.stats, self.now_ms, self.result, self.released_tokens, run_id)
+
+
+_COMPLETE_RUN = (
+    "UPDATE gateway_runs SET used_tokens = ?, status = 'completed', detail = '', stats = ?,"
+    " ended_at_ms = ?, result = ?, released_tokens = ? WHERE run_id = ?"
+)
+
+
+class _LedgerChanges:
+    """What one transaction changes in the ledger, gathered and then written with one statement per
+    world window and one per lease (`write`), however many admissions and calls it holds."""
+
+    def __init__(self) -> None:
+        # (world, window) -> [cap (-1: no admission told it), admissions, blocked, killed,
+        #                     from reservations, consumed, micro-USD]
+        self._windows: dict[tuple[str, int], list[int]] = {}
+        self._leases: dict[tuple[str, str, int], int] = {}
+
+    def _window(self, world_id: str, window_start_ms: int) -> list[int]:
+        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0])
+
+    def decided(self, item: AdmissionItem, *, counted: bool = True) -> None:
+        """An admission decision: the window's cap as the deciding gateway sees it, and (`counted`; a
+        repeat of an admitted request id is not) its counter."""
+        window = self._window(item.run.world_id, item.window_start_ms)
+        window[0] = item.cap_tokens
+        if counted:
+            window[{"admitted": 1, "blocked": 2, "killed": 3}[item.outcome.value]] += 1
+
+    def consumed(self, run: _RunRow, tokens: int, from_reservation: int, micro_usd: int) -> None:
+        """A call's tokens into consumption; what came from the run's reservation leaves
+        `reserved_tokens`, and the lease it was drawn from."""
+        window = self._window(run.spec.world_id, run.window_start_ms)
+        window[4] += from_reservation
+        window[5] += tokens
+        window[6] += micro_usd
+        if run.lease_holder:
+            self._leases[run.lease_key] = self._leases.get(run.lease_key, 0) + from_reservation
+
+    def write(self, tx: Tx) -> None:
+        for (world_id, window_start_ms), change in self._windows.items():
+            cap, admissions, blocked, killed, from_reservations, consumed, micro_usd = change
+            if cap >= 0:  # an admission's window: created if new (`_LOCK_LEDGER`'s upsert, counted)
+                tx.execute(
+                    "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
+                    " blocked_by_world_cap, killed, reserved_tokens, consumed_tokens, consumed_micro_usd)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (world_id, window_start_ms) DO UPDATE"
+                    " SET cap_tokens = excluded.cap_tokens,"
+                    " admissions = gateway_ledger.admissions + excluded.admissions,"
+                    " blocked_by_world_cap = gateway_ledger.blocked_by_world_cap"
+                    " + excluded.blocked_by_world_cap,"
+                    " killed = gateway_ledger.killed + excluded.killed,"
+                    " reserved_tokens = gateway_ledger.reserved_tokens + excluded.reserved_tokens,"
+                    " consumed_tokens = gateway_ledger.consumed_tokens + excluded.consumed_tokens,"
+                    " consumed_micro_usd = gateway_ledger.consumed_micro_usd + excluded.consumed_micro_usd",
+                    (
+                        world_id,
+                        window_start_ms,
+                        cap,
+                        admissions,
+                        blocked,
+                        killed,
+                        -from_reservations,
+                        consumed,
+                        micro_usd,
+                    ),
+                )
+            else:
+                tx.execute(
+                    "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
+                    " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+                    " WHERE world_id = ? AND window_start_ms = ?",
+                    (from_reservations, consumed, micro_usd, world_id, window_start_ms),
+                )
+        for (holder, world_id, window_start_ms), tokens in self._leases.items():
+            if tokens:
+                tx.execute(
+                    "UPDATE gateway_leases SET tokens = tokens - ? WHERE holder = ? AND world_id = ?"
+                    " AND window_start_ms = ?",
+                    (tokens, holder, world_id, window_start_ms),
+                )
+
+
 class AdmissionOutcome(StrEnum):
     """What the gateway decided in memory; the store writes it (and for an admission, the run's row)."""
 
@@ -152,9 +271,16 @@ class AdmissionItem:
     # with that call counted and its tool grants recorded.
     first_call_grants: tuple[str, ...] | None = None
 
-    def row(self) -> tuple[Any, ...]:
+    def row(self, ending: _Ending | None = None) -> tuple[Any, ...]:
+        """The run's row as admitted, or (`ending`: a fused run written with its finish) as it ended."""
         run = self.run
         grants = self.first_call_grants
+        status = RunStatus.ACTIVE if ending is None else RunStatus.COMPLETED
+        ended = (
+            (0, "{}", None, "", 0)
+            if ending is None
+            else (ending.used_tokens, ending.stats, ending.now_ms, ending.result, ending.released_tokens)
+        )
         return (
             run.run_id,
             run.request_id or None,
@@ -167,13 +293,14 @@ class AdmissionItem:
             run.max_model_calls,
             run.max_tool_calls,
             run.max_tokens,
-            RunStatus.ACTIVE.value,
+            status.value,
             self.now_ms,
             self.deadline_ms,
             run.kernel_call_id,
             int(grants is not None),
             "\n".join(sorted(set(grants or ()))),
             self.holder,
+            *ended,
         )
 
     def fresh_row(self) -> _RunRow:
@@ -331,7 +458,7 @@ class GatewayStore(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
-    async def transact(self, body: Callable[[Tx], T], *, durable: bool = True) -> T:
+    async def transact(self, body: Callable[[Tx], Awaitable[T]], *, durable: bool = True) -> T:
         """Run `body` in one transaction on the backend's writer; database failures become Unavailable
         (fail closed).
 
@@ -342,7 +469,7 @@ class GatewayStore(ABC):
         return result
 
     async def transact_item(
-        self, item: ItemT, combine: Callable[[Tx, list[ItemT]], list[T]], *, durable: bool = True
+        self, item: ItemT, combine: Callable[[Tx, list[ItemT]], Awaitable[list[T]]], *, durable: bool = True
     ) -> T:
         """Like `transact`, but items arriving together are applied by one `combine(tx, items)`."""
         result: T = await self._writer.submit(
@@ -379,8 +506,10 @@ class GatewayStore(ABC):
         " RETURNING reserved_tokens, consumed_tokens"
     )
 
-    def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
-        row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?{self._for_update}", (run_id,))
+    async def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
+        row = await tx.one(
+            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?{self._for_update}", (run_id,)
+        )
         if row is None:
             raise _no_run(run_id)
         return _run_from(row)
@@ -403,49 +532,42 @@ class GatewayStore(ABC):
         earlier = await self.transact(lambda tx: self._earlier_admissions(tx, [request_id]), durable=False)
         return earlier.get(request_id)
 
-    def _admission_burst(self, tx: Tx, items: list[AdmissionItem]) -> list[Admission]:
+    async def _admission_burst(self, tx: Tx, items: list[AdmissionItem]) -> list[Admission]:
         """Admission decisions in arrival order, in a few statements for the burst: one read of the
         repeated request ids (when there are any), one multi-row insert of the new runs, one counter
         upsert per world window. An admitted run whose request id was already admitted is answered as a
         repeat (the caller gives its reservation back to its lease)."""
+        ledger = _LedgerChanges()
+        answers = await self._decide(tx, items, ledger, {})
+        ledger.write(tx)
+        return answers
+
+    async def _decide(
+        self, tx: Tx, items: list[AdmissionItem], ledger: _LedgerChanges, endings: dict[str, _Ending]
+    ) -> list[Admission]:
+        """Write admission decisions: each admitted run's row (as `endings` ends it, for a fused run
+        written with its finish) and the decisions into `ledger`."""
         admitted = [i for i in items if i.outcome is AdmissionOutcome.ADMITTED]
-        earlier = self._earlier_admissions(tx, [i.run.request_id for i in admitted if i.run.request_id])
-        counters: dict[tuple[str, int], list[int]] = {}  # -> [cap, admissions, blocked, killed]
+        earlier = await self._earlier_admissions(tx, [i.run.request_id for i in admitted if i.run.request_id])
         answers: list[Admission] = []
         inserted: list[tuple[Any, ...]] = []
         for item in items:
             run = item.run
-            counts = counters.setdefault((run.world_id, item.window_start_ms), [item.cap_tokens, 0, 0, 0])
             if item.outcome is not AdmissionOutcome.ADMITTED:
-                counts[2 if item.outcome is AdmissionOutcome.BLOCKED else 3] += 1
+                ledger.decided(item)
                 answers.append(Admission(run, False, 0))
                 continue
             repeated = earlier.get(run.request_id or "")
+            ledger.decided(item, counted=repeated is None)
             if repeated is not None:
                 answers.append(repeated)
                 continue
-            counts[1] += 1
-            inserted.append(item.row())
+            inserted.append(item.row(endings.get(run.run_id)))
             answers.append(Admission(run, True, run.max_tokens))
             if run.request_id:  # a repeat later in this burst answers this run
                 earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
         if inserted:
-            tx.executemany(
-                "INSERT INTO gateway_runs (run_id, request_id, tenant_id, world_id, ori_id, tier, cause,"
-                " window_start_ms, max_model_calls, max_tool_calls, reserved_tokens, status, admitted_at_ms,"
-                " deadline_ms, kernel_call_id, model_calls, tool_grants, lease_holder)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                inserted,
-            )
-        tx.executemany(
-            "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
-            " blocked_by_world_cap, killed) VALUES (?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (world_id, window_start_ms) DO UPDATE SET cap_tokens = excluded.cap_tokens,"
-            " admissions = gateway_ledger.admissions + excluded.admissions,"
-            " blocked_by_world_cap = gateway_ledger.blocked_by_world_cap + excluded.blocked_by_world_cap,"
-            " killed = gateway_ledger.killed + excluded.killed",
-            [(*key, *counts) for key, counts in counters.items()],
-        )
+            tx.insert(*_RUN_TABLE, inserted)
         return answers
 
     # -- leases of the world cap --------------------------------------------------------------------
@@ -466,14 +588,14 @@ class GatewayStore(ABC):
         (never less than `need`), so gateways sharing the ledger leave room to each other near the cap.
         Durable: no run is admitted from a lease a crash could lose."""
 
-        def body(tx: Tx) -> int:
-            row = tx.one(self._LOCK_LEDGER, (*key, cap_tokens))
+        async def body(tx: Tx) -> int:
+            row = await tx.one(self._LOCK_LEDGER, (*key, cap_tokens))
             assert row is not None  # the upsert returns its row
             unleased = cap_tokens - int(row[0]) - int(row[1])
             if unleased < need:
                 return 0
             granted = min(unleased, max(need, min(chunk, unleased * share_bp // 10_000)))
-            self._move_lease(tx, holder, key, granted, now_ms)
+            await self._move_lease(tx, holder, key, granted, now_ms)
             return granted
 
         return await self.transact(body, durable=True)
@@ -484,7 +606,7 @@ class GatewayStore(ABC):
         await self.transact(lambda tx: self._move_lease(tx, holder, key, -tokens, now_ms), durable=False)
 
     @staticmethod
-    def _move_lease(tx: Tx, holder: str, key: tuple[str, int], tokens: int, now_ms: int) -> None:
+    async def _move_lease(tx: Tx, holder: str, key: tuple[str, int], tokens: int, now_ms: int) -> None:
         """Tokens from the ledger to a lease (negative: back); the ledger row exists and is locked."""
         tx.execute(
             "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens + ?"
@@ -507,8 +629,8 @@ class GatewayStore(ABC):
         (`audit(world, window, tokens)`) in the same transaction so the ledger still equals the audit log;
         the runs it left active are ended. Returns the tokens charged."""
 
-        def body(tx: Tx) -> int:
-            leases = tx.all(
+        async def body(tx: Tx) -> int:
+            leases = await tx.all(
                 "SELECT world_id, window_start_ms, tokens FROM gateway_leases WHERE holder = ? AND tokens > 0"
                 f"{self._for_update}",
                 (holder,),
@@ -516,7 +638,7 @@ class GatewayStore(ABC):
             charged = 0
             for world_id, window_start_ms, tokens in leases:
                 entry = audit(world_id, int(window_start_ms), int(tokens))
-                tx.execute(_INSERT_AUDIT, _audit_row(entry))
+                tx.insert(*_AUDIT_TABLE, [_audit_row(entry)])
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
                     " consumed_tokens = consumed_tokens + ? WHERE world_id = ? AND window_start_ms = ?",
@@ -554,11 +676,11 @@ class GatewayStore(ABC):
         return int(row[0])
 
     @staticmethod
-    def _earlier_admissions(tx: Tx, request_ids: list[str]) -> dict[str, Admission]:
+    async def _earlier_admissions(tx: Tx, request_ids: list[str]) -> dict[str, Admission]:
         """The runs already admitted under these request ids (a repeat answers the first run)."""
         if not request_ids:
             return {}
-        rows = tx.all(
+        rows = await tx.all(
             f"SELECT {_RUN_COLUMNS}, result FROM gateway_runs WHERE request_id IN"
             f" ({', '.join('?' * len(request_ids))})",
             request_ids,
@@ -600,8 +722,8 @@ class GatewayStore(ABC):
         raise FailedPrecondition(f"run {run.spec.run_id} already ended ({run.status.value})")
 
     async def get_run(self, run_id: str) -> RunSpec:
-        def body(tx: Tx) -> RunSpec:
-            row = tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?", (run_id,))
+        async def body(tx: Tx) -> RunSpec:
+            row = await tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?", (run_id,))
             if row is None:
                 raise _no_run(run_id)
             return _run_from(row).spec
@@ -621,8 +743,8 @@ class GatewayStore(ABC):
         refuse an ungranted tool.
         """
 
-        def body(tx: Tx) -> CallGrant:
-            run = self._lock_run(tx, run_id)
+        async def body(tx: Tx) -> CallGrant:
+            run = await self._lock_run(tx, run_id)
             self._refuse_ended(run)
             grant = call_grant(
                 run.spec,
@@ -646,46 +768,19 @@ class GatewayStore(ABC):
         charge: LeaseCharge = await self.transact(lambda tx: self._record(tx, entry, holder), durable=False)
         return charge
 
-    def _record(self, tx: Tx, entry: AuditEntry, holder: str) -> LeaseCharge:
-        run = self._lock_run(tx, entry.run_id)
+    async def _record(self, tx: Tx, entry: AuditEntry, holder: str) -> LeaseCharge:
+        run = await self._lock_run(tx, entry.run_id)
         tokens = entry.usage.total
         leaving, beyond = _charge(run, tokens, holder)
-        tx.execute(_INSERT_AUDIT, _audit_row(entry))
+        tx.insert(*_AUDIT_TABLE, [_audit_row(entry)])
         tx.execute(
             "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
             (tokens, entry.run_id),
         )
-        self._consume(tx, [(run, tokens, leaving, entry.micro_usd)])
+        ledger = _LedgerChanges()
+        ledger.consumed(run, tokens, leaving, entry.micro_usd)
+        ledger.write(tx)
         return LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
-
-    @staticmethod
-    def _consume(tx: Tx, calls: list[tuple[_RunRow, int, int, int]]) -> None:
-        """Calls' tokens into the ledger's consumption, `(run, tokens, from its reservation, micro-USD)`:
-        what came from a run's reservation leaves `reserved_tokens`, and the lease it was drawn from. One
-        update per world window and per lease."""
-        ledgers: dict[tuple[str, int], list[int]] = {}  # -> [from reservations, consumed, micro-USD]
-        leases: dict[tuple[str, str, int], int] = {}
-        for run, tokens, from_reservation, micro_usd in calls:
-            ledger = ledgers.setdefault((run.spec.world_id, run.window_start_ms), [0, 0, 0])
-            ledger[0] += from_reservation
-            ledger[1] += tokens
-            ledger[2] += micro_usd
-            if run.lease_holder:
-                leases[run.lease_key] = leases.get(run.lease_key, 0) + from_reservation
-        for (world_id, window_start_ms), (from_reservations, consumed, micro_usd) in ledgers.items():
-            tx.execute(
-                "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
-                " WHERE world_id = ? AND window_start_ms = ?",
-                (from_reservations, consumed, micro_usd, world_id, window_start_ms),
-            )
-        for (holder, world_id, window_start_ms), tokens in leases.items():
-            if tokens:
-                tx.execute(
-                    "UPDATE gateway_leases SET tokens = tokens - ? WHERE holder = ? AND world_id = ?"
-                    " AND window_start_ms = ?",
-                    (tokens, holder, world_id, window_start_ms),
-                )
 
     async def count_tool_call(self, run_id: str, tool_name: str) -> tuple[int, int]:
         """A tool boundary: the run is active and the tool was granted to its model calls (the caller
@@ -695,8 +790,8 @@ class GatewayStore(ABC):
         output or an untrusted zone, so this is where an injected "use tool X" is stopped.
         """
 
-        def body(tx: Tx) -> tuple[int, int]:
-            run = self._lock_run(tx, run_id)
+        async def body(tx: Tx) -> tuple[int, int]:
+            run = await self._lock_run(tx, run_id)
             self._refuse_ended(run)
             if tool_name not in run.tool_grants:
                 granted = ", ".join(sorted(run.tool_grants)) or "none"
@@ -729,8 +824,8 @@ class GatewayStore(ABC):
     ) -> RunEnd:
         """Reconcile and release; `result` is kept for repeats of the request id. Idempotent."""
 
-        def body(tx: Tx) -> RunEnd:
-            run = self._lock_run(tx, run_id)
+        async def body(tx: Tx) -> RunEnd:
+            run = await self._lock_run(tx, run_id)
             if run.status is not RunStatus.ACTIVE:
                 return RunEnd(run.used_tokens, 0, ended_now=False, lease_return=run.released_tokens)
             released = self._end(
@@ -758,25 +853,25 @@ class GatewayStore(ABC):
         ended: RunEnd = await self.transact_item(item, self._finish_burst, durable=False)
         return ended
 
-    def _finish_burst(self, tx: Tx, items: list[_FinishItem]) -> list[RunEnd]:
+    async def _finish_burst(self, tx: Tx, items: list[_FinishItem]) -> list[RunEnd]:
         """Each item exactly as `record_call` then `end_run` would apply it, in a few statements for the
-        burst: one locked read of the runs, one multi-row audit insert, one multi-row run update, one
-        ledger update per world window. A run a control already ended keeps its ending (its call is
-        still audited and consumed, as `record_call` does)."""
-        admissions = [item.admission for item in items if item.admission is not None]
-        if admissions:
-            self._admission_burst(tx, admissions)
-        runs = {a.run.run_id: a.fresh_row() for a in admissions}  # (no read needed: just written)
+        burst: one locked read of the runs written before, one multi-row audit insert, one run insert
+        (the fused runs not written yet, already ended) or update, one ledger statement per world window
+        and one per lease. A run a control already ended keeps its ending (its call is still audited and
+        consumed, as `record_call` does)."""
+        fresh = {i.admission.run.run_id: i.admission for i in items if i.admission is not None}
+        runs = {run_id: admission.fresh_row() for run_id, admission in fresh.items()}
         ids = [item.entry.run_id for item in items if item.admission is None]
         if ids:
-            rows = tx.all(
+            rows = await tx.all(
                 f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
                 f"{self._for_update}",
                 ids,
             )
             runs.update((row[0], _run_from(row)) for row in rows)
-        calls: list[tuple[_RunRow, int, int, int]] = []
-        completed, consumed_only, answers = [], [], []
+        ledger = _LedgerChanges()
+        endings: dict[str, _Ending] = {}
+        consumed_only, answers = [], []
         for item in items:
             entry = item.entry
             run = runs.get(entry.run_id)
@@ -785,53 +880,41 @@ class GatewayStore(ABC):
             tokens = entry.usage.total
             used = run.used_tokens + tokens
             leaving, beyond = _charge(run, tokens, item.holder)
+            charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
             if run.status is RunStatus.ACTIVE:
                 # The call's tokens move from the reservation to consumption; the rest is released: to the
                 # run's lease (its holder learns it from `lease_return`), or for a run admitted before
                 # leases to the ledger, so its whole unused reservation leaves `reserved_tokens`.
                 released = max(0, run.unused_reservation - tokens)
-                calls.append(
-                    (run, tokens, leaving if run.lease_holder else run.unused_reservation, entry.micro_usd)
+                ledger.consumed(
+                    run, tokens, leaving if run.lease_holder else run.unused_reservation, entry.micro_usd
                 )
-                completed.append(
-                    (
-                        used,
-                        RunStatus.COMPLETED.value,
-                        item.stats,
-                        item.now_ms,
-                        item.result,
-                        released,
-                        entry.run_id,
-                    )
-                )
-                charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
+                endings[entry.run_id] = _Ending(used, item.stats, item.now_ms, item.result, released)
                 answers.append(RunEnd(used, released, True, lease_return=released, lease_charge=charge))
             else:
-                calls.append((run, tokens, leaving, entry.micro_usd))
+                ledger.consumed(run, tokens, leaving, entry.micro_usd)
                 consumed_only.append((tokens, entry.run_id))
-                charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
                 ended = RunEnd(used, 0, False, lease_return=run.released_tokens, lease_charge=charge)
                 answers.append(ended)
             runs[entry.run_id] = dataclasses.replace(run, used_tokens=used, status=RunStatus.COMPLETED)
-        tx.executemany(_INSERT_AUDIT, [_audit_row(item.entry) for item in items])
+        if fresh:
+            await self._decide(tx, list(fresh.values()), ledger, endings)
+        tx.insert(*_AUDIT_TABLE, [_audit_row(item.entry) for item in items])
+        completed = [ending.update(run_id) for run_id, ending in endings.items() if run_id not in fresh]
         if completed:
-            tx.executemany(
-                "UPDATE gateway_runs SET used_tokens = ?, status = ?, detail = '', stats = ?,"
-                " ended_at_ms = ?, result = ?, released_tokens = ? WHERE run_id = ?",
-                completed,
-            )
+            tx.executemany(_COMPLETE_RUN, completed)
         if consumed_only:
             tx.executemany(
                 "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
             )
-        self._consume(tx, calls)
+        ledger.write(tx)
         return answers
 
     async def expire_runs(self, *, now_ms: int) -> int:
         """Time out every active run past its deadline, releasing its reservation."""
 
-        def body(tx: Tx) -> int:
-            rows = tx.all(
+        async def body(tx: Tx) -> int:
+            rows = await tx.all(
                 f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND deadline_ms <"
                 f" ?{self._for_update}",
                 (RunStatus.ACTIVE.value, now_ms),
@@ -864,12 +947,12 @@ class GatewayStore(ABC):
         control = Control(uuid.uuid4().hex, kind, scope, target, reason, operator_id, now_ms)
         column = {ControlScope.ORI: "ori_id", ControlScope.TENANT: "tenant_id"}.get(scope)
 
-        def body(tx: Tx) -> int:
+        async def body(tx: Tx) -> int:
             tx.execute(
                 f"INSERT INTO gateway_controls ({_CONTROL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
                 (control.control_id, kind, scope, target, reason, operator_id, now_ms),
             )
-            self._record_attempt(
+            await self._record_attempt(
                 tx,
                 f"{kind.name}:{scope.name}",
                 role="operator",
@@ -881,7 +964,7 @@ class GatewayStore(ABC):
             where, value = f"{column} = ?", cast(object, target)
             if column is None:
                 where, value = "tier = ?", next(t for t, n in TIER_NAMES.items() if n == target)
-            rows = tx.all(
+            rows = await tx.all(
                 f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {where}{self._for_update}",
                 (RunStatus.ACTIVE.value, value),
             )
@@ -901,8 +984,8 @@ class GatewayStore(ABC):
     ) -> list[Control]:
         """Resume: deactivate every active control on the scope and target."""
 
-        def body(tx: Tx) -> list[Control]:
-            rows = tx.all(
+        async def body(tx: Tx) -> list[Control]:
+            rows = await tx.all(
                 f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 AND scope = ? AND target"
                 " = ?",
                 (scope, target),
@@ -912,7 +995,7 @@ class GatewayStore(ABC):
                 " AND target = ?",
                 (now_ms, scope, target),
             )
-            self._record_attempt(
+            await self._record_attempt(
                 tx,
                 f"RESUME:{scope.name}",
                 role="operator",
@@ -931,8 +1014,8 @@ class GatewayStore(ABC):
         return lifted
 
     async def get_control(self, control_id: str) -> Control | None:
-        def body(tx: Tx) -> Control | None:
-            row = tx.one(
+        async def body(tx: Tx) -> Control | None:
+            row = await tx.one(
                 f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE control_id = ?", (control_id,)
             )
             return None if row is None else _control_from(row)
@@ -942,8 +1025,8 @@ class GatewayStore(ABC):
     async def list_controls(
         self, *, include_inactive: bool, after_seq: int, limit: int
     ) -> list[tuple[int, Control]]:
-        def body(tx: Tx) -> list[tuple[int, Control]]:
-            rows = tx.all(
+        async def body(tx: Tx) -> list[tuple[int, Control]]:
+            rows = await tx.all(
                 f"SELECT seq, {_CONTROL_COLUMNS} FROM gateway_controls"
                 " WHERE seq > ? AND (active = 1 OR ? = 1) ORDER BY seq LIMIT ?",
                 (after_seq, int(include_inactive), limit),
@@ -954,7 +1037,7 @@ class GatewayStore(ABC):
 
     # -- operator audit -----------------------------------------------------------------------------
     @staticmethod
-    def _record_attempt(
+    async def _record_attempt(
         tx: Tx, method: str, *, role: str, operator_id: str, allowed: bool, detail: str, now_ms: int
     ) -> None:
         tx.execute(
@@ -983,8 +1066,8 @@ class GatewayStore(ABC):
     ) -> list[OperatorAttempt]:
         """Audited operator attempts after `after_seq`, oldest first; `allowed` None means both."""
 
-        def body(tx: Tx) -> list[OperatorAttempt]:
-            rows = tx.all(
+        async def body(tx: Tx) -> list[OperatorAttempt]:
+            rows = await tx.all(
                 "SELECT seq, method, role, operator_id, allowed, detail, recorded_at_ms"
                 " FROM gateway_operator_audit WHERE seq > ? AND (? = -1 OR allowed = ?)"
                 " AND (? = '' OR method = ?) AND (? = '' OR operator_id = ?) ORDER BY seq LIMIT ?",
@@ -1008,8 +1091,8 @@ class GatewayStore(ABC):
     async def list_audit(
         self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int, kernel_call_id: str = ""
     ) -> list[AuditEntry]:
-        def body(tx: Tx) -> list[AuditEntry]:
-            rows = tx.all(
+        async def body(tx: Tx) -> list[AuditEntry]:
+            rows = await tx.all(
                 f"SELECT seq, {_AUDIT_COLUMNS} FROM gateway_audit WHERE seq > ? AND (? = '' OR ori_id = ?)"
                 " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) AND (? = '' OR kernel_call_id = ?)"
                 " ORDER BY seq LIMIT ?",
@@ -1025,8 +1108,8 @@ class GatewayStore(ABC):
         and have not consumed; `leased_tokens` the ledger's own reservation (every lease, which holds
         those runs' reservations and what its gateway has not given to a run yet)."""
 
-        def body(tx: Tx) -> Spend:
-            ledger = tx.one(
+        async def body(tx: Tx) -> Spend:
+            ledger = await tx.one(
                 "SELECT COALESCE(MAX(cap_tokens), 0), COALESCE(SUM(reserved_tokens), 0),"
                 " COALESCE(SUM(consumed_tokens), 0), COALESCE(SUM(consumed_micro_usd), 0),"
                 " COALESCE(SUM(admissions), 0), COALESCE(SUM(blocked_by_world_cap), 0),"
@@ -1035,14 +1118,14 @@ class GatewayStore(ABC):
                 (window_start_ms, world_id, world_id),
             )
             assert ledger is not None  # an aggregate always answers one row
-            runs = tx.one(
+            runs = await tx.one(
                 "SELECT COALESCE(SUM(CASE WHEN reserved_tokens > used_tokens"
                 " THEN reserved_tokens - used_tokens ELSE 0 END), 0) FROM gateway_runs"
                 " WHERE status = ? AND window_start_ms >= ? AND (? = '' OR world_id = ?)",
                 (RunStatus.ACTIVE.value, window_start_ms, world_id, world_id),
             )
             assert runs is not None
-            tiers = tx.all(
+            tiers = await tx.all(
                 "SELECT tier, SUM(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens),"
                 " SUM(micro_usd), COUNT(*) FROM gateway_audit WHERE recorded_at_ms >= ?"
                 " AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?) GROUP BY tier ORDER BY tier",
@@ -1069,8 +1152,8 @@ class GatewayStore(ABC):
     async def ledger_totals(self) -> tuple[int, int]:
         """(reserved, consumed) over every world and window: the invariant checks read this."""
 
-        def body(tx: Tx) -> tuple[int, int]:
-            row = tx.one(
+        async def body(tx: Tx) -> tuple[int, int]:
+            row = await tx.one(
                 "SELECT COALESCE(SUM(reserved_tokens), 0), COALESCE(SUM(consumed_tokens), 0) FROM"
                 " gateway_ledger"
             )
@@ -1080,8 +1163,8 @@ class GatewayStore(ABC):
         return await self.transact(body, durable=False)
 
     async def audited_tokens(self) -> int:
-        def body(tx: Tx) -> int:
-            row = tx.one(
+        async def body(tx: Tx) -> int:
+            row = await tx.one(
                 "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens +"
                 " cache_write_tokens), 0)"
                 " FROM gateway_audit"
@@ -1094,8 +1177,8 @@ class GatewayStore(ABC):
     async def recent_run_stats(self, *, limit: int) -> list[dict[str, Any]]:
         """The stats of the most recently ended runs, newest first."""
 
-        def body(tx: Tx) -> list[dict[str, Any]]:
-            rows = tx.all(
+        async def body(tx: Tx) -> list[dict[str, Any]]:
+            rows = await tx.all(
                 "SELECT stats FROM gateway_runs WHERE ended_at_ms IS NOT NULL ORDER BY ended_at_ms DESC"
                 " LIMIT ?",
                 (limit,),
@@ -1107,10 +1190,10 @@ class GatewayStore(ABC):
     async def load_controls(self) -> list[Control]:
         """Every active control, read before the gateway serves."""
 
-        def body(tx: Tx) -> list[Control]:
+        async def body(tx: Tx) -> list[Control]:
             return [
                 _control_from(row)
-                for row in tx.all(
+                for row in await tx.all(
                     f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 ORDER BY seq"
                 )
             ]

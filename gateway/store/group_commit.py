@@ -1,4 +1,4 @@
-"""Group commit: one writer thread runs waiting transaction bodies back to back in one database transaction.
+"""Group commit: one writer runs waiting transaction bodies back to back in one database transaction.
 
 Each body runs inside its own SAVEPOINT, so it sees every earlier body's writes (the checks stay exact)
 and a body that refuses (an EgbeError) undoes only itself. One fsync serves every body in the batch.
@@ -9,25 +9,44 @@ A batch holding a durable body commits synchronously (the fsync), and the durabl
 only after it ("committed before the RPC answers"). A batch of non-durable bodies commits without
 waiting for the disk (SQLite WAL `synchronous=NORMAL`, PostgreSQL `synchronous_commit=off`): its
 writes are committed and visible at once, and on disk with the next durable commit (the log is
-sequential) or the database's own background flush. A non-durable body is answered as soon as it has
-been applied; the batch's COMMIT follows at once. So a caller never waits on an fsync it does not need.
+sequential) or the database's own background flush. A non-durable body is answered as soon as it
+has been applied, the batch's COMMIT following the last, except on PostgreSQL when the batch is one
+body (the unloaded case): its COMMIT is pipelined with its statements, costing no round trip of its
+own, and it is answered once committed. So a caller never waits on an fsync it does not need, nor on
+the bodies after it.
 
-The writer thread gives the GIL back at every statement (the drivers release it around I/O) and must win it
-back from the event loop, which under load does not block: CPython makes a waiting thread wait up to the
-switch interval (5 ms by default) each time. `start` lowers the process's interval to 0.5 ms so a batch of
-a dozen statements is not stretched by tens of milliseconds while the loop serves other calls (measured in
-bench/gateway_overhead.py: admissions at 64 clients went from about half to about four fifths of the
-store-free RPC rate).
+Bodies are coroutines over the backend's transaction object: `execute` is immediate for SQLite and
+queued for PostgreSQL (sent, pipelined, with the next read or `sync`), and reads are awaited. Two
+writers run them:
+
+- `ThreadCommitter` (SQLite): a thread, since SQLite's calls block (the fsync). Its bodies never
+  suspend (every SQLite call answers at once), so the thread drives each coroutine to its end in one
+  step. The thread gives the GIL back at every statement (sqlite3 releases it) and must win it back
+  from the event loop, which under load does not block: CPython makes a waiting thread wait up to the
+  switch interval (5 ms by default) each time. `start` lowers the process's interval to 0.5 ms so a
+  batch of a dozen statements is not stretched by tens of milliseconds while the loop serves other
+  calls (admissions at 64 clients went from about half to about four fifths of the store-free RPC
+  rate).
+- `LoopCommitter` (PostgreSQL): a task on the event loop over an asynchronous connection. Nothing
+  crosses a thread: a body's statements go out as the loop runs it and its answer comes back as a
+  socket event, where a writer thread cost two thread hand-offs and a GIL contest at every statement
+  (a fused run's finish took 0.73 ms from submission to answer through the thread, against 0.25 ms
+  for the same statements on their own). The price: the task takes whatever has arrived when it is
+  free, so its batches stay small (1-2 jobs at 64 unary clients, where the thread, kept from the GIL
+  by the busy loop, gathered 10-60), and at that load it commits more often. docs/performance.md has
+  both sides measured.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import queue
 import sys
 import threading
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -36,47 +55,43 @@ from services.logging import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")
-C = TypeVar("C", bound="Connection")
+C = TypeVar("C")
 MAX_BATCH = 256
 # The longest the writer thread waits for the GIL while the event loop runs (see the module docstring).
 WRITER_SWITCH_INTERVAL_S = 0.0005
+# How long `close` waits for the writer to finish the batches already queued.
+CLOSE_TIMEOUT_S = 30.0
 _APPLIED = object()  # a non-durable job's outcome once it has been answered
+Combine = Callable[[Any, list[Any]], Awaitable[list[Any]]]
 
 
-class _NoPipeline(contextlib.AbstractContextManager["_NoPipeline"]):
-    """Statements run one at a time (SQLite): nothing to sync."""
+class BatchTx(Protocol):
+    """What the committer needs of a backend's transaction object (the bodies use more of it)."""
 
-    def sync(self) -> None:
-        """Every statement already ran."""
+    def execute(self, sql: str, params: Any = ...) -> None: ...
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    async def sync(self) -> None: ...
 
+    def mark(self) -> int: ...
 
-_NO_PIPELINE = _NoPipeline()
-
-
-class Connection(Protocol):
-    def execute(self, sql: Any, params: Any = ...) -> Any: ...
-
-    def close(self) -> None: ...
+    def unsend(self, mark: int) -> bool: ...
 
 
 @dataclass
 class _Job:
-    body: Callable[[Any], Any]
+    body: Any  # a coroutine function of the transaction, or (with `combine`) an item
     # None for a posted job: nobody waits for it (a failure is logged, and a lost database marks the
     # writer unhealthy, which fails admissions closed).
     future: asyncio.Future[Any] | None
     loop: asyncio.AbstractEventLoop
     durable: bool
     # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
-    combine: Callable[[Any, list[Any]], list[Any]] | None = None
+    combine: Combine | None = None
 
-    def run(self, tx: Any, group: list[_Job]) -> list[Any]:
+    async def run(self, tx: Any, group: list[_Job]) -> list[Any]:
         if self.combine is None:
-            return [self.body(tx)]
-        values = self.combine(tx, [job.body for job in group])
+            return [await self.body(tx)]
+        values = await self.combine(tx, [job.body for job in group])
         assert len(values) == len(group)  # one answer per item
         return values
 
@@ -87,7 +102,7 @@ def _groups(batch: list[_Job]) -> list[list[_Job]]:
     earlier job can depend on one, so it may go earlier): admissions posted between the fused runs'
     finishes are written by one call, and the finishes come together too."""
     groups: list[list[_Job]] = []
-    posted: dict[Callable[[Any, list[Any]], list[Any]], list[_Job]] = {}
+    posted: dict[Combine, list[_Job]] = {}
     for job in batch:
         if job.future is None and job.combine is not None:
             group = posted.get(job.combine)
@@ -108,65 +123,208 @@ def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
         future.set_exception(error)
 
 
-def _deliver(job: _Job, ok: bool, value: Any) -> None:
-    future = job.future
-    if future is None:
-        if not ok:
-            log.warning("posted store write failed", error=str(value))
-        return
-
-    def settle() -> None:
-        if future.done():
-            return  # the caller gave up (deadline, cancellation)
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-    job.loop.call_soon_threadsafe(settle)
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():
+        return  # the caller gave up (deadline, cancellation)
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
-def _answer_applied(group: list[_Job], results: list[tuple[bool, Any]]) -> list[tuple[bool, Any]]:
-    """Answer the group's non-durable jobs now; the rest are answered after the COMMIT."""
-    outcomes = []
-    for job, result in zip(group, results, strict=True):
-        if not job.durable:
-            _deliver(job, *result)
-            result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
-        outcomes.append(result)
-    return outcomes
-
-
-class GroupCommitter(Generic[C]):
+class GroupCommitter(ABC, Generic[C]):
     """Serializes every transaction of one store through one connection, batching the commits."""
 
     def __init__(
         self,
         *,
-        name: str,
-        connect: Callable[[], C],
-        make_tx: Callable[[C], Any],
-        begin: Callable[[C, bool], None],
+        make_tx: Callable[[C], BatchTx],
+        begin: Callable[[BatchTx, bool], None],
         lost: tuple[type[BaseException], ...],
         describe: str,
-        pipeline: Callable[[C], contextlib.AbstractContextManager[Any]] | None = None,
+        answer_before_commit: bool,
     ) -> None:
-        self._connect = connect
         self._make_tx = make_tx
         # Opens a batch's transaction; its flag says whether the COMMIT must reach the disk.
         self._begin = begin
         # Errors meaning the database itself is gone: they fail the whole batch closed.
         self._lost = lost
         self._describe = describe
-        # PostgreSQL: a batch runs in one pipeline, so statements whose answer a body does not read go out
-        # without a round trip each; a sync after each body makes any error that body's own.
-        self._pipeline = pipeline
+        # Whether a lone batch's non-durable jobs are answered before its COMMIT (see `_run_alone`).
+        self._answer_before_commit = answer_before_commit
         self._connection: C | None = None
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._closed = False
         # False from a batch that lost the database until one commits again.
         self.healthy = True
+
+    @abstractmethod
+    def _enqueue(self, job: _Job) -> None: ...
+
+    @abstractmethod
+    def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
+        """Answer a job's caller (on its event loop)."""
+
+    @abstractmethod
+    async def _connected(self) -> C:
+        """The connection, opened again if a lost database dropped it."""
+
+    @abstractmethod
+    async def _drop_connection(self) -> None: ...
+
+    async def submit(
+        self,
+        body: Any,
+        *,
+        timeout_seconds: float,
+        durable: bool = True,
+        combine: Combine | None = None,
+    ) -> Any:
+        """Run `await body(tx)` in the writer's transaction; answered after COMMIT when `durable`, else
+        once applied. With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
+        `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
+        if self._closed:
+            raise Unavailable(f"{self._describe} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._enqueue(_Job(body, future, loop, durable, combine))
+        # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
+        late = Unavailable(f"{self._describe} did not answer within {timeout_seconds} s")
+        timer = loop.call_later(timeout_seconds, _expire, future, late)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def post(self, item: Any, *, combine: Combine) -> None:
+        """Queue an item for `combine` (as `submit` does) and do not wait for it: it is applied in order
+        with every other job and committed without waiting for the disk."""
+        if self._closed:
+            raise Unavailable(f"{self._describe} is closed")
+        self._enqueue(_Job(item, None, asyncio.get_running_loop(), False, combine))
+
+    def _settle_job(self, job: _Job, ok: bool, value: Any) -> bool:
+        """A posted job's outcome (logged when it failed); False for a job somebody waits for."""
+        if job.future is not None:
+            return False
+        if not ok:
+            log.warning("posted store write failed", error=str(value))
+        return True
+
+    async def _run_batch(self, batch: list[_Job]) -> None:
+        groups = _groups(batch)
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            tx = self._make_tx(await self._connected())
+            start = tx.mark()
+            self._begin(tx, any(job.durable for job in batch))
+            if len(groups) == 1:
+                outcomes = await self._run_alone(tx, groups[0], start)
+            else:
+                for group in groups:
+                    outcomes.extend(await self._run_among_others(tx, group))
+                tx.execute("COMMIT")
+                await tx.sync()
+            self.healthy = True
+        except Exception as error:
+            # The database is gone (`lost`: admissions fail closed until a batch commits again), or the
+            # batch's own COMMIT failed: either way the connection's state is unknown, so the next batch
+            # opens another, and every job of this one not answered yet fails.
+            if isinstance(error, self._lost):
+                self.healthy = False
+            await self._drop_connection()
+            failure = Unavailable(f"{self._describe} is unavailable: {error}")
+            outcomes = [(False, failure)] * len(batch)
+        ordered = [job for group in groups for job in group]  # the order the outcomes are in
+        for job, (ok, value) in zip(ordered, outcomes, strict=True):
+            if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
+                self._deliver(job, ok, value)
+
+    async def _run_alone(self, tx: BatchTx, group: list[_Job], start: int) -> list[tuple[bool, Any]]:
+        """The batch's only body (or combined group): no savepoint, since a refusal rolls the whole
+        transaction back. Its non-durable jobs are answered once it applied, before the COMMIT, where a
+        COMMIT costs time of its own (`answer_before_commit`); otherwise the COMMIT goes with the
+        statements and every job is answered once committed."""
+        try:
+            values = await group[0].run(tx, group)
+            if not self._answer_before_commit:
+                tx.execute("COMMIT")
+            await tx.sync()
+        except self._lost:
+            raise
+        except Exception as error:  # a refusal or a bug: the transaction holds this body alone; undo it
+            if not tx.unsend(start):  # (nothing to undo when no statement of it reached the database)
+                tx.execute("ROLLBACK")
+                await tx.sync()
+            return [(False, error)] * len(group)
+        results = [(True, value) for value in values]
+        if not self._answer_before_commit:
+            return results
+        outcomes = self._answer_applied(group, results)
+        tx.execute("COMMIT")
+        await tx.sync()
+        return outcomes
+
+    async def _run_among_others(self, tx: BatchTx, group: list[_Job]) -> list[tuple[bool, Any]]:
+        """One body of a batch inside its own savepoint; non-durable jobs are answered once it applied."""
+        start = tx.mark()
+        tx.execute("SAVEPOINT egbe_job")
+        try:
+            values = await group[0].run(tx, group)
+            tx.execute("RELEASE SAVEPOINT egbe_job")
+            await tx.sync()
+        except self._lost:
+            raise
+        except Exception as error:  # a refusal or a bug: undo this body (group) only
+            if not tx.unsend(start):
+                tx.execute("ROLLBACK TO SAVEPOINT egbe_job")
+                tx.execute("RELEASE SAVEPOINT egbe_job")
+                await tx.sync()
+            return self._answer_applied(group, [(False, error)] * len(group))
+        return self._answer_applied(group, [(True, value) for value in values])
+
+    def _answer_applied(self, group: list[_Job], results: list[tuple[bool, Any]]) -> list[tuple[bool, Any]]:
+        """Answer the group's non-durable jobs now; the rest are answered after the COMMIT."""
+        outcomes = []
+        for job, result in zip(group, results, strict=True):
+            if not job.durable:
+                self._deliver(job, *result)
+                result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
+            outcomes.append(result)
+        return outcomes
+
+
+def _run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
+    """A coroutine that never suspends, run to its end on this thread (a SQLite batch)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a SQLite transaction body waited on something other than its store")
+
+
+class ThreadCommitter(GroupCommitter[C]):
+    """The writer is a thread with a blocking connection (SQLite)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        connect: Callable[[], C],
+        close_connection: Callable[[C], None],
+        make_tx: Callable[[C], BatchTx],
+        begin: Callable[[BatchTx, bool], None],
+        lost: tuple[type[BaseException], ...],
+        describe: str,
+    ) -> None:
+        # SQLite's COMMIT writes the WAL (and FULL fsyncs a durable batch): not for a non-durable caller.
+        super().__init__(
+            make_tx=make_tx, begin=begin, lost=lost, describe=describe, answer_before_commit=True
+        )
+        self._connect = connect
+        self._close_connection = close_connection
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
 
     def start(self) -> None:
         """Connect (raising when the database cannot be reached) and start the writer thread."""
@@ -176,50 +334,35 @@ class GroupCommitter(Generic[C]):
 
     def run_now(self, body: Callable[[C], T]) -> T:
         """Run one body on the calling thread before the writer starts (schema creation)."""
-        connection = self._connection if self._connection is not None else self._connect()
-        self._connection = connection
-        return body(connection)
-
-    async def submit(
-        self,
-        body: Any,
-        *,
-        timeout_seconds: float,
-        durable: bool = True,
-        combine: Callable[[Any, list[Any]], list[Any]] | None = None,
-    ) -> Any:
-        """Run `body(tx)` in the writer's transaction; answered after COMMIT when `durable`, else once
-        applied. With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
-        `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
-        if self._closed:
-            raise Unavailable(f"{self._describe} is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._jobs.put(_Job(body, future, loop, durable, combine))
-        # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
-        late = Unavailable(f"{self._describe} did not answer within {timeout_seconds} s")
-        timer = loop.call_later(timeout_seconds, _expire, future, late)
-        try:
-            return await future
-        finally:
-            timer.cancel()
-
-    def post(self, item: Any, *, combine: Callable[[Any, list[Any]], list[Any]]) -> None:
-        """Queue an item for `combine` (as `submit` does) and do not wait for it: it is applied in order
-        with every other job and committed without waiting for the disk."""
-        if self._closed:
-            raise Unavailable(f"{self._describe} is closed")
-        self._jobs.put(_Job(item, None, asyncio.get_running_loop(), False, combine))
+        if self._connection is None:
+            self._connection = self._connect()
+        return body(self._connection)
 
     def close(self) -> None:
         self._closed = True
         if self._thread.is_alive():
             self._jobs.put(None)
-            self._thread.join(timeout=30)
-        if self._connection is not None:
+            self._thread.join(timeout=CLOSE_TIMEOUT_S)
+        _run_to_end(self._drop_connection())
+
+    def _enqueue(self, job: _Job) -> None:
+        self._jobs.put(job)
+
+    def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
+        if not self._settle_job(job, ok, value):
+            assert job.future is not None
+            job.loop.call_soon_threadsafe(_settle, job.future, ok, value)
+
+    async def _connected(self) -> C:
+        if self._connection is None:
+            self._connection = self._connect()
+        return self._connection
+
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
             with contextlib.suppress(Exception):
-                self._connection.close()
-            self._connection = None
+                self._close_connection(connection)
 
     def _work(self) -> None:
         while True:
@@ -236,71 +379,74 @@ class GroupCommitter(Generic[C]):
                     self._jobs.put(None)  # finish this batch, then stop
                     break
                 batch.append(job)
-            self._run_batch(batch)
+            _run_to_end(self._run_batch(batch))
 
-    def _run_batch(self, batch: list[_Job]) -> None:
-        groups = _groups(batch)
-        outcomes: list[tuple[bool, Any]] = []
-        try:
-            if self._connection is None:
-                self._connection = self._connect()
-            connection = self._connection
-            tx = self._make_tx(connection)
-            with self._pipeline(connection) if self._pipeline else _NO_PIPELINE as pipe:
-                self._begin(connection, any(job.durable for job in batch))
-                if len(groups) == 1:
-                    outcomes = self._run_alone(connection, tx, groups[0], pipe)
-                else:
-                    for group in groups:
-                        outcomes.extend(self._run_among_others(connection, tx, group, pipe))
-                    connection.execute("COMMIT")
-            self.healthy = True
-        except self._lost as error:
-            self.healthy = False
-            self._drop_connection()
-            failure = Unavailable(f"{self._describe} is unavailable: {error}")
-            outcomes = [(False, failure)] * len(batch)
-        ordered = [job for group in groups for job in group]  # the order the outcomes are in
-        for job, (ok, value) in zip(ordered, outcomes, strict=True):
-            if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
-                _deliver(job, ok, value)
 
-    def _run_alone(self, connection: C, tx: Any, group: list[_Job], pipe: Any) -> list[tuple[bool, Any]]:
-        """The batch's only body (or combined group): no savepoint, since a refusal rolls the whole
-        transaction back; its non-durable jobs are answered once it applied, before the COMMIT."""
-        try:
-            values = group[0].run(tx, group)
-            pipe.sync()
-        except self._lost:
-            raise
-        except Exception as error:  # a refusal or a bug: the transaction holds this body alone; undo it
-            connection.execute("ROLLBACK")
-            return [(False, error)] * len(group)
-        outcomes = _answer_applied(group, [(True, value) for value in values])
-        connection.execute("COMMIT")
-        return outcomes
+class LoopCommitter(GroupCommitter[C]):
+    """The writer is a task on the event loop with an asynchronous connection (PostgreSQL)."""
 
-    def _run_among_others(
-        self, connection: C, tx: Any, group: list[_Job], pipe: Any
-    ) -> list[tuple[bool, Any]]:
-        """One body of a batch inside its own savepoint; non-durable jobs are answered once it applied."""
-        connection.execute("SAVEPOINT egbe_job")
-        try:
-            values = group[0].run(tx, group)
-            connection.execute("RELEASE SAVEPOINT egbe_job")
-            pipe.sync()
-        except self._lost:
-            raise
-        except Exception as error:  # a refusal or a bug: undo this body (group) only
-            connection.execute("ROLLBACK TO SAVEPOINT egbe_job")
-            connection.execute("RELEASE SAVEPOINT egbe_job")
-            return _answer_applied(group, [(False, error)] * len(group))
-        return _answer_applied(group, [(True, value) for value in values])
+    def __init__(
+        self,
+        *,
+        name: str,
+        connect: Callable[[], Awaitable[C]],
+        close_connection: Callable[[C], Awaitable[None]],
+        make_tx: Callable[[C], BatchTx],
+        begin: Callable[[BatchTx, bool], None],
+        lost: tuple[type[BaseException], ...],
+        describe: str,
+    ) -> None:
+        # A pipelined COMMIT costs no round trip of its own: every job is answered once committed.
+        super().__init__(
+            make_tx=make_tx, begin=begin, lost=lost, describe=describe, answer_before_commit=False
+        )
+        self._name = name
+        self._connect = connect
+        self._close_connection = close_connection
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
 
-    def _drop_connection(self) -> None:
+    async def start(self) -> None:
+        """Connect (raising when the database cannot be reached) and start the writer task."""
+        self._connection = await self._connect()
+        self._task = asyncio.create_task(self._work(), name=self._name)
+
+    async def close(self) -> None:
+        """Finish the batches already queued (for up to CLOSE_TIMEOUT_S), then close the connection."""
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, CLOSE_TIMEOUT_S)
+        await self._drop_connection()
+
+    def _enqueue(self, job: _Job) -> None:
+        self._jobs.append(job)
+        self._wake.set()
+
+    def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
+        if not self._settle_job(job, ok, value):
+            assert job.future is not None
+            _settle(job.future, ok, value)
+
+    async def _connected(self) -> C:
+        if self._connection is None:
+            self._connection = await self._connect()
+        return self._connection
+
+    async def _drop_connection(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
             with contextlib.suppress(Exception):
-                connection.execute("ROLLBACK")
-            with contextlib.suppress(Exception):
-                connection.close()
+                await self._close_connection(connection)
+
+    async def _work(self) -> None:
+        jobs = self._jobs
+        while jobs or not self._closed:
+            if not jobs:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = [jobs.popleft() for _ in range(min(MAX_BATCH, len(jobs)))]
+            await self._run_batch(batch)

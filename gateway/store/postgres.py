@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
-from gateway.store.group_commit import GroupCommitter
+from gateway.store.group_commit import BatchTx, LoopCommitter
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
@@ -22,64 +24,163 @@ LISTEN_RETRY_SECONDS = 0.5
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
+@functools.lru_cache(maxsize=1024)
+def _native(sql: str) -> bytes:
+    """A statement written with `?` placeholders, in psycopg's form."""
+    return sql.replace("?", "%s").encode()
+
+
+@functools.lru_cache(maxsize=64)
+def _insert(table: str, columns: tuple[str, ...], types: tuple[str, ...] | None) -> str:
+    """One row's VALUES, or (`types`) a column array of each type, unnested into rows. (Table and columns
+    are the store's own names, never a caller's text.)"""
+    if types is None:
+        return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"  # noqa: S608
+    arrays = ", ".join(f"?::{type_}[]" for type_ in types)
+    return f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"  # noqa: S608
+
+
+@dataclass
+class _Pipelined:
+    """The writer's connection, held in pipeline mode for its whole life: a statement whose answer nobody
+    reads goes out without waiting for one (prepared after its fifth use, psycopg's default), and a
+    sync collects every answer in one round trip."""
+
+    connection: psycopg.AsyncConnection[Any]
+    # Held, not just entered: the context's generator leaves pipeline mode when it is collected.
+    mode: contextlib.AbstractAsyncContextManager[psycopg.AsyncPipeline]
+    pipeline: psycopg.AsyncPipeline
+    # The gateway tables' column types, for multi-row inserts (`_PostgresTx.insert`).
+    column_types: dict[tuple[str, str], str]
+
+    @classmethod
+    async def open(cls, dsn: str, timeout_seconds: float) -> _Pipelined:
+        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
+        # for the WAL flush unless a batch is durable (`_begin`).
+        connection = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, connect_timeout=max(1, int(timeout_seconds))
+        )
+        await connection.execute(b"SET synchronous_commit TO off")
+        described = await connection.execute(
+            b"SELECT table_name, column_name, data_type FROM information_schema.columns"
+            b" WHERE table_schema = current_schema() AND table_name LIKE 'gateway%'"
+        )
+        column_types = {(table, column): type_ for table, column, type_ in await described.fetchall()}
+        mode = connection.pipeline()
+        return cls(connection, mode, await mode.__aenter__(), column_types)
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
 class _PostgresTx:
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
-        self._connection = connection
+    """Statements queued and sent, pipelined, with the next read or `sync`: a body that reads nothing
+    is sent whole with its BEGIN and COMMIT, one round trip. After an error the pipeline is synced
+    before anything else goes out (an aborted pipeline refuses every statement until then)."""
+
+    def __init__(self, pipelined: _Pipelined) -> None:
+        self._connection = pipelined.connection
+        self._pipeline = pipelined.pipeline
+        self._column_types = pipelined.column_types
+        self._queued: list[tuple[bytes, Sequence[Any]]] = []
+        self._sent = 0  # statements handed to the connection so far (whether or not they succeeded)
+        self._failed = False
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._connection.execute(sql.replace("?", "%s").encode(), params)
+        self._queued.append((_native(sql), params))
 
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
-        row: Row | None = self._connection.execute(sql.replace("?", "%s").encode(), params).fetchone()
-        return row
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+        rows = await self.all(sql, params)
+        return rows[0] if rows else None
 
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return list(self._connection.execute(sql.replace("?", "%s").encode(), params).fetchall())
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        self.execute(sql, params)
+        cursor = await self._send()
+        assert cursor is not None
+        try:
+            return list(await cursor.fetchall())
+        except psycopg.Error:
+            self._failed = True
+            raise
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._connection.cursor().executemany(sql.replace("?", "%s").encode(), rows)
+        native = _native(sql)
+        self._queued.extend((native, row) for row in rows)
 
-    def all_together(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
-        """Every query goes out in the pipeline before the first fetch waits: one round trip for all."""
-        connection = self._connection
-        cursors = [connection.execute(sql.replace("?", "%s").encode(), params) for sql, params in queries]
-        return [list(cursor.fetchall()) for cursor in cursors]
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """One statement: a row's values, or an array per column unnested (the same text for any number
+        of rows, so it is prepared once; a statement per row cost an event-loop turn each)."""
+        if len(rows) == 1:
+            self.execute(_insert(table, tuple(columns), None), rows[0])
+        elif rows:
+            types = tuple(self._column_types[table, column] for column in columns)
+            arrays = [list(values) for values in zip(*rows, strict=True)]
+            self.execute(_insert(table, tuple(columns), types), arrays)
 
     def notify(self, payload: str) -> None:
         # Delivered to every listening gateway when (and only if) the transaction commits.
         self.execute("SELECT pg_notify(?, ?)", (CONTROLS_CHANNEL, payload))
 
+    async def sync(self) -> None:
+        await self._send()
+        try:
+            await self._pipeline.sync()
+        except psycopg.Error:
+            self._failed = True
+            raise
+
+    def mark(self) -> int:
+        return self._sent + len(self._queued)
+
+    def unsend(self, mark: int) -> bool:
+        if mark < self._sent:
+            return False
+        del self._queued[mark - self._sent :]
+        return True
+
+    async def _send(self) -> psycopg.AsyncCursor[Any] | None:
+        """Hand every queued statement to the pipeline; the last one's cursor."""
+        if self._failed:
+            self._failed = False
+            with contextlib.suppress(psycopg.Error):  # (a lost connection fails the statements below)
+                await self._pipeline.sync()
+        queued, self._queued = self._queued, []
+        self._sent += len(queued)
+        cursor = None
+        try:
+            for sql, params in queued:
+                cursor = await self._connection.execute(sql, params or None)
+        except psycopg.Error:
+            self._failed = True
+            raise
+        return cursor
+
 
 class PostgresGatewayStore(GatewayStore):
+    _writer: LoopCommitter[_Pipelined]
+
     def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
         super().__init__(for_update=" FOR UPDATE")
         self._dsn = dsn
         self._timeout = timeout_seconds
-        self._writer = GroupCommitter[psycopg.Connection[Any]](
+        self._writer = LoopCommitter[_Pipelined](
             name="gateway-postgres",
-            connect=self._connect,
+            connect=lambda: _Pipelined.open(dsn, timeout_seconds),
+            close_connection=_Pipelined.close,
             make_tx=_PostgresTx,
             begin=self._begin,
             lost=_LOST,
             describe="gateway store (PostgreSQL)",
-            pipeline=lambda connection: connection.pipeline(),
         )
         self._listener: asyncio.Task[None] | None = None
         self._resync_listeners: list[Callable[[list[Control]], None]] = []
         self._listening = asyncio.Event()
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
-        # for the WAL flush unless a batch is durable (`_begin`).
-        connection = psycopg.connect(self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout)))
-        connection.execute(b"SET synchronous_commit TO off")
-        return connection
-
     @staticmethod
-    def _begin(connection: psycopg.Connection[Any], durable: bool) -> None:
-        connection.execute(b"BEGIN")
+    def _begin(tx: BatchTx, durable: bool) -> None:
+        tx.execute("BEGIN")
         if durable:
-            connection.execute(b"SET LOCAL synchronous_commit TO on")
+            tx.execute("SET LOCAL synchronous_commit TO on")
 
     @property
     def healthy(self) -> bool:
@@ -89,9 +190,13 @@ class PostgresGatewayStore(GatewayStore):
         """Told every active control whenever the push channel (re)connects: pushes may have been missed."""
         self._resync_listeners.append(listener)
 
-    @staticmethod
-    def _create_schema(connection: psycopg.Connection[Any]) -> None:
-        with connection.transaction():
+    def _create_schema(self) -> None:
+        """On a connection of its own (the writer's is asynchronous and held in pipeline mode)."""
+        timeout = max(1, int(self._timeout))
+        with (
+            psycopg.connect(self._dsn, autocommit=True, connect_timeout=timeout) as connection,
+            connection.transaction(),
+        ):
             # Serializes schema creation between gateways starting together.
             connection.execute("SELECT pg_advisory_xact_lock(7451)")
             for statement in schema_statements("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"):
@@ -110,10 +215,10 @@ class PostgresGatewayStore(GatewayStore):
 
     async def open(self) -> None:
         try:
-            await asyncio.to_thread(self._writer.run_now, self._create_schema)
+            await asyncio.to_thread(self._create_schema)
+            await self._writer.start()
         except psycopg.Error as exc:
             raise Unavailable(f"gateway store (PostgreSQL) cannot be opened: {exc}") from exc
-        self._writer.start()
         self._listener = asyncio.create_task(self._listen(), name="gateway-controls-listener")
         await asyncio.wait_for(self._listening.wait(), self._timeout)
 
@@ -122,7 +227,7 @@ class PostgresGatewayStore(GatewayStore):
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
-        await asyncio.to_thread(self._writer.close)
+        await self._writer.close()
 
     async def _listen(self) -> None:
         """Hold one LISTEN connection; on each notification publish that control to this process."""

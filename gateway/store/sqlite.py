@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.store.base import GatewayStore, Row
-from gateway.store.group_commit import GroupCommitter
+from gateway.store.group_commit import BatchTx, ThreadCommitter
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
 
@@ -20,34 +20,49 @@ class _SqliteTx:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._connection.execute(sql, params)
 
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
+    async def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         row: Row | None = self._connection.execute(sql, params).fetchone()
         return row
 
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self._connection.execute(sql, params).fetchall())
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self._connection.executemany(sql, rows)
 
-    def all_together(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Row]]:
-        """In-process: nothing to save by sending them together."""
-        return [self.all(sql, params) for sql, params in queries]
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """In-process, a statement per row costs nothing a multi-row one would save."""
+        marks = ", ".join("?" * len(columns))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"  # noqa: S608 - the store's names
+        self._connection.executemany(sql, rows)
 
     def notify(self, payload: str) -> None:
         """One embedded process: listeners are told in-process after the commit."""
 
+    # In-process, every statement runs at once: nothing is ever queued.
+    async def sync(self) -> None:
+        return None
+
+    def mark(self) -> int:
+        return 0
+
+    def unsend(self, mark: int) -> bool:
+        return False
+
 
 class SqliteGatewayStore(GatewayStore):
+    _writer: ThreadCommitter[sqlite3.Connection]
+
     def __init__(self, path: Path, *, timeout_seconds: float, synchronous: str = "FULL") -> None:
         super().__init__(for_update="")
         self._path = path
         self._timeout = timeout_seconds
         self._synchronous = synchronous
         self._mode = ""  # the writer connection's current synchronous setting
-        self._writer = GroupCommitter[sqlite3.Connection](
+        self._writer = ThreadCommitter[sqlite3.Connection](
             name="gateway-sqlite",
             connect=self._connect,
+            close_connection=sqlite3.Connection.close,
             make_tx=_SqliteTx,
             begin=self._begin,
             lost=(sqlite3.OperationalError,),
@@ -65,15 +80,15 @@ class SqliteGatewayStore(GatewayStore):
         connection.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
         return connection
 
-    def _begin(self, connection: sqlite3.Connection, durable: bool) -> None:
+    def _begin(self, tx: BatchTx, durable: bool) -> None:
         """A durable batch commits with the configured `synchronous` (FULL: the WAL is fsynced); any other
         with NORMAL (WAL appended, fsynced by the next durable commit or checkpoint). BEGIN IMMEDIATE takes
         the write lock up front, which also guards against other processes."""
         mode = self._synchronous if durable else "NORMAL"
         if mode != self._mode:
-            connection.execute(f"PRAGMA synchronous={mode}")
+            tx.execute(f"PRAGMA synchronous={mode}")
             self._mode = mode
-        connection.execute("BEGIN IMMEDIATE")
+        tx.execute("BEGIN IMMEDIATE")
 
     @staticmethod
     def _create_schema(connection: sqlite3.Connection) -> None:

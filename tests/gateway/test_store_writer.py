@@ -1,0 +1,98 @@
+"""The store's group-committing writer on each backend: refusals and database errors undo only their own
+body, the connection stays usable after one (PostgreSQL's pipeline after an error), and multi-row
+inserts (PostgreSQL: unnested column arrays) keep every value, NULLs included."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gateway.store.base import GatewayStore, Tx
+from gateway.store.postgres import PostgresGatewayStore
+from gateway.store.sqlite import SqliteGatewayStore
+from services.errors import FailedPrecondition
+
+CONTROL_COLUMNS = (
+    "control_id", "kind", "scope", "target", "reason", "operator_id", "created_at_ms", "active",
+    "lifted_at_ms",
+)  # fmt: skip
+
+
+@pytest.fixture
+async def store(tmp_path: Path, database_url: str | None) -> AsyncIterator[GatewayStore]:
+    opened: GatewayStore = (
+        SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=5)
+        if database_url is None
+        else PostgresGatewayStore(database_url, timeout_seconds=5)
+    )
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+def control(control_id: str, lifted_at_ms: int | None = None) -> tuple[Any, ...]:
+    return (control_id, 1, 1, "ada", "a reason with 'quotes'", "op", 1_000, 1, lifted_at_ms)
+
+
+async def stored_controls(store: GatewayStore) -> list[tuple[Any, ...]]:
+    columns = ", ".join(CONTROL_COLUMNS)
+
+    async def read(tx: Tx) -> list[tuple[Any, ...]]:
+        return await tx.all(f"SELECT {columns} FROM gateway_controls ORDER BY control_id")  # noqa: S608
+
+    return await store.transact(read, durable=False)
+
+
+def inserting(*rows: tuple[Any, ...]) -> Any:
+    async def body(tx: Tx) -> None:
+        tx.insert("gateway_controls", CONTROL_COLUMNS, rows)
+
+    return body
+
+
+async def test_a_multi_row_insert_keeps_every_value(store: GatewayStore) -> None:
+    rows = [control("c1"), control("c2", lifted_at_ms=2_000), control("c3")]
+    await store.transact(inserting(*rows), durable=False)
+    await store.transact(inserting(control("c4")), durable=False)
+    assert await stored_controls(store) == [*rows, control("c4")]
+
+
+async def test_a_database_error_fails_its_body_and_the_next_transaction_works(store: GatewayStore) -> None:
+    await store.transact(inserting(control("c1")), durable=False)
+    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
+        await store.transact(inserting(control("c2"), control("c1")), durable=False)
+    assert store.healthy
+    await store.transact(inserting(control("c3")), durable=False)
+    assert [row[0] for row in await stored_controls(store)] == ["c1", "c3"]
+
+
+async def test_a_refusal_after_queued_writes_leaves_nothing_written(store: GatewayStore) -> None:
+    async def refuse_after_writing(tx: Tx) -> None:
+        tx.insert("gateway_controls", CONTROL_COLUMNS, [control("c1")])
+        raise FailedPrecondition("refused after its write was queued")
+
+    with pytest.raises(FailedPrecondition):
+        await store.transact(refuse_after_writing, durable=False)
+    assert await stored_controls(store) == []
+
+
+async def test_bodies_batched_together_fail_alone(store: GatewayStore) -> None:
+    """Submitted together they share one transaction (a savepoint each): the duplicate fails, its
+    neighbours on either side commit."""
+    await store.transact(inserting(control("c0")), durable=False)
+    outcomes = await asyncio.gather(
+        store.transact(inserting(control("c1")), durable=False),
+        store.transact(inserting(control("c0")), durable=False),
+        store.transact(inserting(control("c2")), durable=True),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is None
+    assert outcomes[2] is None
+    assert isinstance(outcomes[1], (sqlite3.IntegrityError, psycopg.errors.UniqueViolation))
+    assert [row[0] for row in await stored_controls(store)] == ["c0", "c1", "c2"]
