@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -725,7 +725,12 @@ class CognitionGateway:
     async def run_guarded(self, spec: RunSpec, work: Awaitable[Any]) -> Any:
         """Await the run's work as a task a pushed control cancels; raises Aborted naming the control."""
         run = self.inflight.track(spec)
-        self._raise_if_stopped(run)
+        try:
+            self._raise_if_stopped(run)
+        except Aborted:
+            if isinstance(work, Coroutine):
+                work.close()  # never started: nothing to cancel (and no "never awaited" warning)
+            raise
         task: asyncio.Task[Any] = asyncio.ensure_future(work)
         run.tasks.add(task)
         try:
