@@ -63,8 +63,19 @@ class Tx(Protocol):
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Rows into `table`: one statement however many (PostgreSQL: an array per column, unnested),
-        or one per row where that costs nothing more (SQLite)."""
+        """Rows into `table`, as `insert_statements` writes them."""
+        ...
+
+    def insert_statements(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[str, Sequence[Any]]]:
+        """The statements that insert `rows` into `table`: one however many rows (PostgreSQL: the rows
+        as one JSON parameter), or one per row where that costs nothing more (SQLite)."""
+        ...
+
+    def execute_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Statements that each change rows none of the others touch, as one: PostgreSQL sends a single
+        statement (data-modifying CTEs, which share one snapshot), SQLite runs them in turn."""
         ...
 
     def notify(self, payload: str) -> None: ...
@@ -173,6 +184,23 @@ _COMPLETE_RUN = (
 )
 
 
+class _Statements:
+    """Writes gathered to go to the database together (`Tx.execute_together`)."""
+
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+        self.gathered: list[tuple[str, Sequence[Any]]] = []
+
+    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.gathered.extend(self._tx.insert_statements(table, columns, rows))
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.gathered.append((sql, params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.gathered.extend((sql, row) for row in rows)
+
+
 class _LedgerChanges:
     """What one transaction changes in the ledger, gathered and then written with one statement per
     world window and one per lease (`write`), however many admissions and calls it holds."""
@@ -204,7 +232,7 @@ class _LedgerChanges:
         if run.lease_holder:
             self._leases[run.lease_key] = self._leases.get(run.lease_key, 0) + from_reservation
 
-    def write(self, tx: Tx) -> None:
+    def write(self, tx: Tx | _Statements) -> None:
         for (world_id, window_start_ms), change in self._windows.items():
             cap, admissions, blocked, killed, from_reservations, consumed, micro_usd = change
             if cap >= 0:  # an admission's window: created if new (`_LOCK_LEDGER`'s upsert, counted)
@@ -538,15 +566,16 @@ class GatewayStore(ABC):
         upsert per world window. An admitted run whose request id was already admitted is answered as a
         repeat (the caller gives its reservation back to its lease)."""
         ledger = _LedgerChanges()
-        answers = await self._decide(tx, items, ledger, {})
+        answers, rows = await self._decide(tx, items, ledger, {})
+        tx.insert(*_RUN_TABLE, rows)
         ledger.write(tx)
         return answers
 
     async def _decide(
         self, tx: Tx, items: list[AdmissionItem], ledger: _LedgerChanges, endings: dict[str, _Ending]
-    ) -> list[Admission]:
-        """Write admission decisions: each admitted run's row (as `endings` ends it, for a fused run
-        written with its finish) and the decisions into `ledger`."""
+    ) -> tuple[list[Admission], list[tuple[Any, ...]]]:
+        """Admission decisions: the answers, the rows of the runs to insert (as `endings` ends them, for
+        fused runs written with their finish), and the decisions into `ledger`."""
         admitted = [i for i in items if i.outcome is AdmissionOutcome.ADMITTED]
         earlier = await self._earlier_admissions(tx, [i.run.request_id for i in admitted if i.run.request_id])
         answers: list[Admission] = []
@@ -566,9 +595,7 @@ class GatewayStore(ABC):
             answers.append(Admission(run, True, run.max_tokens))
             if run.request_id:  # a repeat later in this burst answers this run
                 earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
-        if inserted:
-            tx.insert(*_RUN_TABLE, inserted)
-        return answers
+        return answers, inserted
 
     # -- leases of the world cap --------------------------------------------------------------------
     async def lease(
@@ -897,17 +924,21 @@ class GatewayStore(ABC):
                 ended = RunEnd(used, 0, False, lease_return=run.released_tokens, lease_charge=charge)
                 answers.append(ended)
             runs[entry.run_id] = dataclasses.replace(run, used_tokens=used, status=RunStatus.COMPLETED)
+        # Each run, audit record, ledger window and lease is written once, so the writes go together.
+        writes = _Statements(tx)
         if fresh:
-            await self._decide(tx, list(fresh.values()), ledger, endings)
-        tx.insert(*_AUDIT_TABLE, [_audit_row(item.entry) for item in items])
-        completed = [ending.update(run_id) for run_id, ending in endings.items() if run_id not in fresh]
-        if completed:
-            tx.executemany(_COMPLETE_RUN, completed)
-        if consumed_only:
-            tx.executemany(
-                "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
-            )
-        ledger.write(tx)
+            _, inserted = await self._decide(tx, list(fresh.values()), ledger, endings)
+            writes.insert(*_RUN_TABLE, inserted)
+        writes.insert(*_AUDIT_TABLE, [_audit_row(item.entry) for item in items])
+        writes.executemany(
+            _COMPLETE_RUN,
+            [ending.update(run_id) for run_id, ending in endings.items() if run_id not in fresh],
+        )
+        writes.executemany(
+            "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
+        )
+        ledger.write(writes)
+        tx.execute_together(writes.gathered)
         return answers
 
     async def expire_runs(self, *, now_ms: int) -> int:

@@ -31,10 +31,21 @@ class _SqliteTx:
         self._connection.executemany(sql, rows)
 
     def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        for sql, params in self.insert_statements(table, columns, rows):
+            self._connection.execute(sql, params)
+
+    def insert_statements(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> list[tuple[str, Sequence[Any]]]:
         """In-process, a statement per row costs nothing a multi-row one would save."""
         marks = ", ".join("?" * len(columns))
         sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"  # noqa: S608 - the store's names
-        self._connection.executemany(sql, rows)
+        return [(sql, row) for row in rows]
+
+    def execute_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """In-process: nothing to save by joining them."""
+        for sql, params in statements:
+            self._connection.execute(sql, params)
 
     def notify(self, payload: str) -> None:
         """One embedded process: listeners are told in-process after the commit."""

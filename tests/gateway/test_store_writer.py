@@ -63,6 +63,29 @@ async def test_a_multi_row_insert_keeps_every_value(store: GatewayStore) -> None
     assert await stored_controls(store) == [*rows, control("c4")]
 
 
+async def test_statements_sent_together_are_all_or_nothing(store: GatewayStore) -> None:
+    """`execute_together` (PostgreSQL: one statement of CTEs): both rows land, or, when one of them
+    fails, neither does."""
+
+    def together(*control_ids: str) -> Any:
+        async def body(tx: Tx) -> None:
+            statements = []
+            for control_id in control_ids:
+                statements += tx.insert_statements("gateway_controls", CONTROL_COLUMNS, [control(control_id)])
+            statements.append(("UPDATE gateway_controls SET reason = ? WHERE control_id = ?", ("x", "c0")))
+            tx.execute_together(statements)
+
+        return body
+
+    await store.transact(inserting(control("c0")), durable=False)
+    await store.transact(together("c1", "c2"), durable=False)
+    with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
+        await store.transact(together("c3", "c1"), durable=False)
+    rows = await stored_controls(store)
+    assert [row[0] for row in rows] == ["c0", "c1", "c2"]
+    assert rows[0][4] == "x"
+
+
 async def test_a_database_error_fails_its_body_and_the_next_transaction_works(store: GatewayStore) -> None:
     await store.transact(inserting(control("c1")), durable=False)
     with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
