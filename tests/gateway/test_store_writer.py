@@ -1,6 +1,7 @@
 """The store's group-committing writer on each backend: refusals and database errors undo only their own
-body, the connection stays usable after one (PostgreSQL's pipeline after an error), and multi-row
-inserts (PostgreSQL: unnested column arrays) keep every value, NULLs included."""
+body, the connection stays usable after one (PostgreSQL's pipeline after an error), multi-row inserts
+(PostgreSQL: the rows as one JSON parameter) keep every value, NULLs included, and posted writes
+(nobody waits for them; PostgreSQL gathers them) are written in order and without a waiting caller."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.store.base import GatewayStore, Tx
+from gateway.records import RunSpec
+from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, Tx
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
 from services.errors import FailedPrecondition
@@ -119,3 +121,43 @@ async def test_bodies_batched_together_fail_alone(store: GatewayStore) -> None:
     assert outcomes[2] is None
     assert isinstance(outcomes[1], (sqlite3.IntegrityError, psycopg.errors.UniqueViolation))
     assert [row[0] for row in await stored_controls(store)] == ["c0", "c1", "c2"]
+
+
+def admission(run_id: str) -> AdmissionItem:
+    run = RunSpec(run_id, "tenant", "world", "ada", 1, 1, 2, 2, 4_000)
+    return AdmissionItem(run, AdmissionOutcome.ADMITTED, 10**9, 0, 1_000, 60_000, holder="gw-1")
+
+
+async def stored_runs(store: GatewayStore) -> list[str]:
+    async def read(tx: Tx) -> list[str]:
+        return [row[0] for row in await tx.all("SELECT run_id FROM gateway_runs ORDER BY run_id")]
+
+    return await store.transact(read, durable=False)
+
+
+async def test_a_waited_transaction_sees_every_admission_posted_before_it(store: GatewayStore) -> None:
+    for run_id in ("r1", "r2", "r3"):
+        store.post_admission(admission(run_id))
+    assert await stored_runs(store) == ["r1", "r2", "r3"]
+
+
+async def test_a_posted_admission_is_written_with_nobody_waiting(
+    store: GatewayStore, tmp_path: Path, database_url: str | None
+) -> None:
+    """Read from a connection of the test's own, so no transaction of the store's wakes its writer."""
+    store.post_admission(admission("r1"))
+
+    def written() -> bool:
+        query = "SELECT count(*) FROM gateway_runs WHERE run_id = 'r1'"
+        if database_url is None:
+            with sqlite3.connect(tmp_path / "gateway.db") as connection:
+                return bool(connection.execute(query).fetchone()[0])
+        with psycopg.connect(database_url) as connection:
+            row = connection.execute(query.encode()).fetchone()
+            return bool(row and row[0])
+
+    for _ in range(200):  # up to 2 s: a generous bound on "eventually", not a speed check
+        if await asyncio.to_thread(written):
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail("the posted admission was never written")
