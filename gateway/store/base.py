@@ -60,12 +60,6 @@ class Tx(Protocol):
 
     async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
-
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        """Rows into `table`, as `insert_statements` writes them."""
-        ...
-
     def insert_statements(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> list[tuple[str, Sequence[Any]]]:
@@ -184,6 +178,12 @@ _COMPLETE_RUN = (
 )
 
 
+def insert_rows(tx: Tx, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Rows into `table`, in the statements the backend writes them with (`Tx.insert_statements`)."""
+    for sql, params in tx.insert_statements(table, columns, rows):
+        tx.execute(sql, params)
+
+
 class _Statements:
     """Writes gathered to go to the database together (`Tx.execute_together`)."""
 
@@ -220,7 +220,7 @@ class _LedgerChanges:
         window = self._window(item.run.world_id, item.window_start_ms)
         window[0] = item.cap_tokens
         if counted:
-            window[{"admitted": 1, "blocked": 2, "killed": 3}[item.outcome.value]] += 1
+            window[_COUNTER_OF[item.outcome]] += 1
 
     def consumed(self, run: _RunRow, tokens: int, from_reservation: int, micro_usd: int) -> None:
         """A call's tokens into consumption; what came from the run's reservation leaves
@@ -282,6 +282,10 @@ class AdmissionOutcome(StrEnum):
     ADMITTED = "admitted"
     KILLED = "killed"  # an active control in the gateway's pushed view matched the run
     BLOCKED = "blocked"  # the world cap: the lease could not hold the run and the ledger had no more
+
+
+# Where `_LedgerChanges` counts each admission decision in a window's change.
+_COUNTER_OF = {AdmissionOutcome.ADMITTED: 1, AdmissionOutcome.BLOCKED: 2, AdmissionOutcome.KILLED: 3}
 
 
 @dataclass(frozen=True)
@@ -567,7 +571,7 @@ class GatewayStore(ABC):
         repeat (the caller gives its reservation back to its lease)."""
         ledger = _LedgerChanges()
         answers, rows = await self._decide(tx, items, ledger, {})
-        tx.insert(*_RUN_TABLE, rows)
+        insert_rows(tx, *_RUN_TABLE, rows)
         ledger.write(tx)
         return answers
 
@@ -665,7 +669,7 @@ class GatewayStore(ABC):
             charged = 0
             for world_id, window_start_ms, tokens in leases:
                 entry = audit(world_id, int(window_start_ms), int(tokens))
-                tx.insert(*_AUDIT_TABLE, [_audit_row(entry)])
+                insert_rows(tx, *_AUDIT_TABLE, [_audit_row(entry)])
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
                     " consumed_tokens = consumed_tokens + ? WHERE world_id = ? AND window_start_ms = ?",
@@ -799,7 +803,7 @@ class GatewayStore(ABC):
         run = await self._lock_run(tx, entry.run_id)
         tokens = entry.usage.total
         leaving, beyond = _charge(run, tokens, holder)
-        tx.insert(*_AUDIT_TABLE, [_audit_row(entry)])
+        insert_rows(tx, *_AUDIT_TABLE, [_audit_row(entry)])
         tx.execute(
             "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
             (tokens, entry.run_id),

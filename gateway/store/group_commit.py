@@ -135,26 +135,30 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
+@dataclass(frozen=True)
+class Writing(Generic[C]):
+    """How a store's writer reaches its database. `connect` and `close_connection` are coroutines; the
+    SQLite ones never suspend, as its bodies never do."""
+
+    name: str  # the writer thread's or task's name
+    connect: Callable[[], Awaitable[C]]
+    close_connection: Callable[[C], Awaitable[None]]
+    make_tx: Callable[[C], BatchTx]
+    # Opens a batch's transaction; its flag says whether the COMMIT must reach the disk.
+    begin: Callable[[BatchTx, bool], None]
+    # Errors meaning the database itself is gone: they fail the whole batch closed.
+    lost: tuple[type[BaseException], ...]
+    describe: str
+
+
 class GroupCommitter(ABC, Generic[C]):
     """Serializes every transaction of one store through one connection, batching the commits."""
 
-    def __init__(
-        self,
-        *,
-        make_tx: Callable[[C], BatchTx],
-        begin: Callable[[BatchTx, bool], None],
-        lost: tuple[type[BaseException], ...],
-        describe: str,
-        answer_before_commit: bool,
-    ) -> None:
-        self._make_tx = make_tx
-        # Opens a batch's transaction; its flag says whether the COMMIT must reach the disk.
-        self._begin = begin
-        # Errors meaning the database itself is gone: they fail the whole batch closed.
-        self._lost = lost
-        self._describe = describe
-        # Whether a lone batch's non-durable jobs are answered before its COMMIT (see `_run_alone`).
-        self._answer_before_commit = answer_before_commit
+    # Whether a lone batch's non-durable jobs are answered before its COMMIT (see `_run_alone`).
+    _answer_before_commit: bool
+
+    def __init__(self, writing: Writing[C]) -> None:
+        self._writing = writing
         self._connection: C | None = None
         self._closed = False
         # False from a batch that lost the database until one commits again.
@@ -167,12 +171,17 @@ class GroupCommitter(ABC, Generic[C]):
     def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
         """Answer a job's caller (on its event loop)."""
 
-    @abstractmethod
     async def _connected(self) -> C:
         """The connection, opened again if a lost database dropped it."""
+        if self._connection is None:
+            self._connection = await self._writing.connect()
+        return self._connection
 
-    @abstractmethod
-    async def _drop_connection(self) -> None: ...
+    async def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await self._writing.close_connection(connection)
 
     async def submit(
         self,
@@ -186,12 +195,12 @@ class GroupCommitter(ABC, Generic[C]):
         once applied. With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
         `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
         if self._closed:
-            raise Unavailable(f"{self._describe} is closed")
+            raise Unavailable(f"{self._writing.describe} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._enqueue(_Job(body, future, loop, durable, combine))
         # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
-        late = Unavailable(f"{self._describe} did not answer within {timeout_seconds} s")
+        late = Unavailable(f"{self._writing.describe} did not answer within {timeout_seconds} s")
         timer = loop.call_later(timeout_seconds, _expire, future, late)
         try:
             return await future
@@ -202,7 +211,7 @@ class GroupCommitter(ABC, Generic[C]):
         """Queue an item for `combine` (as `submit` does) and do not wait for it: it is applied in order
         with every other job and committed without waiting for the disk."""
         if self._closed:
-            raise Unavailable(f"{self._describe} is closed")
+            raise Unavailable(f"{self._writing.describe} is closed")
         self._enqueue(_Job(item, None, asyncio.get_running_loop(), False, combine))
 
     def _settle_job(self, job: _Job, ok: bool, value: Any) -> bool:
@@ -217,9 +226,9 @@ class GroupCommitter(ABC, Generic[C]):
         groups = _groups(batch)
         outcomes: list[tuple[bool, Any]] = []
         try:
-            tx = self._make_tx(await self._connected())
+            tx = self._writing.make_tx(await self._connected())
             start = tx.mark()
-            self._begin(tx, any(job.durable for job in batch))
+            self._writing.begin(tx, any(job.durable for job in batch))
             if len(groups) == 1:
                 outcomes = await self._run_alone(tx, groups[0], start)
             else:
@@ -232,10 +241,10 @@ class GroupCommitter(ABC, Generic[C]):
             # The database is gone (`lost`: admissions fail closed until a batch commits again), or the
             # batch's own COMMIT failed: either way the connection's state is unknown, so the next batch
             # opens another, and every job of this one not answered yet fails.
-            if isinstance(error, self._lost):
+            if isinstance(error, self._writing.lost):
                 self.healthy = False
             await self._drop_connection()
-            failure = Unavailable(f"{self._describe} is unavailable: {error}")
+            failure = Unavailable(f"{self._writing.describe} is unavailable: {error}")
             outcomes = [(False, failure)] * len(batch)
         ordered = [job for group in groups for job in group]  # the order the outcomes are in
         for job, (ok, value) in zip(ordered, outcomes, strict=True):
@@ -252,7 +261,7 @@ class GroupCommitter(ABC, Generic[C]):
             if not self._answer_before_commit:
                 tx.execute("COMMIT")
             await tx.sync()
-        except self._lost:
+        except self._writing.lost:
             raise
         except Exception as error:  # a refusal or a bug: the transaction holds this body alone; undo it
             if not tx.unsend(start):  # (nothing to undo when no statement of it reached the database)
@@ -275,7 +284,7 @@ class GroupCommitter(ABC, Generic[C]):
             values = await group[0].run(tx, group)
             tx.execute("RELEASE SAVEPOINT egbe_job")
             await tx.sync()
-        except self._lost:
+        except self._writing.lost:
             raise
         except Exception as error:  # a refusal or a bug: undo this body (group) only
             if not tx.unsend(start):
@@ -309,37 +318,23 @@ def _run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
 class ThreadCommitter(GroupCommitter[C]):
     """The writer is a thread with a blocking connection (SQLite)."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        connect: Callable[[], C],
-        close_connection: Callable[[C], None],
-        make_tx: Callable[[C], BatchTx],
-        begin: Callable[[BatchTx, bool], None],
-        lost: tuple[type[BaseException], ...],
-        describe: str,
-    ) -> None:
-        # SQLite's COMMIT writes the WAL (and FULL fsyncs a durable batch): not for a non-durable caller.
-        super().__init__(
-            make_tx=make_tx, begin=begin, lost=lost, describe=describe, answer_before_commit=True
-        )
-        self._connect = connect
-        self._close_connection = close_connection
+    # SQLite's COMMIT writes the WAL (and FULL fsyncs a durable batch): not for a non-durable caller.
+    _answer_before_commit = True
+
+    def __init__(self, writing: Writing[C]) -> None:
+        super().__init__(writing)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._work, name=writing.name, daemon=True)
 
     def start(self) -> None:
         """Connect (raising when the database cannot be reached) and start the writer thread."""
-        self._connection = self._connect()
+        self._connection = _run_to_end(self._connected())
         sys.setswitchinterval(min(sys.getswitchinterval(), WRITER_SWITCH_INTERVAL_S))
         self._thread.start()
 
     def run_now(self, body: Callable[[C], T]) -> T:
         """Run one body on the calling thread before the writer starts (schema creation)."""
-        if self._connection is None:
-            self._connection = self._connect()
-        return body(self._connection)
+        return body(_run_to_end(self._connected()))
 
     def close(self) -> None:
         self._closed = True
@@ -355,17 +350,6 @@ class ThreadCommitter(GroupCommitter[C]):
         if not self._settle_job(job, ok, value):
             assert job.future is not None
             job.loop.call_soon_threadsafe(_settle, job.future, ok, value)
-
-    async def _connected(self) -> C:
-        if self._connection is None:
-            self._connection = self._connect()
-        return self._connection
-
-    async def _drop_connection(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                self._close_connection(connection)
 
     def _work(self) -> None:
         while True:
@@ -388,24 +372,11 @@ class ThreadCommitter(GroupCommitter[C]):
 class LoopCommitter(GroupCommitter[C]):
     """The writer is a task on the event loop with an asynchronous connection (PostgreSQL)."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        connect: Callable[[], Awaitable[C]],
-        close_connection: Callable[[C], Awaitable[None]],
-        make_tx: Callable[[C], BatchTx],
-        begin: Callable[[BatchTx, bool], None],
-        lost: tuple[type[BaseException], ...],
-        describe: str,
-    ) -> None:
-        # A pipelined COMMIT costs no round trip of its own: every job is answered once committed.
-        super().__init__(
-            make_tx=make_tx, begin=begin, lost=lost, describe=describe, answer_before_commit=False
-        )
-        self._name = name
-        self._connect = connect
-        self._close_connection = close_connection
+    # A pipelined COMMIT costs no round trip of its own: every job is answered once committed.
+    _answer_before_commit = False
+
+    def __init__(self, writing: Writing[C]) -> None:
+        super().__init__(writing)
         self._jobs: collections.deque[_Job] = collections.deque()
         self._wake = asyncio.Event()
         self._awaited = asyncio.Event()  # set while a queued job has a caller waiting for it
@@ -413,8 +384,8 @@ class LoopCommitter(GroupCommitter[C]):
 
     async def start(self) -> None:
         """Connect (raising when the database cannot be reached) and start the writer task."""
-        self._connection = await self._connect()
-        self._task = asyncio.create_task(self._work(), name=self._name)
+        await self._connected()
+        self._task = asyncio.create_task(self._work(), name=self._writing.name)
 
     async def close(self) -> None:
         """Finish the batches already queued (for up to CLOSE_TIMEOUT_S), then close the connection."""
@@ -436,17 +407,6 @@ class LoopCommitter(GroupCommitter[C]):
         if not self._settle_job(job, ok, value):
             assert job.future is not None
             _settle(job.future, ok, value)
-
-    async def _connected(self) -> C:
-        if self._connection is None:
-            self._connection = await self._connect()
-        return self._connection
-
-    async def _drop_connection(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await self._close_connection(connection)
 
     async def _work(self) -> None:
         jobs = self._jobs

@@ -14,7 +14,7 @@ import psycopg
 
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
-from gateway.store.group_commit import BatchTx, LoopCommitter
+from gateway.store.group_commit import BatchTx, LoopCommitter, Writing
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
@@ -104,14 +104,6 @@ class _PostgresTx:
             self._failed = True
             raise
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        native = _native(sql)
-        self._queued.extend((native, row) for row in rows)
-
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        for sql, params in self.insert_statements(table, columns, rows):
-            self.execute(sql, params)
-
     def insert_statements(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> list[tuple[str, Sequence[Any]]]:
@@ -178,14 +170,16 @@ class PostgresGatewayStore(GatewayStore):
         super().__init__(for_update=" FOR UPDATE")
         self._dsn = dsn
         self._timeout = timeout_seconds
-        self._writer = LoopCommitter[_Pipelined](
-            name="gateway-postgres",
-            connect=lambda: _Pipelined.open(dsn, timeout_seconds),
-            close_connection=_Pipelined.close,
-            make_tx=_PostgresTx,
-            begin=self._begin,
-            lost=_LOST,
-            describe="gateway store (PostgreSQL)",
+        self._writer = LoopCommitter(
+            Writing(
+                name="gateway-postgres",
+                connect=lambda: _Pipelined.open(dsn, timeout_seconds),
+                close_connection=_Pipelined.close,
+                make_tx=_PostgresTx,
+                begin=self._begin,
+                lost=_LOST,
+                describe="gateway store (PostgreSQL)",
+            )
         )
         self._listener: asyncio.Task[None] | None = None
         self._resync_listeners: list[Callable[[list[Control]], None]] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.store.base import GatewayStore, Row
-from gateway.store.group_commit import BatchTx, ThreadCommitter
+from gateway.store.group_commit import BatchTx, ThreadCommitter, Writing
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
 
@@ -26,13 +26,6 @@ class _SqliteTx:
 
     async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return list(self._connection.execute(sql, params).fetchall())
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self._connection.executemany(sql, rows)
-
-    def insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        for sql, params in self.insert_statements(table, columns, rows):
-            self._connection.execute(sql, params)
 
     def insert_statements(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
@@ -61,6 +54,10 @@ class _SqliteTx:
         return False
 
 
+async def _close(connection: sqlite3.Connection) -> None:
+    connection.close()
+
+
 class SqliteGatewayStore(GatewayStore):
     _writer: ThreadCommitter[sqlite3.Connection]
 
@@ -70,17 +67,20 @@ class SqliteGatewayStore(GatewayStore):
         self._timeout = timeout_seconds
         self._synchronous = synchronous
         self._mode = ""  # the writer connection's current synchronous setting
-        self._writer = ThreadCommitter[sqlite3.Connection](
-            name="gateway-sqlite",
-            connect=self._connect,
-            close_connection=sqlite3.Connection.close,
-            make_tx=_SqliteTx,
-            begin=self._begin,
-            lost=(sqlite3.OperationalError,),
-            describe=f"gateway store {path}",
+        self._writer = ThreadCommitter(
+            Writing(
+                name="gateway-sqlite",
+                connect=self._connect,
+                close_connection=_close,
+                make_tx=_SqliteTx,
+                begin=self._begin,
+                lost=(sqlite3.OperationalError,),
+                describe=f"gateway store {path}",
+            )
         )
 
-    def _connect(self) -> sqlite3.Connection:
+    async def _connect(self) -> sqlite3.Connection:
+        """(A coroutine that never suspends: the writer thread runs it to its end.)"""
         self._path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(
             self._path, timeout=self._timeout, isolation_level=None, check_same_thread=False

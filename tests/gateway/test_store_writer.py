@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from gateway.records import RunSpec
-from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, Tx
+from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, Tx, insert_rows
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
 from services.errors import FailedPrecondition
@@ -53,7 +53,7 @@ async def stored_controls(store: GatewayStore) -> list[tuple[Any, ...]]:
 
 def inserting(*rows: tuple[Any, ...]) -> Any:
     async def body(tx: Tx) -> None:
-        tx.insert("gateway_controls", CONTROL_COLUMNS, rows)
+        insert_rows(tx, "gateway_controls", CONTROL_COLUMNS, rows)
 
     return body
 
@@ -99,7 +99,7 @@ async def test_a_database_error_fails_its_body_and_the_next_transaction_works(st
 
 async def test_a_refusal_after_queued_writes_leaves_nothing_written(store: GatewayStore) -> None:
     async def refuse_after_writing(tx: Tx) -> None:
-        tx.insert("gateway_controls", CONTROL_COLUMNS, [control("c1")])
+        insert_rows(tx, "gateway_controls", CONTROL_COLUMNS, [control("c1")])
         raise FailedPrecondition("refused after its write was queued")
 
     with pytest.raises(FailedPrecondition):
