@@ -9,32 +9,28 @@ A batch holding a durable body commits synchronously (the fsync), and the durabl
 only after it ("committed before the RPC answers"). A batch of non-durable bodies commits without
 waiting for the disk (SQLite WAL `synchronous=NORMAL`, PostgreSQL `synchronous_commit=off`): its
 writes are committed and visible at once, and on disk with the next durable commit (the log is
-sequential) or the database's own background flush. A non-durable body is answered as soon as it
-has been applied, the batch's COMMIT following the last, except on PostgreSQL when the batch is one
-body (the unloaded case): its COMMIT is pipelined with its statements, costing no round trip of its
-own, and it is answered once committed. So a caller never waits on an fsync it does not need, nor on
-the bodies after it.
+sequential) or the database's own background flush. So a caller never waits on an fsync it does not
+need.
 
 Bodies are coroutines over the backend's transaction object: `execute` is immediate for SQLite and
-queued for PostgreSQL (sent, pipelined, with the next read or `sync`), and reads are awaited. Two
-writers run them:
+queued for PostgreSQL (sent, pipelined, with the next read or `sync`), and reads are awaited. The
+writer is a task on the event loop: nothing crosses a thread on the way to the database and back.
 
-- `ThreadCommitter` (SQLite): a thread, since SQLite's calls block (the fsync). Its bodies never
-  suspend (every SQLite call answers at once), so the thread drives each coroutine to its end in one
-  step. The thread gives the GIL back at every statement (sqlite3 releases it) and must win it back
-  from the event loop, which under load does not block: CPython makes a waiting thread wait up to the
-  switch interval (5 ms by default) each time. `start` lowers the process's interval to 0.5 ms so a
-  batch of a dozen statements is not stretched by tens of milliseconds while the loop serves other
-  calls (admissions at 64 clients went from about half to about four fifths of the store-free RPC
-  rate).
-- `LoopCommitter` (PostgreSQL): a task on the event loop over an asynchronous connection. Nothing
-  crosses a thread: a body's statements go out as the loop runs it and its answer comes back as a
-  socket event, where a writer thread cost two thread hand-offs and a GIL contest at every statement
-  (a fused run's finish took 0.73 ms from submission to answer through the thread, against 0.25 ms
-  for the same statements on their own). The price: the task takes whatever has arrived when it is
-  free, so its batches stay small (1-2 jobs at 64 unary clients, where the thread, kept from the GIL
-  by the busy loop, gathered 10-60), and at that load it commits more often. docs/performance.md has
-  both sides measured.
+- PostgreSQL: an asynchronous psycopg connection held in pipeline mode. A body's statements go out
+  as the loop runs it and its answer comes back as a socket event. A lone batch's COMMIT is pipelined
+  with its statements, costing no round trip of its own.
+- SQLite: its calls block, but a non-durable batch never waits for the disk (WAL
+  `synchronous=NORMAL`: its COMMIT appends to the WAL), so the loop runs its statements in place; only
+  what waits for the disk leaves the loop, for a worker thread, while the writer task awaits it: a
+  durable batch's COMMIT (the fsync) and the WAL checkpoint (`Writing.tidy`, between batches, with
+  nobody waiting). A writer thread cost two thread hand-offs per batch and a GIL contest at every
+  statement: moving the writer onto the loop took fused runs at 64 clients from 1,280 to 1,857/s and
+  the gateway's CPU per run from 842 to 579 us (docs/performance.md).
+
+Each job is answered once its batch committed, but a non-durable job in a batch of several, answered
+once applied (its savepoint released): under load it does not wait for the bodies after it, nor for
+a durable body's fsync. The price of a writer on the loop: it takes whatever has arrived when it is
+free, so under load its batches stay small (1-2 jobs at 64 unary clients), and it commits more often.
 """
 
 from __future__ import annotations
@@ -42,11 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import queue
-import sys
-import threading
-from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -54,15 +46,12 @@ from services.errors import Unavailable
 from services.logging import get_logger
 
 log = get_logger(__name__)
-T = TypeVar("T")
 C = TypeVar("C")
 MAX_BATCH = 256
-# The longest the writer thread waits for the GIL while the event loop runs (see the module docstring).
-WRITER_SWITCH_INTERVAL_S = 0.0005
 # How long `close` waits for the writer to finish the batches already queued.
 CLOSE_TIMEOUT_S = 30.0
-# How long the loop's writer lets posted jobs (nobody waits for them) gather before it writes them,
-# unless a job somebody waits for comes first: a burst of admissions is written in a few transactions.
+# How long the writer lets posted jobs (nobody waits for them) gather before it writes them, unless a
+# job somebody waits for comes first: a burst of admissions is written in a few transactions.
 POSTED_GATHER_S = 0.002
 _APPLIED = object()  # a non-durable job's outcome once it has been answered
 Combine = Callable[[Any, list[Any]], Awaitable[list[Any]]]
@@ -71,7 +60,13 @@ Combine = Callable[[Any, list[Any]], Awaitable[list[Any]]]
 class BatchTx(Protocol):
     """What the committer needs of a backend's transaction object (the bodies use more of it)."""
 
+    def begin(self, durable: bool) -> None:
+        """Open the batch's transaction; `durable`: its COMMIT must reach the disk."""
+
     def execute(self, sql: str, params: Any = ...) -> None: ...
+
+    async def commit(self) -> None:
+        """COMMIT, with every statement before it: done (or raised) when this returns."""
 
     async def sync(self) -> None: ...
 
@@ -86,7 +81,6 @@ class _Job:
     # None for a posted job: nobody waits for it (a failure is logged, and a lost database marks the
     # writer unhealthy, which fails admissions closed).
     future: asyncio.Future[Any] | None
-    loop: asyncio.AbstractEventLoop
     durable: bool
     # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
     combine: Combine | None = None
@@ -126,36 +120,28 @@ def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
         future.set_exception(error)
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():
-        return  # the caller gave up (deadline, cancellation)
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+async def _nothing_to_tidy(connection: Any) -> None:
+    return None
 
 
 @dataclass(frozen=True)
 class Writing(Generic[C]):
-    """How a store's writer reaches its database. `connect` and `close_connection` are coroutines; the
-    SQLite ones never suspend, as its bodies never do."""
+    """How a store's writer reaches its database."""
 
-    name: str  # the writer thread's or task's name
+    name: str  # the writer task's name
     connect: Callable[[], Awaitable[C]]
     close_connection: Callable[[C], Awaitable[None]]
     make_tx: Callable[[C], BatchTx]
-    # Opens a batch's transaction; its flag says whether the COMMIT must reach the disk.
-    begin: Callable[[BatchTx, bool], None]
     # Errors meaning the database itself is gone: they fail the whole batch closed.
     lost: tuple[type[BaseException], ...]
     describe: str
+    # Upkeep between batches, with nobody waiting (SQLite's WAL checkpoint).
+    tidy: Callable[[C], Awaitable[None]] = _nothing_to_tidy
 
 
-class GroupCommitter(ABC, Generic[C]):
-    """Serializes every transaction of one store through one connection, batching the commits."""
-
-    # Whether a lone batch's non-durable jobs are answered before its COMMIT (see `_run_alone`).
-    _answer_before_commit: bool
+class GroupCommitter(Generic[C]):
+    """Serializes every transaction of one store through one connection, batching the commits: a task
+    on the event loop."""
 
     def __init__(self, writing: Writing[C]) -> None:
         self._writing = writing
@@ -163,13 +149,25 @@ class GroupCommitter(ABC, Generic[C]):
         self._closed = False
         # False from a batch that lost the database until one commits again.
         self.healthy = True
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._wake = asyncio.Event()
+        self._awaited = asyncio.Event()  # set while a queued job has a caller waiting for it
+        self._task: asyncio.Task[None] | None = None
 
-    @abstractmethod
-    def _enqueue(self, job: _Job) -> None: ...
+    async def start(self) -> None:
+        """Connect (raising when the database cannot be reached) and start the writer task."""
+        await self._connected()
+        self._task = asyncio.create_task(self._work(), name=self._writing.name)
 
-    @abstractmethod
-    def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
-        """Answer a job's caller (on its event loop)."""
+    async def close(self) -> None:
+        """Finish the batches already queued (for up to CLOSE_TIMEOUT_S), then close the connection."""
+        self._closed = True
+        self._wake.set()
+        self._awaited.set()
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, CLOSE_TIMEOUT_S)
+        await self._drop_connection()
 
     async def _connected(self) -> C:
         """The connection, opened again if a lost database dropped it."""
@@ -191,14 +189,14 @@ class GroupCommitter(ABC, Generic[C]):
         durable: bool = True,
         combine: Combine | None = None,
     ) -> Any:
-        """Run `await body(tx)` in the writer's transaction; answered after COMMIT when `durable`, else
-        once applied. With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
+        """Run `await body(tx)` in the writer's transaction; answered after COMMIT (a durable one: on
+        disk). With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
         `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
         if self._closed:
             raise Unavailable(f"{self._writing.describe} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._enqueue(_Job(body, future, loop, durable, combine))
+        self._enqueue(_Job(body, future, durable, combine))
         # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
         late = Unavailable(f"{self._writing.describe} did not answer within {timeout_seconds} s")
         timer = loop.call_later(timeout_seconds, _expire, future, late)
@@ -212,15 +210,49 @@ class GroupCommitter(ABC, Generic[C]):
         with every other job and committed without waiting for the disk."""
         if self._closed:
             raise Unavailable(f"{self._writing.describe} is closed")
-        self._enqueue(_Job(item, None, asyncio.get_running_loop(), False, combine))
+        self._enqueue(_Job(item, None, False, combine))
 
-    def _settle_job(self, job: _Job, ok: bool, value: Any) -> bool:
-        """A posted job's outcome (logged when it failed); False for a job somebody waits for."""
+    def _enqueue(self, job: _Job) -> None:
+        self._jobs.append(job)
+        self._wake.set()
         if job.future is not None:
-            return False
-        if not ok:
-            log.warning("posted store write failed", error=str(value))
-        return True
+            self._awaited.set()
+
+    @staticmethod
+    def _deliver(job: _Job, ok: bool, value: Any) -> None:
+        """Answer a job's caller; a posted job's failure is logged."""
+        if job.future is None:
+            if not ok:
+                log.warning("posted store write failed", error=str(value))
+        elif job.future.done():
+            return  # the caller gave up (deadline, cancellation)
+        elif ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+
+    async def _work(self) -> None:
+        jobs = self._jobs
+        while jobs or not self._closed:
+            if not jobs:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if not self._awaited.is_set():  # only posted jobs: nobody waits, so let more gather
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._awaited.wait(), POSTED_GATHER_S)
+            batch = [jobs.popleft() for _ in range(min(MAX_BATCH, len(jobs)))]
+            if all(job.future is None for job in jobs):
+                self._awaited.clear()
+            await self._run_batch(batch)
+            if self._connection is not None:
+                await self._tidy(self._connection)
+
+    async def _tidy(self, connection: C) -> None:
+        try:
+            await self._writing.tidy(connection)
+        except self._writing.lost as error:  # the next batch finds out, and fails closed
+            log.warning("store upkeep failed", store=self._writing.describe, error=str(error))
 
     async def _run_batch(self, batch: list[_Job]) -> None:
         groups = _groups(batch)
@@ -228,14 +260,13 @@ class GroupCommitter(ABC, Generic[C]):
         try:
             tx = self._writing.make_tx(await self._connected())
             start = tx.mark()
-            self._writing.begin(tx, any(job.durable for job in batch))
+            tx.begin(any(job.durable for job in batch))
             if len(groups) == 1:
                 outcomes = await self._run_alone(tx, groups[0], start)
             else:
                 for group in groups:
                     outcomes.extend(await self._run_among_others(tx, group))
-                tx.execute("COMMIT")
-                await tx.sync()
+                await tx.commit()
             self.healthy = True
         except Exception as error:
             # The database is gone (`lost`: admissions fail closed until a batch commits again), or the
@@ -253,14 +284,10 @@ class GroupCommitter(ABC, Generic[C]):
 
     async def _run_alone(self, tx: BatchTx, group: list[_Job], start: int) -> list[tuple[bool, Any]]:
         """The batch's only body (or combined group): no savepoint, since a refusal rolls the whole
-        transaction back. Its non-durable jobs are answered once it applied, before the COMMIT, where a
-        COMMIT costs time of its own (`answer_before_commit`); otherwise the COMMIT goes with the
-        statements and every job is answered once committed."""
+        transaction back; on PostgreSQL its COMMIT goes out with its statements."""
         try:
             values = await group[0].run(tx, group)
-            if not self._answer_before_commit:
-                tx.execute("COMMIT")
-            await tx.sync()
+            await tx.commit()
         except self._writing.lost:
             raise
         except Exception as error:  # a refusal or a bug: the transaction holds this body alone; undo it
@@ -268,13 +295,7 @@ class GroupCommitter(ABC, Generic[C]):
                 tx.execute("ROLLBACK")
                 await tx.sync()
             return [(False, error)] * len(group)
-        results = [(True, value) for value in values]
-        if not self._answer_before_commit:
-            return results
-        outcomes = self._answer_applied(group, results)
-        tx.execute("COMMIT")
-        await tx.sync()
-        return outcomes
+        return [(True, value) for value in values]
 
     async def _run_among_others(self, tx: BatchTx, group: list[_Job]) -> list[tuple[bool, Any]]:
         """One body of a batch inside its own savepoint; non-durable jobs are answered once it applied."""
@@ -303,122 +324,3 @@ class GroupCommitter(ABC, Generic[C]):
                 result = (True, _APPLIED)  # noqa: PLW2901 - answered: nothing left to deliver
             outcomes.append(result)
         return outcomes
-
-
-def _run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
-    """A coroutine that never suspends, run to its end on this thread (a SQLite batch)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as finished:
-        return finished.value  # type: ignore[no-any-return]
-    coroutine.close()
-    raise RuntimeError("a SQLite transaction body waited on something other than its store")
-
-
-class ThreadCommitter(GroupCommitter[C]):
-    """The writer is a thread with a blocking connection (SQLite)."""
-
-    # SQLite's COMMIT writes the WAL (and FULL fsyncs a durable batch): not for a non-durable caller.
-    _answer_before_commit = True
-
-    def __init__(self, writing: Writing[C]) -> None:
-        super().__init__(writing)
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=writing.name, daemon=True)
-
-    def start(self) -> None:
-        """Connect (raising when the database cannot be reached) and start the writer thread."""
-        self._connection = _run_to_end(self._connected())
-        sys.setswitchinterval(min(sys.getswitchinterval(), WRITER_SWITCH_INTERVAL_S))
-        self._thread.start()
-
-    def run_now(self, body: Callable[[C], T]) -> T:
-        """Run one body on the calling thread before the writer starts (schema creation)."""
-        return body(_run_to_end(self._connected()))
-
-    def close(self) -> None:
-        self._closed = True
-        if self._thread.is_alive():
-            self._jobs.put(None)
-            self._thread.join(timeout=CLOSE_TIMEOUT_S)
-        _run_to_end(self._drop_connection())
-
-    def _enqueue(self, job: _Job) -> None:
-        self._jobs.put(job)
-
-    def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
-        if not self._settle_job(job, ok, value):
-            assert job.future is not None
-            job.loop.call_soon_threadsafe(_settle, job.future, ok, value)
-
-    def _work(self) -> None:
-        while True:
-            first = self._jobs.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    self._jobs.put(None)  # finish this batch, then stop
-                    break
-                batch.append(job)
-            _run_to_end(self._run_batch(batch))
-
-
-class LoopCommitter(GroupCommitter[C]):
-    """The writer is a task on the event loop with an asynchronous connection (PostgreSQL)."""
-
-    # A pipelined COMMIT costs no round trip of its own: every job is answered once committed.
-    _answer_before_commit = False
-
-    def __init__(self, writing: Writing[C]) -> None:
-        super().__init__(writing)
-        self._jobs: collections.deque[_Job] = collections.deque()
-        self._wake = asyncio.Event()
-        self._awaited = asyncio.Event()  # set while a queued job has a caller waiting for it
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        """Connect (raising when the database cannot be reached) and start the writer task."""
-        await self._connected()
-        self._task = asyncio.create_task(self._work(), name=self._writing.name)
-
-    async def close(self) -> None:
-        """Finish the batches already queued (for up to CLOSE_TIMEOUT_S), then close the connection."""
-        self._closed = True
-        self._wake.set()
-        self._awaited.set()
-        if self._task is not None:
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._task, CLOSE_TIMEOUT_S)
-        await self._drop_connection()
-
-    def _enqueue(self, job: _Job) -> None:
-        self._jobs.append(job)
-        self._wake.set()
-        if job.future is not None:
-            self._awaited.set()
-
-    def _deliver(self, job: _Job, ok: bool, value: Any) -> None:
-        if not self._settle_job(job, ok, value):
-            assert job.future is not None
-            _settle(job.future, ok, value)
-
-    async def _work(self) -> None:
-        jobs = self._jobs
-        while jobs or not self._closed:
-            if not jobs:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            if not self._awaited.is_set():  # only posted jobs: nobody waits, so let more gather
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._awaited.wait(), POSTED_GATHER_S)
-            batch = [jobs.popleft() for _ in range(min(MAX_BATCH, len(jobs)))]
-            if all(job.future is None for job in jobs):
-                self._awaited.clear()
-            await self._run_batch(batch)

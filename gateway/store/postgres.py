@@ -14,7 +14,7 @@ import psycopg
 
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
-from gateway.store.group_commit import BatchTx, LoopCommitter, Writing
+from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
@@ -87,6 +87,11 @@ class _PostgresTx:
         self._sent = 0  # statements handed to the connection so far (whether or not they succeeded)
         self._failed = False
 
+    def begin(self, durable: bool) -> None:
+        self.execute("BEGIN")
+        if durable:  # (the connection's commits otherwise do not wait for the WAL flush)
+            self.execute("SET LOCAL synchronous_commit TO on")
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._queued.append((_native(sql), params))
 
@@ -126,6 +131,11 @@ class _PostgresTx:
         # Delivered to every listening gateway when (and only if) the transaction commits.
         self.execute("SELECT pg_notify(?, ?)", (CONTROLS_CHANNEL, payload))
 
+    async def commit(self) -> None:
+        """Pipelined with the statements still queued: no round trip of its own."""
+        self.execute("COMMIT")
+        await self.sync()
+
     async def sync(self) -> None:
         await self._send()
         try:
@@ -164,19 +174,18 @@ class _PostgresTx:
 
 
 class PostgresGatewayStore(GatewayStore):
-    _writer: LoopCommitter[_Pipelined]
+    _writer: GroupCommitter[_Pipelined]
 
     def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
         super().__init__(for_update=" FOR UPDATE")
         self._dsn = dsn
         self._timeout = timeout_seconds
-        self._writer = LoopCommitter(
+        self._writer = GroupCommitter(
             Writing(
                 name="gateway-postgres",
                 connect=lambda: _Pipelined.open(dsn, timeout_seconds),
                 close_connection=_Pipelined.close,
                 make_tx=_PostgresTx,
-                begin=self._begin,
                 lost=_LOST,
                 describe="gateway store (PostgreSQL)",
             )
@@ -184,12 +193,6 @@ class PostgresGatewayStore(GatewayStore):
         self._listener: asyncio.Task[None] | None = None
         self._resync_listeners: list[Callable[[list[Control]], None]] = []
         self._listening = asyncio.Event()
-
-    @staticmethod
-    def _begin(tx: BatchTx, durable: bool) -> None:
-        tx.execute("BEGIN")
-        if durable:
-            tx.execute("SET LOCAL synchronous_commit TO on")
 
     @property
     def healthy(self) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pydantic
@@ -14,8 +13,6 @@ from google.protobuf import json_format
 from egbe.v1 import gateway_pb2
 from gateway.config import GatewayConfig, RoutingConfig, TierRoute
 from gateway.server import build_gateway
-from gateway.store.group_commit import WRITER_SWITCH_INTERVAL_S
-from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role
 from services.errors import InvalidArgument
 from services.settings import load_settings
@@ -110,20 +107,3 @@ async def test_metrics_count_tokens_admissions_and_kills(tmp_path: Path) -> None
     assert 'egbe_gateway_controls_total{scope="ori"} 1.0' in text
     assert 'egbe_gateway_model_calls_total{model="offline:deterministic-v1",tier="clotho"} 1.0' in text
     assert json.dumps("egbe_gateway_tokens_total")[1:-1] in text
-
-
-@pytest.mark.parametrize("before", [0.005, 0.0001])
-async def test_the_store_writer_only_ever_lowers_the_gil_switch_interval(
-    tmp_path: Path, before: float
-) -> None:
-    """The writer thread must win the GIL back from a busy event loop at every statement (see
-    gateway/store/group_commit.py); the store lowers the wait to 0.5 ms and never raises a lower one."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(before)
-    store = SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=5)
-    try:
-        await store.open()
-        assert sys.getswitchinterval() == pytest.approx(min(before, WRITER_SWITCH_INTERVAL_S), rel=0.05)
-    finally:
-        await store.close()
-        sys.setswitchinterval(previous)

@@ -1,7 +1,8 @@
 """The store's group-committing writer on each backend: refusals and database errors undo only their own
 body, the connection stays usable after one (PostgreSQL's pipeline after an error), multi-row inserts
 (PostgreSQL: the rows as one JSON parameter) keep every value, NULLs included, and posted writes
-(nobody waits for them; PostgreSQL gathers them) are written in order and without a waiting caller."""
+(nobody waits for them; PostgreSQL gathers them) are written in order and without a waiting caller, an
+answered transaction is committed, and SQLite's WAL is started over while it is written without a pause."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from gateway.records import RunSpec
+from gateway.store import sqlite as sqlite_store
 from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, Tx, insert_rows
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
@@ -86,6 +88,60 @@ async def test_statements_sent_together_are_all_or_nothing(store: GatewayStore) 
     rows = await stored_controls(store)
     assert [row[0] for row in rows] == ["c0", "c1", "c2"]
     assert rows[0][4] == "x"
+
+
+def committed_controls(database_url: str | None, tmp_path: Path) -> list[str]:
+    """Read from a connection of the test's own: what another process would see."""
+    query = "SELECT control_id FROM gateway_controls ORDER BY control_id"
+    if database_url is None:
+        with sqlite3.connect(tmp_path / "gateway.db") as connection:
+            return [row[0] for row in connection.execute(query)]
+    with psycopg.connect(database_url) as connection:
+        return [row[0] for row in connection.execute(query.encode())]
+
+
+async def test_an_answered_transaction_is_committed(
+    store: GatewayStore, tmp_path: Path, database_url: str | None
+) -> None:
+    """Not only applied: a gateway that dies after answering cannot take an answered write with it."""
+    await store.transact(inserting(control("c1")), durable=False)
+    assert committed_controls(database_url, tmp_path) == ["c1"]
+    await store.transact(inserting(control("c2")), durable=True)
+    assert committed_controls(database_url, tmp_path) == ["c1", "c2"]
+
+
+async def test_the_sqlite_wal_is_started_over_while_written_without_a_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The WAL is only started over by a transaction that begins with every page of it copied into the
+    database, and under load the writer appends during every copy: copies alone would let it grow with
+    every write. Eight writers without a pause, with small thresholds so the test is quick: the WAL
+    stays within a few times MAX_PAGES, where without a restart it would hold every page written."""
+    for name, value in (
+        ("COPY_AFTER_CHANGES", 10),
+        ("RESTART_PAGES", 50),
+        ("TAIL_PAGES", 5),
+        ("MAX_PAGES", 200),
+    ):
+        monkeypatch.setattr(sqlite_store, name, value)
+    store = SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=5)
+    await store.open()
+    wal = tmp_path / "gateway.db-wal"
+    largest = 0
+
+    async def write(writer: int) -> None:
+        nonlocal largest
+        for n in range(400):
+            await store.transact(inserting(control(f"c{writer}-{n:03}")), durable=False)
+            largest = max(largest, wal.stat().st_size)
+
+    try:
+        await asyncio.gather(*(write(writer) for writer in range(8)))
+        page_size = await store.transact(lambda tx: tx.one("PRAGMA page_size"), durable=False)
+    finally:
+        await store.close()
+    assert len(committed_controls(None, tmp_path)) == 8 * 400
+    assert largest <= 4 * sqlite_store.MAX_PAGES * page_size[0]
 
 
 async def test_a_database_error_fails_its_body_and_the_next_transaction_works(store: GatewayStore) -> None:
