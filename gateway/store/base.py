@@ -494,8 +494,9 @@ class GatewayStore(ABC):
         """Run `body` in one transaction on the backend's writer; database failures become Unavailable
         (fail closed).
 
-        `durable`: answer only once committed; otherwise once applied (visible to every later body, and
-        committed with the writer's current batch). See "Durability" in docs/gateway.md.
+        `durable`: answer only once committed to disk; otherwise once committed without waiting for the
+        disk (in a batch of several, once applied: visible to every later body, and committed with the
+        batch). See "Durability" in docs/gateway.md.
         """
         result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
         return result
