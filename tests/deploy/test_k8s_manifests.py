@@ -26,6 +26,11 @@ def _of_kind(manifests: list[Manifest], kind: str) -> dict[str, Manifest]:
     return {m["metadata"]["name"]: m for m in manifests if m["kind"] == kind}
 
 
+def _workloads(manifests: list[Manifest]) -> dict[str, Manifest]:
+    """Deployments and StatefulSets (the gateway's), by name."""
+    return _of_kind(manifests, "Deployment") | _of_kind(manifests, "StatefulSet")
+
+
 def _default_port(service: str) -> int:
     return EgbeSettings().endpoints[service].port
 
@@ -43,7 +48,7 @@ def test_each_shared_service_serves_itself_on_its_settings_port(
     rendered: tuple[str, list[Manifest]],
 ) -> None:
     _, manifests = rendered
-    deployments = _of_kind(manifests, "Deployment")
+    deployments = _workloads(manifests)
     services = _of_kind(manifests, "Service")
     for name in SHARED_SERVICES:
         container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
@@ -56,7 +61,7 @@ def test_each_shared_service_serves_itself_on_its_settings_port(
 
 def test_probes_ask_grpc_health(rendered: tuple[str, list[Manifest]]) -> None:
     tree, manifests = rendered
-    deployments = _of_kind(manifests, "Deployment")
+    deployments = _workloads(manifests)
     for name in SHARED_SERVICES:
         container = deployments[name]["spec"]["template"]["spec"]["containers"][0]
         for probe in ("readinessProbe", "livenessProbe"):
@@ -70,7 +75,7 @@ def test_every_container_is_non_root_read_only_and_unprivileged(
     rendered: tuple[str, list[Manifest]],
 ) -> None:
     _, manifests = rendered
-    for name, deployment in _of_kind(manifests, "Deployment").items():
+    for name, deployment in _workloads(manifests).items():
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True, name
         assert pod["automountServiceAccountToken"] is False, name
@@ -86,11 +91,12 @@ def test_gateway_and_cognition_autoscale_and_every_shared_service_has_a_disrupti
     rendered: tuple[str, list[Manifest]],
 ) -> None:
     _, manifests = rendered
-    deployments = _of_kind(manifests, "Deployment")
+    deployments = _workloads(manifests)
     autoscalers = _of_kind(manifests, "HorizontalPodAutoscaler")
     assert set(autoscalers) == {"gateway", "cognition"}
     for name, hpa in autoscalers.items():
         assert hpa["spec"]["scaleTargetRef"]["name"] == name
+        assert hpa["spec"]["scaleTargetRef"]["kind"] == deployments[name]["kind"]
         assert "replicas" not in deployments[name]["spec"], "the HPA owns the replica count"
         assert hpa["spec"]["minReplicas"] >= 2
     budgets = _of_kind(manifests, "PodDisruptionBudget")
@@ -99,9 +105,23 @@ def test_gateway_and_cognition_autoscale_and_every_shared_service_has_a_disrupti
         assert budgets[name]["spec"]["selector"]["matchLabels"].items() <= labels.items()
 
 
+def test_a_replaced_gateway_pod_keeps_its_lease_holder_name(rendered: tuple[str, list[Manifest]]) -> None:
+    """A gateway replaced after a crash must come back under its predecessor's lease holder id, so it
+    settles what that one left leased before serving (docs/gateway.md): a StatefulSet keeps the pod's
+    name, and the holder is the pod's name."""
+    _, manifests = rendered
+    gateway = _of_kind(manifests, "StatefulSet")["gateway"]
+    assert gateway["spec"]["podManagementPolicy"] == "Parallel"  # scales like a Deployment
+    governing = _of_kind(manifests, "Service")[gateway["spec"]["serviceName"]]
+    assert governing["spec"]["clusterIP"] == "None"
+    (container,) = gateway["spec"]["template"]["spec"]["containers"]
+    holder = {e["name"]: e for e in container["env"]}["EGBE_GATEWAY__LEASE__HOLDER"]
+    assert holder["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
 def test_services_select_pods_and_name_real_ports(rendered: tuple[str, list[Manifest]]) -> None:
     _, manifests = rendered
-    templates = [d["spec"]["template"] for d in _of_kind(manifests, "Deployment").values()]
+    templates = [d["spec"]["template"] for d in _workloads(manifests).values()]
     for name, service in _of_kind(manifests, "Service").items():
         selected = [
             t for t in templates if service["spec"]["selector"].items() <= t["metadata"]["labels"].items()
@@ -116,7 +136,7 @@ def test_services_select_pods_and_name_real_ports(rendered: tuple[str, list[Mani
 
 def test_only_the_gateway_holds_the_model_key(rendered: tuple[str, list[Manifest]]) -> None:
     _, manifests = rendered
-    for name, deployment in _of_kind(manifests, "Deployment").items():
+    for name, deployment in _workloads(manifests).items():
         for container in _containers(deployment):
             has_key = "ANTHROPIC_API_KEY" in _env(container)
             assert has_key == (name == "gateway"), (name, container["name"])
@@ -155,7 +175,7 @@ def test_every_egbe_container_loads_its_settings(
         "EGBE_TLS__CA_FILE": str(ca_file),
     }
     checked = set()
-    for deployment in _of_kind(manifests, "Deployment").values():
+    for deployment in _workloads(manifests).values():
         for container in _containers(deployment):
             if container.get("args", [""])[0] != "serve":
                 continue
@@ -173,7 +193,7 @@ def test_every_egbe_container_loads_its_settings(
 
 def test_world_server_example_runs_the_kernel_as_a_sidecar_on_a_shared_socket() -> None:
     manifests = render("world-server-example")
-    pod = _of_kind(manifests, "Deployment")["world-server"]["spec"]["template"]["spec"]
+    pod = _workloads(manifests)["world-server"]["spec"]["template"]["spec"]
     (kernel,) = pod["initContainers"]
     assert kernel["restartPolicy"] == "Always"
     assert kernel["args"] == ["serve", "kernel"]
@@ -259,7 +279,7 @@ def production_network() -> tuple[list[Manifest], dict[str, Pod]]:
     manifests = render("world-server-example")
     pods = {
         name: Pod(name, d["spec"]["template"]["metadata"]["labels"])
-        for name, d in _of_kind(manifests, "Deployment").items()
+        for name, d in _workloads(manifests).items()
     }
     pods["operator"] = Pod("operator", {"egbe.dev/operator": "true"})
     pods["intruder"] = Pod("intruder", {"app": "something-else"})
