@@ -24,8 +24,8 @@ writer is a task on the event loop: nothing crosses a thread on the way to the d
   what waits for the disk leaves the loop, for a worker thread, while the writer task awaits it: a
   durable batch's COMMIT (the fsync) and the WAL checkpoint (`Writing.tidy`, between batches, with
   nobody waiting). A writer thread cost two thread hand-offs per batch and a GIL contest at every
-  statement: moving the writer onto the loop took fused runs at 64 clients from 1,280 to 1,857/s and
-  the gateway's CPU per run from 842 to 579 us (docs/performance.md).
+  statement: moving the writer onto the loop took fused runs at 64 clients from about 1,400 to 1,740/s
+  and the gateway's CPU per run from about 785 to 630 us (docs/performance.md).
 
 Each job is answered once its batch committed, but a non-durable job in a batch of several, answered
 once applied (its savepoint released): under load it does not wait for the bodies after it, nor for
@@ -251,7 +251,7 @@ class GroupCommitter(Generic[C]):
     async def _tidy(self, connection: C) -> None:
         try:
             await self._writing.tidy(connection)
-        except self._writing.lost as error:  # the next batch finds out, and fails closed
+        except Exception as error:  # the writer goes on; a lost database fails the next batch closed
             log.warning("store upkeep failed", store=self._writing.describe, error=str(error))
 
     async def _run_batch(self, batch: list[_Job]) -> None:

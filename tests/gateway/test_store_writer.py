@@ -144,6 +144,30 @@ async def test_the_sqlite_wal_is_started_over_while_written_without_a_pause(
     assert largest <= 4 * sqlite_store.MAX_PAGES * page_size[0]
 
 
+async def test_a_failed_upkeep_leaves_the_writer_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The WAL checkpoint runs between batches on the writer task: its failure must not end the task
+    (every later transaction would then wait out its deadline)."""
+    upkeeps = 0
+
+    async def failing(connection: Any) -> None:
+        nonlocal upkeeps
+        upkeeps += 1
+        raise sqlite3.DatabaseError("checkpoint failed")
+
+    monkeypatch.setattr(sqlite_store, "_checkpoint", failing)
+    store = SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=5)
+    await store.open()
+    try:
+        for n in range(3):
+            await store.transact(inserting(control(f"c{n}")), durable=False)
+        assert [row[0] for row in await stored_controls(store)] == ["c0", "c1", "c2"]
+    finally:
+        await store.close()
+    assert upkeeps >= 3
+
+
 async def test_a_database_error_fails_its_body_and_the_next_transaction_works(store: GatewayStore) -> None:
     await store.transact(inserting(control("c1")), durable=False)
     with pytest.raises((sqlite3.IntegrityError, psycopg.errors.UniqueViolation)):
