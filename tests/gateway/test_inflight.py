@@ -1,0 +1,102 @@
+"""The control view every admission and boundary checks: indexed by target, it must answer exactly what
+a scan of every active control in arrival order answers (the first-arrived control matching the run),
+through any sequence of controls added, pushed again and lifted."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.config import TIER_NAMES
+from gateway.inflight import InFlight
+from gateway.records import Control, ControlKind, ControlScope, RunSpec
+
+ORIS = ("ada", "bram", "cyr")
+TENANTS = ("t1", "t2")
+TIERS = tuple(TIER_NAMES)
+
+
+def control(control_id: str, scope: ControlScope, target: str, *, active: bool = True) -> Control:
+    return Control(control_id, ControlKind.KILL, scope, target, "reason", "op", 0, active)
+
+
+def run(ori: str, tier: int = 1, tenant: str = "t1", run_id: str = "r1") -> RunSpec:
+    return RunSpec(run_id, tenant, "world", ori, tier, 1, 2, 2, 4_000)
+
+
+def scanned(controls: dict[str, Control], spec: RunSpec) -> Control | None:
+    """The reference: every active control, in arrival order."""
+    return next((c for c in controls.values() if c.matches(spec)), None)
+
+
+targets = st.one_of(
+    st.tuples(st.just(ControlScope.ORI), st.sampled_from(ORIS)),
+    st.tuples(st.just(ControlScope.TIER), st.sampled_from([TIER_NAMES[t] for t in TIERS])),
+    st.tuples(st.just(ControlScope.TENANT), st.sampled_from(TENANTS)),
+)
+# (control number, scope and target, lift it instead of adding it)
+operations = st.lists(st.tuples(st.integers(0, 7), targets, st.booleans()), max_size=40)
+
+
+@given(operations)
+def test_the_index_answers_what_a_scan_in_arrival_order_answers(
+    steps: list[tuple[int, tuple[ControlScope, str], bool]],
+) -> None:
+    view = InFlight()
+    reference: dict[str, Control] = {}
+    made: dict[str, Control] = {}  # a control id always names the same scope and target
+    for number, (scope, target), lift in steps:
+        control_id = f"c{number}"
+        made.setdefault(control_id, control(control_id, scope, target))
+        if lift:
+            view.apply(control(control_id, made[control_id].scope, made[control_id].target, active=False))
+            reference.pop(control_id, None)
+        else:
+            view.apply(made[control_id])
+            reference.setdefault(control_id, made[control_id])  # pushed again: keeps its place
+        for ori in ORIS:
+            for tier in TIERS:
+                for tenant in TENANTS:
+                    spec = run(ori, tier, tenant)
+                    assert view.blocking(spec) == scanned(reference, spec)
+    assert view.controls == list(reference.values())
+
+
+def test_the_first_arrived_of_several_matching_controls_is_the_one_named() -> None:
+    view = InFlight()
+    view.apply(control("tenant", ControlScope.TENANT, "t1"))
+    view.apply(control("ori", ControlScope.ORI, "ada"))
+    assert view.blocking(run("ada")) == control("tenant", ControlScope.TENANT, "t1")
+    view.apply(control("tenant", ControlScope.TENANT, "t1", active=False))
+    assert view.blocking(run("ada")) == control("ori", ControlScope.ORI, "ada")
+    assert view.blocking(run("bram")) is None
+
+
+def test_a_control_added_after_a_lift_still_comes_after_the_earlier_ones() -> None:
+    view = InFlight()
+    view.apply(control("a", ControlScope.ORI, "bram"))
+    view.apply(control("b", ControlScope.TENANT, "t1"))
+    view.apply(control("a", ControlScope.ORI, "bram", active=False))
+    view.apply(control("c", ControlScope.ORI, "ada"))
+    assert view.blocking(run("ada")) == control("b", ControlScope.TENANT, "t1")
+
+
+async def test_replacing_the_controls_stops_each_matching_run_with_its_first_control() -> None:
+    """What a (re)connected push channel does: every active control, loaded afresh."""
+    view = InFlight()
+    ada, bram = view.track(run("ada", run_id="r1")), view.track(run("bram", run_id="r2"))
+    work = asyncio.get_running_loop().create_future()
+    ada.tasks.add(work)  # type: ignore[arg-type]
+    view.replace_controls(
+        [
+            control("lifted", ControlScope.ORI, "ada", active=False),
+            control("tier", ControlScope.TIER, TIER_NAMES[1]),
+            control("ori", ControlScope.ORI, "ada"),
+        ]
+    )
+    assert ada.stopped_by == control("tier", ControlScope.TIER, TIER_NAMES[1])
+    assert bram.stopped_by == control("tier", ControlScope.TIER, TIER_NAMES[1])
+    assert work.cancelled()
+    assert [c.control_id for c in view.controls] == ["tier", "ori"]
