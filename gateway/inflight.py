@@ -57,18 +57,6 @@ class InFlightRun:
         }
 
 
-ControlKey = tuple[ControlScope, str]  # (scope, target)
-
-
-def _keys(spec: RunSpec) -> tuple[ControlKey, ...]:
-    """Every (scope, target) a control would need to stop this run."""
-    return (
-        (ControlScope.ORI, spec.ori_id),
-        (ControlScope.TIER, spec.tier_name),
-        (ControlScope.TENANT, spec.tenant_id),
-    )
-
-
 def _stop(run: InFlightRun, control: Control) -> None:
     run.stopped_by = control
     for task in run.tasks:
@@ -86,7 +74,7 @@ class InFlight:
         self._controls: dict[str, Control] = {}  # by id, in the order they arrived
         self._arrival: dict[str, int] = {}  # control id -> its place in that order
         self._arrivals = itertools.count()
-        self._by_target: dict[ControlKey, dict[str, Control]] = {}
+        self._by_target: dict[tuple[ControlScope, str], dict[str, Control]] = {}
         self.runs: dict[str, InFlightRun] = {}
 
     def replace_controls(self, controls: list[Control]) -> None:
@@ -134,7 +122,7 @@ class InFlight:
         if not self._by_target:
             return None
         first: Control | None = None
-        for key in _keys(spec):
+        for key in spec.control_targets:
             targeting = self._by_target.get(key)
             if targeting is None:
                 continue

@@ -58,6 +58,15 @@ class RunSpec:
     def tier_name(self) -> str:
         return TIER_NAMES[self.tier]
 
+    @property
+    def control_targets(self) -> tuple[tuple[ControlScope, str], ...]:
+        """Every (scope, target) a control that stops this run names: its ori, tier and tenant."""
+        return (
+            (ControlScope.ORI, self.ori_id),
+            (ControlScope.TIER, self.tier_name),
+            (ControlScope.TENANT, self.tenant_id),
+        )
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -84,12 +93,7 @@ class Control:
     active: bool = True
 
     def matches(self, run: RunSpec) -> bool:
-        wanted = {
-            ControlScope.ORI: run.ori_id,
-            ControlScope.TIER: run.tier_name,
-            ControlScope.TENANT: run.tenant_id,
-        }
-        return self.active and wanted[self.scope] == self.target
+        return self.active and (self.scope, self.target) in run.control_targets
 
     def describe(self) -> str:
         return f"{self.kind.name.lower()} {self.scope.name.lower()} {self.target!r} ({self.control_id})"

@@ -51,8 +51,8 @@ CONTROLS_CHANNEL = "egbe_gateway_controls"
 
 class Tx(Protocol):
     """What a transaction body (a coroutine) may do: run SQL written with `?` placeholders, queue a
-    notification. `execute` may only queue a statement (PostgreSQL sends it with the next read or `sync`,
-    pipelined), so its error can surface there; reads are awaited."""
+    notification. `execute` may only queue a statement (PostgreSQL sends it, pipelined, with the next read
+    or the committer's sync), so its error can surface there; reads are awaited."""
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
 
@@ -74,19 +74,6 @@ class Tx(Protocol):
 
     def notify(self, payload: str) -> None: ...
 
-    async def sync(self) -> None:
-        """Send every queued statement and raise the first error."""
-        ...
-
-    def mark(self) -> int:
-        """A position in the transaction's statements, for `unsend`."""
-        ...
-
-    def unsend(self, mark: int) -> bool:
-        """Forget the statements queued since `mark` if none of them has been sent; True if so (the
-        database saw none of them, so there is nothing to roll back)."""
-        ...
-
 
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
@@ -102,7 +89,7 @@ _AUDIT_COLUMNS = (
 )
 
 
-# Where `_audit_row` and `AdmissionItem.row` go (`Tx.insert`).
+# Where `_audit_row` and `AdmissionItem.row` go (`insert_rows`, `_Statements.insert`).
 _AUDIT_TABLE = ("gateway_audit", tuple(_AUDIT_COLUMNS.split(", ")))
 _RUN_TABLE = (
     "gateway_runs",

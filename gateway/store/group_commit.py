@@ -68,11 +68,15 @@ class BatchTx(Protocol):
     async def commit(self) -> None:
         """COMMIT, with every statement before it: done (or raised) when this returns."""
 
-    async def sync(self) -> None: ...
+    async def sync(self) -> None:
+        """Send every queued statement and raise the first error."""
 
-    def mark(self) -> int: ...
+    def mark(self) -> int:
+        """A position in the transaction's statements, for `unsend`."""
 
-    def unsend(self, mark: int) -> bool: ...
+    def unsend(self, mark: int) -> bool:
+        """Forget the statements queued since `mark` if none of them has been sent; True if so (the
+        database saw none of them, so there is nothing to roll back)."""
 
 
 @dataclass

@@ -62,12 +62,7 @@ class _SqliteTx:
         if self._connection.mode == "NORMAL":
             self._sqlite.execute("COMMIT")
         else:
-            await asyncio.to_thread(self._commit_now)
-
-    def _commit_now(self) -> None:
-        """(Not `execute` on the worker thread: a cursor handed back to the loop would keep its statement
-        open until collected, and SQLite refuses a SAVEPOINT while one is.)"""
-        self._sqlite.execute("COMMIT")
+            await asyncio.to_thread(_run_to_end, self._sqlite, "COMMIT")
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._sqlite.execute(sql, params)
@@ -123,8 +118,11 @@ async def _close(connection: _Connection) -> None:
     await asyncio.to_thread(connection.sqlite.close)
 
 
-def _copy(connection: sqlite3.Connection) -> list[Row]:
-    return list(connection.execute(_CHECKPOINT).fetchall())
+def _run_to_end(connection: sqlite3.Connection, sql: str) -> list[Row]:
+    """A statement run to its end on a worker thread, its rows handed back (not its cursor: one handed
+    back to the loop would keep its statement open until collected, and SQLite refuses a SAVEPOINT
+    while one is)."""
+    return list(connection.execute(sql).fetchall())
 
 
 async def _checkpoint(connection: _Connection) -> None:
@@ -153,7 +151,7 @@ async def _checkpoint(connection: _Connection) -> None:
     if pages < RESTART_PAGES:
         return
     if this_copy <= TAIL_PAGES or pages >= MAX_PAGES:
-        await asyncio.to_thread(_copy, connection.sqlite)
+        await asyncio.to_thread(_run_to_end, connection.sqlite, _CHECKPOINT)
         connection.copied = 0  # (the next transaction starts the WAL over)
     else:
         _start_copy(connection)
@@ -161,7 +159,9 @@ async def _checkpoint(connection: _Connection) -> None:
 
 def _start_copy(connection: _Connection) -> None:
     connection.changes_at_copy = connection.sqlite.total_changes
-    connection.copying = asyncio.get_running_loop().run_in_executor(None, _copy, connection.checkpointer)
+    connection.copying = asyncio.get_running_loop().run_in_executor(
+        None, _run_to_end, connection.checkpointer, _CHECKPOINT
+    )
 
 
 class SqliteGatewayStore(GatewayStore):
