@@ -6,6 +6,10 @@ control stops (the common case, and the worst for a scan) in the gateway's index
 (`indexed_us`) and, as the baseline measured in the same run, in a scan of every active control in
 arrival order (`scan_us`: what the view did before it was indexed). An admission makes the check
 twice (its own, and the in-flight run's).
+
+And per count of runs in flight, the cost of finding the runs a pushed KillOri control stops (one Ori's
+run among them): indexed (`InFlight.matching`) against a scan of every run in flight (what a push did
+before the runs were indexed). An operator killing N Ori one by one makes N pushes.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from gateway.inflight import InFlight
 from gateway.records import Control, ControlKind, ControlScope, RunSpec
 
 COUNTS = (0, 1, 100, 10_000)
+RUN_COUNTS = (1, 100, 5_000)
 
 
 def _controls(count: int) -> list[Control]:
@@ -33,6 +38,15 @@ def _us_per_call(check: Callable[[], object], repeat: int) -> float:
     return min(timeit.repeat(check, number=repeat, repeat=5)) / repeat * 1e6
 
 
+def _compared(indexed: Callable[[], object], scan: Callable[[], object], repeat: int) -> dict[str, float]:
+    indexed_us, scan_us = _us_per_call(indexed, repeat), _us_per_call(scan, repeat)
+    return {
+        "indexed_us": round(indexed_us, 3),
+        "scan_us": round(scan_us, 3),
+        "speedup": round(scan_us / indexed_us, 1),
+    }
+
+
 def measure(count: int, repeat: int) -> dict[str, float]:
     controls = _controls(count)
     view = InFlight()
@@ -44,12 +58,21 @@ def measure(count: int, repeat: int) -> dict[str, float]:
 
     if view.blocking(spec) is not None or scan() is not None:
         raise RuntimeError("the measured run must be one no control stops")
-    indexed, scanned = _us_per_call(lambda: view.blocking(spec), repeat), _us_per_call(scan, repeat)
-    return {
-        "indexed_us": round(indexed, 3),
-        "scan_us": round(scanned, 3),
-        "speedup": round(scanned / indexed, 1),
-    }
+    return _compared(lambda: view.blocking(spec), scan, repeat)
+
+
+def measure_push(runs: int, repeat: int) -> dict[str, float]:
+    view = InFlight()
+    for n in range(runs):
+        view.track(RunSpec(f"r{n}", "tenant", "world", f"ori-{n}", 1, 1, 2, 2, 4_000))
+    kill = _controls(1)[0]  # KillOri ori-0: one run in flight
+
+    def scan() -> list[object]:
+        return [run for run in view.runs.values() if kill.matches(run.spec)]
+
+    if [run.spec.run_id for run in view.matching(kill)] != ["r0"] or len(scan()) != 1:
+        raise RuntimeError("the pushed control must name exactly one run in flight")
+    return _compared(lambda: view.matching(kill), scan, repeat)
 
 
 def main() -> None:
@@ -60,6 +83,7 @@ def main() -> None:
     report = {
         "benchmark": "control_check",
         "active_controls": {str(count): measure(count, args.repeat) for count in COUNTS},
+        "push_over_runs_in_flight": {str(count): measure_push(count, args.repeat) for count in RUN_COUNTS},
     }
     print(json.dumps(report))
 

@@ -257,9 +257,9 @@ class CognitionGateway:
         self.inflight.apply(control)
         if not control.active:
             return
-        for run in list(self.inflight.runs.values()):
+        for run in self.inflight.matching(control):
             # (a run with work in flight ends itself when the control cancels it)
-            if control.matches(run.spec) and self.leases.owns(run.spec.run_id) and not run.tasks:
+            if self.leases.owns(run.spec.run_id) and not run.tasks:
                 task = asyncio.create_task(self._end_after(run.spec.run_id, _aborted(control)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)

@@ -68,7 +68,9 @@ class InFlight:
 
     The controls are indexed by what they target, so the check every admission and boundary makes
     costs three lookups however many controls are active: an operator who killed 10,000 Ori one by
-    one made each check scan them all (7 ms, twice per admission)."""
+    one made each check scan them all (7 ms, twice per admission). The runs are indexed the same way,
+    so a pushed control finds the runs it stops without a pass over every run in flight (10,000 Ori
+    killed one by one over 5,000 open runs made 50 million comparisons)."""
 
     def __init__(self) -> None:
         self._controls: dict[str, Control] = {}  # by id, in the order they arrived
@@ -76,6 +78,7 @@ class InFlight:
         self._arrivals = itertools.count()
         self._by_target: dict[tuple[ControlScope, str], dict[str, Control]] = {}
         self.runs: dict[str, InFlightRun] = {}
+        self._runs_by_target: dict[tuple[ControlScope, str], dict[str, InFlightRun]] = {}
 
     def replace_controls(self, controls: list[Control]) -> None:
         self._controls, self._arrival, self._by_target = {}, {}, {}
@@ -113,9 +116,15 @@ class InFlight:
             del self._by_target[key]
 
     def _stop_matching(self, control: Control) -> None:
-        for run in self.runs.values():
-            if control.matches(run.spec) and run.stopped_by is None:
+        for run in self.matching(control):
+            if run.stopped_by is None:
                 _stop(run, control)
+
+    def matching(self, control: Control) -> list[InFlightRun]:
+        """The runs in flight the control names, in the order they were tracked."""
+        if not control.active:
+            return []
+        return list(self._runs_by_target.get((control.scope, control.target), {}).values())
 
     def blocking(self, spec: RunSpec) -> Control | None:
         """The first-arrived active control that stops this run, if any."""
@@ -139,8 +148,17 @@ class InFlight:
         run = self.runs.get(spec.run_id)
         if run is None:
             run = self.runs[spec.run_id] = InFlightRun(spec)
+            for key in spec.control_targets:
+                self._runs_by_target.setdefault(key, {})[spec.run_id] = run
             run.stopped_by = self.blocking(spec)
         return run
 
     def forget(self, run_id: str) -> InFlightRun | None:
-        return self.runs.pop(run_id, None)
+        run = self.runs.pop(run_id, None)
+        if run is not None:
+            for key in run.spec.control_targets:
+                tracked = self._runs_by_target[key]
+                del tracked[run_id]
+                if not tracked:
+                    del self._runs_by_target[key]
+        return run

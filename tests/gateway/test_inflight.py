@@ -5,6 +5,7 @@ through any sequence of controls added, pushed again and lifted."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -100,3 +101,84 @@ async def test_replacing_the_controls_stops_each_matching_run_with_its_first_con
     assert bram.stopped_by == control("tier", ControlScope.TIER, TIER_NAMES[1])
     assert work.cancelled()
     assert [c.control_id for c in view.controls] == ["tier", "ori"]
+
+
+@dataclass(frozen=True)
+class Track:
+    spec: RunSpec
+
+
+@dataclass(frozen=True)
+class Forget:
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Push:
+    number: int
+    target: tuple[ControlScope, str]
+    lift: bool
+
+
+run_ids = st.sampled_from(("r1", "r2", "r3", "r4"))
+specs = st.builds(
+    lambda run_id, ori, tier, tenant: run(ori, tier, tenant, run_id),
+    run_ids,
+    st.sampled_from(ORIS),
+    st.sampled_from(TIERS),
+    st.sampled_from(TENANTS),
+)
+run_steps = st.lists(
+    st.one_of(
+        st.builds(Track, specs),
+        st.builds(Forget, run_ids),
+        st.builds(Push, st.integers(0, 5), targets, st.booleans()),
+    ),
+    max_size=40,
+)
+
+
+@given(run_steps)
+def test_a_pushed_control_stops_exactly_the_runs_a_scan_of_every_run_would_stop(
+    steps: list[Track | Forget | Push],
+) -> None:
+    """The runs indexed by target against the reference: every run in flight, scanned at each push."""
+    view = InFlight()
+    controls: dict[str, Control] = {}  # the active ones, in arrival order
+    made: dict[str, Control] = {}  # a control id always names the same scope and target
+    tracked: dict[str, RunSpec] = {}
+    stopped: dict[str, Control | None] = {}  # the reference: each tracked run's stopping control
+    for step in steps:
+        if isinstance(step, Track):
+            spec = tracked.setdefault(step.spec.run_id, step.spec)  # (tracked again: the same run)
+            stopped.setdefault(spec.run_id, scanned(controls, spec))
+            view.track(spec)
+        elif isinstance(step, Forget):
+            tracked.pop(step.run_id, None)
+            stopped.pop(step.run_id, None)
+            view.forget(step.run_id)
+        else:
+            pushed = made.setdefault(f"c{step.number}", control(f"c{step.number}", *step.target))
+            if step.lift:
+                controls.pop(pushed.control_id, None)
+                view.apply(control(pushed.control_id, pushed.scope, pushed.target, active=False))
+                continue
+            controls.setdefault(pushed.control_id, pushed)
+            assert view.matching(pushed) == [r for r in view.runs.values() if pushed.matches(r.spec)]
+            for run_id, stopping in stopped.items():
+                if stopping is None and pushed.matches(tracked[run_id]):
+                    stopped[run_id] = pushed
+            view.apply(pushed)
+        assert {run_id: r.stopped_by for run_id, r in view.runs.items()} == stopped
+
+
+def test_a_forgotten_run_is_no_longer_found_by_a_control() -> None:
+    view = InFlight()
+    view.track(run("ada", run_id="r1"))
+    view.track(run("ada", run_id="r2"))
+    view.forget("r1")
+    kill = control("k", ControlScope.ORI, "ada")
+    assert [r.spec.run_id for r in view.matching(kill)] == ["r2"]
+    view.forget("r2")
+    assert view.matching(kill) == []
+    assert view.matching(control("t", ControlScope.TENANT, "t1")) == []
