@@ -33,7 +33,7 @@ from gateway.records import (
     Spend,
     TierSpend,
 )
-from gateway.store.group_commit import GroupCommitter
+from gateway.store.group_commit import GroupCommitter, Refused
 from services.errors import (
     Aborted,
     FailedPrecondition,
@@ -145,6 +145,25 @@ class _FinishItem:
 
 
 @dataclass(frozen=True)
+class _RunEnding:
+    """How a run is ended (`stats` already JSON; `result` is what a repeat of its request id answers)."""
+
+    status: RunStatus
+    detail: str
+    stats: str
+    now_ms: int
+    result: str = ""
+
+
+@dataclass(frozen=True)
+class _EndItem:
+    """One run's ending waiting for the writer."""
+
+    run_id: str
+    ending: _RunEnding
+
+
+@dataclass(frozen=True)
 class _Ending:
     """How a completed run's row ends: what `end_run` would write."""
 
@@ -162,6 +181,10 @@ class _Ending:
 _COMPLETE_RUN = (
     "UPDATE gateway_runs SET used_tokens = ?, status = 'completed', detail = '', stats = ?,"
     " ended_at_ms = ?, result = ?, released_tokens = ? WHERE run_id = ?"
+)
+_END_RUN = (
+    "UPDATE gateway_runs SET status = ?, detail = ?, stats = ?, ended_at_ms = ?, released_tokens = ?,"
+    " result = ? WHERE run_id = ?"
 )
 
 
@@ -194,12 +217,12 @@ class _LedgerChanges:
 
     def __init__(self) -> None:
         # (world, window) -> [cap (-1: no admission told it), admissions, blocked, killed,
-        #                     from reservations, consumed, micro-USD]
+        #                     from reservations, consumed, micro-USD, killed in flight]
         self._windows: dict[tuple[str, int], list[int]] = {}
         self._leases: dict[tuple[str, str, int], int] = {}
 
     def _window(self, world_id: str, window_start_ms: int) -> list[int]:
-        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0])
+        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0, 0])
 
     def decided(self, item: AdmissionItem, *, counted: bool = True) -> None:
         """An admission decision: the window's cap as the deciding gateway sees it, and (`counted`; a
@@ -219,14 +242,24 @@ class _LedgerChanges:
         if run.lease_holder:
             self._leases[run.lease_key] = self._leases.get(run.lease_key, 0) + from_reservation
 
+    def ended(self, run: _RunRow, released: int, *, killed: bool) -> None:
+        """A run's ending: what it released leaves `reserved_tokens` for a run admitted before leases
+        (a lease's run hands it back to its lease, in the holder's memory); a kill is counted, as a
+        kill in flight."""
+        window = self._window(run.spec.world_id, run.window_start_ms)
+        window[4] += 0 if run.lease_holder else released
+        window[3] += killed
+        window[7] += killed
+
     def write(self, tx: Tx | _Statements) -> None:
         for (world_id, window_start_ms), change in self._windows.items():
-            cap, admissions, blocked, killed, from_reservations, consumed, micro_usd = change
+            cap, admissions, blocked, killed, from_reservations, consumed, micro_usd, in_flight = change
             if cap >= 0:  # an admission's window: created if new (`_LOCK_LEDGER`'s upsert, counted)
                 tx.execute(
                     "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
-                    " blocked_by_world_cap, killed, reserved_tokens, consumed_tokens, consumed_micro_usd)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (world_id, window_start_ms) DO UPDATE"
+                    " blocked_by_world_cap, killed, reserved_tokens, consumed_tokens, consumed_micro_usd,"
+                    " killed_in_flight) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (world_id, window_start_ms) DO UPDATE"
                     " SET cap_tokens = excluded.cap_tokens,"
                     " admissions = gateway_ledger.admissions + excluded.admissions,"
                     " blocked_by_world_cap = gateway_ledger.blocked_by_world_cap"
@@ -234,7 +267,8 @@ class _LedgerChanges:
                     " killed = gateway_ledger.killed + excluded.killed,"
                     " reserved_tokens = gateway_ledger.reserved_tokens + excluded.reserved_tokens,"
                     " consumed_tokens = gateway_ledger.consumed_tokens + excluded.consumed_tokens,"
-                    " consumed_micro_usd = gateway_ledger.consumed_micro_usd + excluded.consumed_micro_usd",
+                    " consumed_micro_usd = gateway_ledger.consumed_micro_usd + excluded.consumed_micro_usd,"
+                    " killed_in_flight = gateway_ledger.killed_in_flight + excluded.killed_in_flight",
                     (
                         world_id,
                         window_start_ms,
@@ -245,14 +279,16 @@ class _LedgerChanges:
                         -from_reservations,
                         consumed,
                         micro_usd,
+                        in_flight,
                     ),
                 )
-            else:
+            else:  # (no admission: no admission counters; kills here are kills in flight)
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                    " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?"
+                    " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?,"
+                    " killed = killed + ?, killed_in_flight = killed_in_flight + ?"
                     " WHERE world_id = ? AND window_start_ms = ?",
-                    (from_reservations, consumed, micro_usd, world_id, window_start_ms),
+                    (from_reservations, consumed, micro_usd, killed, in_flight, world_id, window_start_ms),
                 )
         for (holder, world_id, window_start_ms), tokens in self._leases.items():
             if tokens:
@@ -261,6 +297,33 @@ class _LedgerChanges:
                     " AND window_start_ms = ?",
                     (tokens, holder, world_id, window_start_ms),
                 )
+
+
+def _end(
+    writes: Tx | _Statements,
+    ledger: _LedgerChanges,
+    run: _RunRow,
+    ending: _RunEnding,
+) -> int:
+    """End an active run and release its unused reservation: back to the lease it came from (the
+    holder hands it to its `available` when it learns the ending, `RunEnd.lease_return`), or, for a
+    run admitted before leases, to the ledger (`ledger`, which the caller writes once for every run it
+    ends). Returns the tokens released."""
+    released = run.unused_reservation
+    writes.execute(
+        _END_RUN,
+        (
+            ending.status.value,
+            ending.detail,
+            ending.stats,
+            ending.now_ms,
+            released,
+            ending.result,
+            run.spec.run_id,
+        ),
+    )
+    ledger.ended(run, released, killed=ending.status is RunStatus.KILLED)
+    return released
 
 
 class AdmissionOutcome(StrEnum):
@@ -489,9 +552,14 @@ class GatewayStore(ABC):
         return result
 
     async def transact_item(
-        self, item: ItemT, combine: Callable[[Tx, list[ItemT]], Awaitable[list[T]]], *, durable: bool = True
+        self,
+        item: ItemT,
+        combine: Callable[[Tx, list[ItemT]], Awaitable[Sequence[T | Refused]]],
+        *,
+        durable: bool = True,
     ) -> T:
-        """Like `transact`, but items arriving together are applied by one `combine(tx, items)`."""
+        """Like `transact`, but items arriving together are applied by one `combine(tx, items)` (its
+        `Refused` answer for an item raises that item's error)."""
         result: T = await self._writer.submit(
             item, timeout_seconds=self._timeout, durable=durable, combine=combine
         )
@@ -712,24 +780,6 @@ class GatewayStore(ABC):
             )
         return earlier
 
-    def _end(self, tx: Tx, run: _RunRow, status: RunStatus, *, detail: str, stats: str, now_ms: int) -> int:
-        """End an active run and release its unused reservation: back to the lease it came from (the
-        holder hands it to its `available` when it learns the ending, `RunEnd.lease_return`), or, for a
-        run admitted before leases, to the ledger. Returns the tokens released."""
-        released = run.unused_reservation
-        killed = int(status is RunStatus.KILLED)
-        tx.execute(
-            "UPDATE gateway_runs SET status = ?, detail = ?, stats = ?, ended_at_ms = ?, released_tokens = ?"
-            " WHERE run_id = ?",
-            (status.value, detail, stats, now_ms, released, run.spec.run_id),
-        )
-        tx.execute(
-            "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?, killed = killed + ?,"
-            " killed_in_flight = killed_in_flight + ? WHERE world_id = ? AND window_start_ms = ?",
-            (0 if run.lease_holder else released, killed, killed, run.spec.world_id, run.window_start_ms),
-        )
-        return released
-
     def _refuse_ended(self, run: _RunRow) -> None:
         if run.status is RunStatus.ACTIVE:
             return
@@ -841,19 +891,40 @@ class GatewayStore(ABC):
         now_ms: int,
         result: str = "",
     ) -> RunEnd:
-        """Reconcile and release; `result` is kept for repeats of the request id. Idempotent."""
+        """Reconcile and release; `result` is kept for repeats of the request id. Idempotent. Endings
+        arriving together are applied by one `_end_burst`."""
+        item = _EndItem(run_id, _RunEnding(status, detail, json.dumps(stats, sort_keys=True), now_ms, result))
+        ended: RunEnd = await self.transact_item(item, self._end_burst, durable=False)
+        return ended
 
-        async def body(tx: Tx) -> RunEnd:
-            run = await self._lock_run(tx, run_id)
-            if run.status is not RunStatus.ACTIVE:
-                return RunEnd(run.used_tokens, 0, ended_now=False, lease_return=run.released_tokens)
-            released = self._end(
-                tx, run, status, detail=detail, stats=json.dumps(stats, sort_keys=True), now_ms=now_ms
-            )
-            tx.execute("UPDATE gateway_runs SET result = ? WHERE run_id = ?", (result, run_id))
-            return RunEnd(run.used_tokens, released, ended_now=True, lease_return=released)
-
-        return await self.transact(body, durable=False)
+    async def _end_burst(self, tx: Tx, items: list[_EndItem]) -> list[RunEnd | Refused]:
+        """Each item exactly as a lone ending would apply it, in a few statements for the burst: one locked
+        read of the runs, one update per run, one ledger statement per world window. An item naming no
+        run is refused alone; a run ended twice in the burst is ended by the first."""
+        ids = list(dict.fromkeys(item.run_id for item in items))
+        rows = await tx.all(
+            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
+            f"{self._for_update}",
+            ids,
+        )
+        runs = {row[0]: _run_from(row) for row in rows}
+        writes, ledger = _Statements(tx), _LedgerChanges()
+        answers: list[RunEnd | Refused] = []
+        for item in items:
+            run = runs.get(item.run_id)
+            if run is None:
+                answers.append(Refused(_no_run(item.run_id)))
+            elif run.status is not RunStatus.ACTIVE:
+                answers.append(RunEnd(run.used_tokens, 0, ended_now=False, lease_return=run.released_tokens))
+            else:
+                released = _end(writes, ledger, run, item.ending)
+                runs[item.run_id] = dataclasses.replace(
+                    run, status=item.ending.status, released_tokens=released
+                )
+                answers.append(RunEnd(run.used_tokens, released, ended_now=True, lease_return=released))
+        ledger.write(writes)
+        tx.execute_together(writes.gathered)
+        return answers
 
     async def finish_call(
         self,
@@ -942,15 +1013,11 @@ class GatewayStore(ABC):
                 f" ?{self._for_update}",
                 (RunStatus.ACTIVE.value, now_ms),
             )
+            ledger = _LedgerChanges()
+            ending = _RunEnding(RunStatus.TIMED_OUT, "run deadline passed", "{}", now_ms)
             for row in rows:
-                self._end(
-                    tx,
-                    _run_from(row),
-                    RunStatus.TIMED_OUT,
-                    detail="run deadline passed",
-                    stats="{}",
-                    now_ms=now_ms,
-                )
+                _end(tx, ledger, _run_from(row), ending)
+            ledger.write(tx)
             return len(rows)
 
         return await self.transact(body, durable=False)
@@ -991,10 +1058,11 @@ class GatewayStore(ABC):
                 f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {where}{self._for_update}",
                 (RunStatus.ACTIVE.value, value),
             )
+            ledger = _LedgerChanges()
+            ending = _RunEnding(RunStatus.KILLED, control.describe(), "{}", now_ms)
             for row in rows:
-                self._end(
-                    tx, _run_from(row), RunStatus.KILLED, detail=control.describe(), stats="{}", now_ms=now_ms
-                )
+                _end(tx, ledger, _run_from(row), ending)
+            ledger.write(tx)
             tx.notify(control.control_id)
             return len(rows)
 

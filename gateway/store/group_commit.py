@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -54,7 +54,7 @@ CLOSE_TIMEOUT_S = 30.0
 # job somebody waits for comes first: a burst of admissions is written in a few transactions.
 POSTED_GATHER_S = 0.002
 _APPLIED = object()  # a non-durable job's outcome once it has been answered
-Combine = Callable[[Any, list[Any]], Awaitable[list[Any]]]
+Combine = Callable[[Any, list[Any]], Awaitable[Sequence[Any]]]
 
 
 class BatchTx(Protocol):
@@ -79,6 +79,18 @@ class BatchTx(Protocol):
         database saw none of them, so there is nothing to roll back)."""
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A `combine`'s answer for one item it refused (having written nothing for it): that item's caller
+    gets `error`, and the burst's other items are applied as usual."""
+
+    error: Exception
+
+
+def _outcomes(values: list[Any]) -> list[tuple[bool, Any]]:
+    return [(False, v.error) if isinstance(v, Refused) else (True, v) for v in values]
+
+
 @dataclass
 class _Job:
     body: Any  # a coroutine function of the transaction, or (with `combine`) an item
@@ -92,7 +104,7 @@ class _Job:
     async def run(self, tx: Any, group: list[_Job]) -> list[Any]:
         if self.combine is None:
             return [await self.body(tx)]
-        values = await self.combine(tx, [job.body for job in group])
+        values = list(await self.combine(tx, [job.body for job in group]))
         assert len(values) == len(group)  # one answer per item
         return values
 
@@ -195,7 +207,8 @@ class GroupCommitter(Generic[C]):
     ) -> Any:
         """Run `await body(tx)` in the writer's transaction; answered after COMMIT (a durable one: on
         disk). With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
-        `combine(tx, items)` call (one answer per item, in order), so a burst costs a few statements."""
+        `combine(tx, items)` call (one answer per item, in order, a `Refused` raising its error for
+        that item alone), so a burst costs a few statements."""
         if self._closed:
             raise Unavailable(f"{self._writing.describe} is closed")
         loop = asyncio.get_running_loop()
@@ -299,7 +312,7 @@ class GroupCommitter(Generic[C]):
                 tx.execute("ROLLBACK")
                 await tx.sync()
             return [(False, error)] * len(group)
-        return [(True, value) for value in values]
+        return _outcomes(values)
 
     async def _run_among_others(self, tx: BatchTx, group: list[_Job]) -> list[tuple[bool, Any]]:
         """One body of a batch inside its own savepoint; non-durable jobs are answered once it applied."""
@@ -317,7 +330,7 @@ class GroupCommitter(Generic[C]):
                 tx.execute("RELEASE SAVEPOINT egbe_job")
                 await tx.sync()
             return self._answer_applied(group, [(False, error)] * len(group))
-        return self._answer_applied(group, [(True, value) for value in values])
+        return self._answer_applied(group, _outcomes(values))
 
     def _answer_applied(self, group: list[_Job], results: list[tuple[bool, Any]]) -> list[tuple[bool, Any]]:
         """Answer the group's non-durable jobs now; the rest are answered after the COMMIT."""

@@ -16,6 +16,9 @@ import grpc
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.server import build_bundle
+from gateway.store.base import GatewayStore
+from gateway.store.postgres import PostgresGatewayStore
+from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role, TokenStore, bearer_metadata
 from services.server import RunningService, start_service
 from services.settings import EgbeSettings, Endpoint, load_settings
@@ -31,6 +34,13 @@ CAUSE_FOR_TIER = {
     LACHESIS: 2,
     ATROPOS: 3,
 }
+
+
+def backend_store(data_dir: Path, database_url: str | None) -> GatewayStore:
+    """The store a `database_url` fixture names (None: SQLite in `data_dir`), not opened yet."""
+    if database_url is None:
+        return SqliteGatewayStore(data_dir / "gateway.db", timeout_seconds=5)
+    return PostgresGatewayStore(database_url, timeout_seconds=5)
 
 
 def gateway_settings(data_dir: Path, database_url: str | None = None, **gateway: Any) -> EgbeSettings:

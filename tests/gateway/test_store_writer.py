@@ -18,9 +18,9 @@ import pytest
 from gateway.records import RunSpec
 from gateway.store import sqlite as sqlite_store
 from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, Tx, insert_rows
-from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
 from services.errors import FailedPrecondition
+from tests.gateway.harness import backend_store
 
 CONTROL_COLUMNS = (
     "control_id", "kind", "scope", "target", "reason", "operator_id", "created_at_ms", "active",
@@ -30,11 +30,7 @@ CONTROL_COLUMNS = (
 
 @pytest.fixture
 async def store(tmp_path: Path, database_url: str | None) -> AsyncIterator[GatewayStore]:
-    opened: GatewayStore = (
-        SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=5)
-        if database_url is None
-        else PostgresGatewayStore(database_url, timeout_seconds=5)
-    )
+    opened = backend_store(tmp_path, database_url)
     await opened.open()
     yield opened
     await opened.close()
