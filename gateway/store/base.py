@@ -36,6 +36,7 @@ from gateway.records import (
 from gateway.store.group_commit import GroupCommitter, Refused
 from services.errors import (
     Aborted,
+    EgbeError,
     FailedPrecondition,
     FieldViolation,
     NotFound,
@@ -132,16 +133,34 @@ def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class _FinishItem:
-    """One fused run's call and completion waiting for the writer (`stats` already JSON)."""
+class _Completion:
+    """How a fused run completes with its call (`stats` already JSON)."""
 
-    entry: AuditEntry
     stats: str
     now_ms: int
     result: str
+
+
+@dataclass(frozen=True)
+class _CallItem:
+    """One model call's audit record waiting for the writer, recorded by gateway `holder`; with a
+    `completion`, its fused run ends with it."""
+
+    entry: AuditEntry
     holder: str
+    completion: _Completion | None = None
     # The run's admission when its row was not written yet: written first, in the same transaction.
     admission: AdmissionItem | None = None
+
+
+@dataclass(frozen=True)
+class _BeginItem:
+    """One model boundary waiting for the writer."""
+
+    run_id: str
+    input_tokens: int
+    max_output_tokens: int
+    tool_grants: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -595,12 +614,22 @@ class GatewayStore(ABC):
     )
 
     async def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
-        row = await tx.one(
-            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?{self._for_update}", (run_id,)
-        )
-        if row is None:
+        run = (await self._locked_runs(tx, [run_id])).get(run_id)
+        if run is None:
             raise _no_run(run_id)
-        return _run_from(row)
+        return run
+
+    async def _locked_runs(self, tx: Tx, run_ids: Sequence[str]) -> dict[str, _RunRow]:
+        """These runs' rows (those that exist), locked until the transaction ends: one read for a burst."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return {}
+        rows = await tx.all(
+            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
+            f"{self._for_update}",
+            ids,
+        )
+        return {row[0]: _run_from(row) for row in rows}
 
     def post_admission(self, item: AdmissionItem) -> None:
         """Write an admission decision without waiting for it: the run's row (its reservation came from
@@ -812,44 +841,56 @@ class GatewayStore(ABC):
         refuse an ungranted tool.
         """
 
-        async def body(tx: Tx) -> CallGrant:
-            run = await self._lock_run(tx, run_id)
-            self._refuse_ended(run)
-            grant = call_grant(
-                run.spec,
-                model_calls=run.model_calls,
-                used_tokens=run.used_tokens,
-                input_tokens=input_tokens,
-                max_output_tokens=max_output_tokens,
-            )
-            grants = "\n".join(sorted(run.tool_grants.union(tool_grants)))
-            tx.execute(
-                "UPDATE gateway_runs SET model_calls = model_calls + 1, tool_grants = ? WHERE run_id = ?",
-                (grants, run_id),
-            )
-            return grant
+        item = _BeginItem(run_id, input_tokens, max_output_tokens, frozenset(tool_grants))
+        grant: CallGrant = await self.transact_item(item, self._begin_burst, durable=False)
+        return grant
 
-        return await self.transact(body, durable=False)
+    async def _begin_burst(self, tx: Tx, items: list[_BeginItem]) -> list[CallGrant | Refused]:
+        """Each boundary exactly as alone, in arrival order, in a few statements for the burst: one locked
+        read of the runs, one update per run counted. A refused boundary (run ended or over budget)
+        is refused alone."""
+        runs = await self._locked_runs(tx, [item.run_id for item in items])
+        counted: dict[str, _RunRow] = {}
+        answers: list[CallGrant | Refused] = []
+        for item in items:
+            run = runs.get(item.run_id)
+            try:
+                if run is None:
+                    raise _no_run(item.run_id)
+                self._refuse_ended(run)
+                grant = call_grant(
+                    run.spec,
+                    model_calls=run.model_calls,
+                    used_tokens=run.used_tokens,
+                    input_tokens=item.input_tokens,
+                    max_output_tokens=item.max_output_tokens,
+                )
+            except EgbeError as error:
+                answers.append(Refused(error))
+                continue
+            run = dataclasses.replace(
+                run, model_calls=run.model_calls + 1, tool_grants=run.tool_grants | item.tool_grants
+            )
+            runs[item.run_id] = counted[item.run_id] = run
+            answers.append(grant)
+        tx.execute_together(
+            [
+                (
+                    "UPDATE gateway_runs SET model_calls = ?, tool_grants = ? WHERE run_id = ?",
+                    (run.model_calls, "\n".join(sorted(run.tool_grants)), run_id),
+                )
+                for run_id, run in counted.items()
+            ]
+        )
+        return answers
 
     async def record_call(self, entry: AuditEntry, *, holder: str) -> LeaseCharge:
         """Write the call's audit record and move its tokens from reservation to consumption, together;
-        what the recording gateway (`holder`) must take from its lease beyond the run's reservation."""
-        charge: LeaseCharge = await self.transact(lambda tx: self._record(tx, entry, holder), durable=False)
+        what the recording gateway (`holder`) must take from its lease beyond the run's reservation.
+        Calls arriving together are applied by one `_call_burst`."""
+        charge = await self.transact_item(_CallItem(entry, holder), self._call_burst, durable=False)
+        assert isinstance(charge, LeaseCharge)  # (a call without a completion answers its charge)
         return charge
-
-    async def _record(self, tx: Tx, entry: AuditEntry, holder: str) -> LeaseCharge:
-        run = await self._lock_run(tx, entry.run_id)
-        tokens = entry.usage.total
-        leaving, beyond = _charge(run, tokens, holder)
-        insert_rows(tx, *_AUDIT_TABLE, [_audit_row(entry)])
-        tx.execute(
-            "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
-            (tokens, entry.run_id),
-        )
-        ledger = _LedgerChanges()
-        ledger.consumed(run, tokens, leaving, entry.micro_usd)
-        ledger.write(tx)
-        return LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
 
     async def count_tool_call(self, run_id: str, tool_name: str) -> tuple[int, int]:
         """A tool boundary: the run is active and the tool was granted to its model calls (the caller
@@ -938,40 +979,42 @@ class GatewayStore(ABC):
     ) -> RunEnd:
         """A fused run's call and its completion in one transaction: the audit record with its ledger
         update, and the release of what the run reserved but did not use. Finishes arriving together are
-        applied by one `_finish_burst` (answered once applied, as `record_call` and `end_run` are)."""
-        item = _FinishItem(entry, json.dumps(stats, sort_keys=True), now_ms, result, holder, admission)
-        ended: RunEnd = await self.transact_item(item, self._finish_burst, durable=False)
+        applied by one `_call_burst` (answered once applied, as `record_call` and `end_run` are)."""
+        completion = _Completion(json.dumps(stats, sort_keys=True), now_ms, result)
+        ended = await self.transact_item(
+            _CallItem(entry, holder, completion, admission), self._call_burst, durable=False
+        )
+        assert isinstance(ended, RunEnd)  # (a call with a completion answers the run's ending)
         return ended
 
-    async def _finish_burst(self, tx: Tx, items: list[_FinishItem]) -> list[RunEnd]:
-        """Each item exactly as `record_call` then `end_run` would apply it, in a few statements for the
-        burst: one locked read of the runs written before, one multi-row audit insert, one run insert
-        (the fused runs not written yet, already ended) or update, one ledger statement per world window
-        and one per lease. A run a control already ended keeps its ending (its call is still audited and
-        consumed, as `record_call` does)."""
+    async def _call_burst(self, tx: Tx, items: list[_CallItem]) -> list[RunEnd | LeaseCharge | Refused]:
+        """Each call exactly as alone, in arrival order (`record_call`, or for a fused run's finish
+        `record_call` then `end_run`), in a few statements for the burst: one locked read of the runs
+        written before, one multi-row audit insert, one run insert (the fused runs not written yet,
+        already ended) or update each, one ledger statement per world window and one per lease. A run a
+        control already ended keeps its ending (its call is still audited and consumed). A call naming
+        no run is refused alone."""
         fresh = {i.admission.run.run_id: i.admission for i in items if i.admission is not None}
         runs = {run_id: admission.fresh_row() for run_id, admission in fresh.items()}
-        ids = [item.entry.run_id for item in items if item.admission is None]
-        if ids:
-            rows = await tx.all(
-                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
-                f"{self._for_update}",
-                ids,
-            )
-            runs.update((row[0], _run_from(row)) for row in rows)
+        runs.update(await self._locked_runs(tx, [i.entry.run_id for i in items if i.admission is None]))
         ledger = _LedgerChanges()
         endings: dict[str, _Ending] = {}
-        consumed_only, answers = [], []
+        consumed_only: list[tuple[int, str]] = []
+        audited: list[tuple[Any, ...]] = []
+        answers: list[RunEnd | LeaseCharge | Refused] = []
         for item in items:
             entry = item.entry
             run = runs.get(entry.run_id)
             if run is None:
-                raise _no_run(entry.run_id)
+                answers.append(Refused(_no_run(entry.run_id)))
+                continue
             tokens = entry.usage.total
             used = run.used_tokens + tokens
             leaving, beyond = _charge(run, tokens, item.holder)
             charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
-            if run.status is RunStatus.ACTIVE:
+            audited.append(_audit_row(entry))
+            completion = item.completion
+            if completion is not None and run.status is RunStatus.ACTIVE:
                 # The call's tokens move from the reservation to consumption; the rest is released: to the
                 # run's lease (its holder learns it from `lease_return`), or for a run admitted before
                 # leases to the ledger, so its whole unused reservation leaves `reserved_tokens`.
@@ -979,20 +1022,27 @@ class GatewayStore(ABC):
                 ledger.consumed(
                     run, tokens, leaving if run.lease_holder else run.unused_reservation, entry.micro_usd
                 )
-                endings[entry.run_id] = _Ending(used, item.stats, item.now_ms, item.result, released)
+                endings[entry.run_id] = _Ending(
+                    used, completion.stats, completion.now_ms, completion.result, released
+                )
                 answers.append(RunEnd(used, released, True, lease_return=released, lease_charge=charge))
+                run = dataclasses.replace(run, status=RunStatus.COMPLETED, released_tokens=released)
             else:
                 ledger.consumed(run, tokens, leaving, entry.micro_usd)
                 consumed_only.append((tokens, entry.run_id))
-                ended = RunEnd(used, 0, False, lease_return=run.released_tokens, lease_charge=charge)
-                answers.append(ended)
-            runs[entry.run_id] = dataclasses.replace(run, used_tokens=used, status=RunStatus.COMPLETED)
+                if completion is None:
+                    answers.append(charge)
+                else:
+                    answers.append(
+                        RunEnd(used, 0, False, lease_return=run.released_tokens, lease_charge=charge)
+                    )
+            runs[entry.run_id] = dataclasses.replace(run, used_tokens=used)
         # Each run, audit record, ledger window and lease is written once, so the writes go together.
         writes = _Statements(tx)
         if fresh:
             _, inserted = await self._decide(tx, list(fresh.values()), ledger, endings)
             writes.insert(*_RUN_TABLE, inserted)
-        writes.insert(*_AUDIT_TABLE, [_audit_row(item.entry) for item in items])
+        writes.insert(*_AUDIT_TABLE, audited)
         writes.executemany(
             _COMPLETE_RUN,
             [ending.update(run_id) for run_id, ending in endings.items() if run_id not in fresh],
