@@ -999,7 +999,9 @@ class GatewayStore(ABC):
         runs.update(await self._locked_runs(tx, [i.entry.run_id for i in items if i.admission is None]))
         ledger = _LedgerChanges()
         endings: dict[str, _Ending] = {}
-        consumed_only: list[tuple[int, str]] = []
+        # Each run's row is written by one statement (PostgreSQL applies one of two updates of a row in
+        # one statement): the tokens of runs the burst does not end, summed; an ending holds every call.
+        consumed_only: dict[str, int] = {}
         audited: list[tuple[Any, ...]] = []
         answers: list[RunEnd | LeaseCharge | Refused] = []
         for item in items:
@@ -1025,11 +1027,16 @@ class GatewayStore(ABC):
                 endings[entry.run_id] = _Ending(
                     used, completion.stats, completion.now_ms, completion.result, released
                 )
+                consumed_only.pop(entry.run_id, None)  # (in the ending's `used`)
                 answers.append(RunEnd(used, released, True, lease_return=released, lease_charge=charge))
                 run = dataclasses.replace(run, status=RunStatus.COMPLETED, released_tokens=released)
             else:
                 ledger.consumed(run, tokens, leaving, entry.micro_usd)
-                consumed_only.append((tokens, entry.run_id))
+                ending = endings.get(entry.run_id)
+                if ending is not None:  # ended earlier in this burst
+                    endings[entry.run_id] = dataclasses.replace(ending, used_tokens=used)
+                else:
+                    consumed_only[entry.run_id] = consumed_only.get(entry.run_id, 0) + tokens
                 if completion is None:
                     answers.append(charge)
                 else:
@@ -1048,7 +1055,8 @@ class GatewayStore(ABC):
             [ending.update(run_id) for run_id, ending in endings.items() if run_id not in fresh],
         )
         writes.executemany(
-            "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?", consumed_only
+            "UPDATE gateway_runs SET used_tokens = used_tokens + ? WHERE run_id = ?",
+            [(tokens, run_id) for run_id, tokens in consumed_only.items()],
         )
         ledger.write(writes)
         tx.execute_together(writes.gathered)

@@ -110,24 +110,32 @@ class _Job:
 
 
 def _groups(batch: list[_Job]) -> list[list[_Job]]:
-    """The batch in arrival order, adjacent jobs of one `combine` together, every other job alone; and
-    every posted job of one `combine` joins the first of them (nobody waits on a posted job, and no
-    earlier job can depend on one, so it may go earlier): admissions posted between the fused runs'
-    finishes are written by one call, and the finishes come together too."""
+    """The batch as groups of jobs, each group one body (or one `combine` call), in an order that a serial
+    run of the jobs could have had:
+    - every posted job of one `combine` joins the first of them (nobody waits on a posted job, and no
+      earlier job can depend on one, so it may go earlier): admissions posted between other writes are
+      written by one call;
+    - a waited job of a `combine` joins the latest waited group of it, if that group comes after every
+      posted job that arrived before this one (its caller may have posted one of those, and depends on
+      it). The jobs waited on in one batch were all submitted before any was answered, so none of
+      them depends on another and they may go in any order: endings, boundaries and records arriving
+      interleaved are written in one call per kind;
+    - every other job alone, in arrival order."""
     groups: list[list[_Job]] = []
-    posted: dict[Combine, list[_Job]] = {}
+    latest: dict[tuple[Combine, bool], int] = {}  # (combine, posted) -> the index of its latest group
+    barrier = -1  # the index of the latest group holding a posted job
     for job in batch:
-        if job.future is None and job.combine is not None:
-            group = posted.get(job.combine)
-            if group is None:
-                group = posted[job.combine] = []
-                groups.append(group)
-            group.append(job)
-            continue
-        last = groups[-1] if groups else None
-        if last is None or job.combine is None or job.combine != last[0].combine or last[0].future is None:
+        posted = job.future is None
+        key = None if job.combine is None else (job.combine, posted)
+        index = None if key is None else latest.get(key)
+        if index is None or (not posted and index <= barrier):
+            index = len(groups)
             groups.append([])
-        groups[-1].append(job)
+            if key is not None:
+                latest[key] = index
+        groups[index].append(job)
+        if posted:
+            barrier = max(barrier, index)
     return groups
 
 
