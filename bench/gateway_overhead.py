@@ -19,7 +19,8 @@ connection, a message per run):
 The unary figures, measured in the same process run (the latencies interleaved run by run with the
 stream's): `unary_overhead_*` (the fused `Run` RPC), `unary_three_rpc_overhead_*` (AdmitRun, Generate,
 EndRun: the gateway's share of a Submit, the cognition service's Think excluded), `unary_admissions_per_s`,
-`unary_fused_runs_per_s`, `unary_admit_end_cycles_per_s` with 64 concurrent clients calling the RPCs.
+`unary_fused_runs_per_s`, `unary_admit_end_cycles_per_s`, `unary_three_rpc_runs_per_s` (AdmitRun,
+Generate, EndRun: the cognition service's path) with 64 concurrent clients calling the RPCs.
 `unary_*_beyond_rpc_floor_*` subtracts one (three) of the store-free round trips below.
 The baselines, in the same run:
 - a store-free RPC of the gateway (EvaluateBudget with no requests) through the whole chassis (token,
@@ -330,6 +331,7 @@ class Client:
             "unary_admissions": await rate(lambda index: self.admit(f"ori-{index}"), pids[0]),
             "unary_admit_end_cycles": await rate(lambda index: self.admit_and_end(f"ori-{index}"), pids[0]),
             "unary_fused_runs": await rate(lambda index: self.fused(f"ori-{index}"), pids[0]),
+            "unary_three_rpc_runs": await rate(lambda index: self.three_rpcs(f"ori-{index}"), pids[0]),
         }
         bare = self.streams("bare", clients)
         phases["bare_stream"] = await rate(lambda index: bare[index].ask(echo), pids[1])
@@ -419,6 +421,7 @@ async def bench_backend(
         "unary_admissions_per_s": rate("unary_admissions"),
         "unary_fused_runs_per_s": rate("unary_fused_runs"),
         "unary_admit_end_cycles_per_s": rate("unary_admit_end_cycles"),
+        "unary_three_rpc_runs_per_s": rate("unary_three_rpc_runs"),
         "baseline_rpc_floor_p50_ms": ms("floor", 0.50),
         "baseline_rpc_floor_p99_ms": ms("floor", 0.99),
         "baseline_store_free_rpcs_per_s": rate("floor_unary"),
