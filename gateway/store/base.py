@@ -942,13 +942,7 @@ class GatewayStore(ABC):
         """Each item exactly as a lone ending would apply it, in a few statements for the burst: one locked
         read of the runs, one update per run, one ledger statement per world window. An item naming no
         run is refused alone; a run ended twice in the burst is ended by the first."""
-        ids = list(dict.fromkeys(item.run_id for item in items))
-        rows = await tx.all(
-            f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
-            f"{self._for_update}",
-            ids,
-        )
-        runs = {row[0]: _run_from(row) for row in rows}
+        runs = await self._locked_runs(tx, [item.run_id for item in items])
         writes, ledger = _Statements(tx), _LedgerChanges()
         answers: list[RunEnd | Refused] = []
         for item in items:
