@@ -164,6 +164,14 @@ class _BeginItem:
 
 
 @dataclass(frozen=True)
+class _ToolItem:
+    """One tool boundary waiting for the writer."""
+
+    run_id: str
+    tool_name: str
+
+
+@dataclass(frozen=True)
 class _RunEnding:
     """How a run is ended (`stats` already JSON; `result` is what a repeat of its request id answers)."""
 
@@ -613,12 +621,6 @@ class GatewayStore(ABC):
         " RETURNING reserved_tokens, consumed_tokens"
     )
 
-    async def _lock_run(self, tx: Tx, run_id: str) -> _RunRow:
-        run = (await self._locked_runs(tx, [run_id])).get(run_id)
-        if run is None:
-            raise _no_run(run_id)
-        return run
-
     async def _locked_runs(self, tx: Tx, run_ids: Sequence[str]) -> dict[str, _RunRow]:
         """These runs' rows (those that exist), locked until the transaction ends: one read for a burst."""
         ids = list(dict.fromkeys(run_ids))
@@ -838,7 +840,8 @@ class GatewayStore(ABC):
     ) -> CallGrant:
         """A model boundary: the run is active and the call fits the run's budget (the caller checked the
         controls in its pushed view). The call's tool grants join the run's, so a later tool boundary can
-        refuse an ungranted tool.
+        refuse an ungranted tool. Boundaries arriving together are checked and counted by one
+        `_begin_burst`.
         """
 
         item = _BeginItem(run_id, input_tokens, max_output_tokens, frozenset(tool_grants))
@@ -846,42 +849,56 @@ class GatewayStore(ABC):
         return grant
 
     async def _begin_burst(self, tx: Tx, items: list[_BeginItem]) -> list[CallGrant | Refused]:
-        """Each boundary exactly as alone, in arrival order, in a few statements for the burst: one locked
-        read of the runs, one update per run counted. A refused boundary (run ended or over budget)
-        is refused alone."""
+        """Model boundaries: each counts a call and joins its tool grants to the run's."""
+
+        def count(run: _RunRow, item: _BeginItem) -> tuple[_RunRow, CallGrant]:
+            self._refuse_ended(run)
+            grant = call_grant(
+                run.spec,
+                model_calls=run.model_calls,
+                used_tokens=run.used_tokens,
+                input_tokens=item.input_tokens,
+                max_output_tokens=item.max_output_tokens,
+            )
+            grants = run.tool_grants | item.tool_grants
+            return dataclasses.replace(run, model_calls=run.model_calls + 1, tool_grants=grants), grant
+
+        def update(run: _RunRow) -> tuple[str, Sequence[Any]]:
+            grants = "\n".join(sorted(run.tool_grants))
+            return "UPDATE gateway_runs SET model_calls = ?, tool_grants = ? WHERE run_id = ?", (
+                run.model_calls,
+                grants,
+                run.spec.run_id,
+            )
+
+        return await self._counting_burst(tx, items, count, update)
+
+    async def _counting_burst(
+        self,
+        tx: Tx,
+        items: Sequence[_BeginItem | _ToolItem],
+        count: Callable[[_RunRow, Any], tuple[_RunRow, T]],
+        update: Callable[[_RunRow], tuple[str, Sequence[Any]]],
+    ) -> list[T | Refused]:
+        """Boundaries arriving together, each exactly as alone and in arrival order, in a few statements:
+        one locked read of their runs; `count` checks each against its run as the boundaries before it
+        left it (raising its refusal, which refuses that boundary alone) and counts it; then `update`
+        writes each run counted, once."""
         runs = await self._locked_runs(tx, [item.run_id for item in items])
         counted: dict[str, _RunRow] = {}
-        answers: list[CallGrant | Refused] = []
+        answers: list[T | Refused] = []
         for item in items:
             run = runs.get(item.run_id)
             try:
                 if run is None:
                     raise _no_run(item.run_id)
-                self._refuse_ended(run)
-                grant = call_grant(
-                    run.spec,
-                    model_calls=run.model_calls,
-                    used_tokens=run.used_tokens,
-                    input_tokens=item.input_tokens,
-                    max_output_tokens=item.max_output_tokens,
-                )
+                run, answer = count(run, item)
             except EgbeError as error:
                 answers.append(Refused(error))
                 continue
-            run = dataclasses.replace(
-                run, model_calls=run.model_calls + 1, tool_grants=run.tool_grants | item.tool_grants
-            )
             runs[item.run_id] = counted[item.run_id] = run
-            answers.append(grant)
-        tx.execute_together(
-            [
-                (
-                    "UPDATE gateway_runs SET model_calls = ?, tool_grants = ? WHERE run_id = ?",
-                    (run.model_calls, "\n".join(sorted(run.tool_grants)), run_id),
-                )
-                for run_id, run in counted.items()
-            ]
-        )
+            answers.append(answer)
+        tx.execute_together([update(run) for run in counted.values()])
         return answers
 
     async def record_call(self, entry: AuditEntry, *, holder: str) -> LeaseCharge:
@@ -897,30 +914,47 @@ class GatewayStore(ABC):
         checked the controls in its pushed view); count it; (used, remaining).
 
         Grants come only from the trusted prompt part the cognition service builds, never from model
-        output or an untrusted zone, so this is where an injected "use tool X" is stopped.
+        output or an untrusted zone, so this is where an injected "use tool X" is stopped. Tool
+        boundaries arriving together are checked and counted by one `_tool_burst`.
         """
 
-        async def body(tx: Tx) -> tuple[int, int]:
-            run = await self._lock_run(tx, run_id)
+        counted: tuple[int, int] = await self.transact_item(
+            _ToolItem(run_id, tool_name), self._tool_burst, durable=False
+        )
+        return counted
+
+    async def _tool_burst(self, tx: Tx, items: list[_ToolItem]) -> list[tuple[int, int] | Refused]:
+        """Tool boundaries: each counts a tool call of a granted tool."""
+
+        def count(run: _RunRow, item: _ToolItem) -> tuple[_RunRow, tuple[int, int]]:
             self._refuse_ended(run)
-            if tool_name not in run.tool_grants:
+            run_id, limit = run.spec.run_id, run.spec.max_tool_calls
+            if item.tool_name not in run.tool_grants:
                 granted = ", ".join(sorted(run.tool_grants)) or "none"
                 raise PermissionDenied(
-                    f"tool {tool_name!r} was not granted to run {run_id} (granted: {granted})",
+                    f"tool {item.tool_name!r} was not granted to run {run_id} (granted: {granted})",
                     violations=[
                         FieldViolation("tool_name", "must name a tool granted to the run's model calls")
                     ],
                 )
-            if run.tool_calls >= run.spec.max_tool_calls:
+            if run.tool_calls >= limit:
                 raise ResourceExhausted(
-                    f"run {run_id} used all {run.spec.max_tool_calls} tool calls of its "
-                    f"{run.spec.tier_name} budget (max_tool_calls)",
+                    f"run {run_id} used all {limit} tool calls of its {run.spec.tier_name} budget"
+                    " (max_tool_calls)",
                     metadata={"limit": "max_tool_calls", "run_id": run_id},
                 )
-            tx.execute("UPDATE gateway_runs SET tool_calls = tool_calls + 1 WHERE run_id = ?", (run_id,))
-            return run.tool_calls + 1, run.spec.max_tool_calls - run.tool_calls - 1
+            return dataclasses.replace(run, tool_calls=run.tool_calls + 1), (
+                run.tool_calls + 1,
+                limit - run.tool_calls - 1,
+            )
 
-        return await self.transact(body, durable=False)
+        def update(run: _RunRow) -> tuple[str, Sequence[Any]]:
+            return "UPDATE gateway_runs SET tool_calls = ? WHERE run_id = ?", (
+                run.tool_calls,
+                run.spec.run_id,
+            )
+
+        return await self._counting_burst(tx, items, count, update)
 
     async def end_run(
         self,

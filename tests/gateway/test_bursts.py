@@ -1,5 +1,6 @@
 """Store calls arriving together are applied as one burst, on each backend: endings
-(`GatewayStore._end_burst`), model boundaries (`_begin_burst`) and calls' records (`_call_burst`).
+(`GatewayStore._end_burst`), model boundaries (`_begin_burst`), calls' records (`_call_burst`) and tool
+boundaries (`_tool_burst`).
 Each is applied exactly as it would be alone, in arrival order (a run ended twice is ended by the
 first, a run's third call is over its budget), and one naming no run, or refused, fails alone while
 the burst's others are applied."""
@@ -19,7 +20,7 @@ from gateway.admission import CognitionGateway, GenerateResult, Who
 from gateway.config import GatewayConfig
 from gateway.records import RunEnd, RunStatus
 from gateway.store.base import GatewayStore, Tx
-from services.errors import FailedPrecondition, NotFound, ResourceExhausted
+from services.errors import FailedPrecondition, NotFound, PermissionDenied, ResourceExhausted
 from tests.gateway.harness import backend_store
 
 CLOTHO = 1
@@ -190,3 +191,50 @@ async def test_model_calls_arriving_together_are_each_applied_as_alone(
         (1, "lookup\nmap"),
     ]
     assert [a[0] if a else 0 for a in audited] == [2, 2, 0, 1, 0]
+
+
+# (which run, the tool): run 0 was granted "lookup", run 1 nothing, run 2 "lookup" and ended; Clotho
+# allows two tool calls a run.
+TOOL_CALLS = ((0, "lookup"), (0, "lookup"), (0, "lookup"), (1, "lookup"), (2, "lookup"), ("none", "x"))
+
+
+async def test_tool_calls_arriving_together_are_each_applied_as_alone(
+    in_process: CognitionGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway, store = in_process, in_process.store
+    bursts = counting(store, monkeypatch, "_tool_burst")
+
+    async def prepared(world: str) -> list[str]:
+        runs = await _admitted(gateway, world)
+        for which in (0, 2):
+            granted = ModelRequest("policy", "Objective: bake", mode="dialogue", tool_grants=("lookup",))
+            await gateway.generate(runs[which], granted)
+        await gateway.end_run(runs[2], RunStatus.COMPLETED)
+        return runs
+
+    def tool_call(runs: list[str], which: int | str, tool: str) -> Any:
+        return store.count_tool_call(runs[which] if isinstance(which, int) else "no-such-run", tool)
+
+    alone_runs = await prepared("alone")
+    alone = [await asyncio.gather(tool_call(alone_runs, *t), return_exceptions=True) for t in TOOL_CALLS]
+    bursts.clear()
+    together_runs = await prepared("together")
+    together = await asyncio.gather(
+        *(tool_call(together_runs, *t) for t in TOOL_CALLS), return_exceptions=True
+    )
+    assert bursts == [len(TOOL_CALLS)]
+
+    def answer(outcome: Any) -> Any:
+        return type(outcome) if isinstance(outcome, BaseException) else outcome
+
+    assert [answer(o) for o in together] == [answer(o) for [o] in alone]
+    assert [answer(o) for o in together] == [
+        (1, 1), (2, 0), ResourceExhausted, PermissionDenied, FailedPrecondition, NotFound,
+    ]  # fmt: skip
+
+    async def tool_calls(tx: Tx) -> list[Any]:
+        return await tx.all(
+            "SELECT world_id, tool_calls FROM gateway_runs WHERE run_id IN (?, ?)", together_runs[:2]
+        )
+
+    assert sorted(await store.transact(tool_calls, durable=False)) == [("together", 0), ("together", 2)]
