@@ -621,14 +621,15 @@ class GatewayStore(ABC):
         " RETURNING reserved_tokens, consumed_tokens"
     )
 
-    async def _locked_runs(self, tx: Tx, run_ids: Sequence[str]) -> dict[str, _RunRow]:
-        """These runs' rows (those that exist), locked until the transaction ends: one read for a burst."""
+    async def _run_rows(self, tx: Tx, run_ids: Sequence[str], *, lock: bool = True) -> dict[str, _RunRow]:
+        """These runs' rows (those that exist), locked until the transaction ends unless `lock` is
+        false: one read for a burst."""
         ids = list(dict.fromkeys(run_ids))
         if not ids:
             return {}
         rows = await tx.all(
             f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
-            f"{self._for_update}",
+            f"{self._for_update if lock else ''}",
             ids,
         )
         return {row[0]: _run_from(row) for row in rows}
@@ -822,13 +823,14 @@ class GatewayStore(ABC):
         raise FailedPrecondition(f"run {run.spec.run_id} already ended ({run.status.value})")
 
     async def get_run(self, run_id: str) -> RunSpec:
-        async def body(tx: Tx) -> RunSpec:
-            row = await tx.one(f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id = ?", (run_id,))
-            if row is None:
-                raise _no_run(run_id)
-            return _run_from(row).spec
+        """A run's spec, for a run this gateway is not serving (admitted by another gateway, or before a
+        restart). Reads arriving together are one read (`_read_runs`)."""
+        spec: RunSpec = await self.transact_item(run_id, self._read_runs, durable=False)
+        return spec
 
-        return await self.transact(body, durable=False)
+    async def _read_runs(self, tx: Tx, run_ids: list[str]) -> list[RunSpec | Refused]:
+        runs = await self._run_rows(tx, run_ids, lock=False)
+        return [run.spec if (run := runs.get(run_id)) else Refused(_no_run(run_id)) for run_id in run_ids]
 
     async def begin_call(
         self,
@@ -884,7 +886,7 @@ class GatewayStore(ABC):
         one locked read of their runs; `count` checks each against its run as the boundaries before it
         left it (raising its refusal, which refuses that boundary alone) and counts it; then `update`
         writes each run counted, once."""
-        runs = await self._locked_runs(tx, [item.run_id for item in items])
+        runs = await self._run_rows(tx, [item.run_id for item in items])
         counted: dict[str, _RunRow] = {}
         answers: list[T | Refused] = []
         for item in items:
@@ -976,7 +978,7 @@ class GatewayStore(ABC):
         """Each item exactly as a lone ending would apply it, in a few statements for the burst: one locked
         read of the runs, one update per run, one ledger statement per world window. An item naming no
         run is refused alone; a run ended twice in the burst is ended by the first."""
-        runs = await self._locked_runs(tx, [item.run_id for item in items])
+        runs = await self._run_rows(tx, [item.run_id for item in items])
         writes, ledger = _Statements(tx), _LedgerChanges()
         answers: list[RunEnd | Refused] = []
         for item in items:
@@ -1024,7 +1026,7 @@ class GatewayStore(ABC):
         no run is refused alone."""
         fresh = {i.admission.run.run_id: i.admission for i in items if i.admission is not None}
         runs = {run_id: admission.fresh_row() for run_id, admission in fresh.items()}
-        runs.update(await self._locked_runs(tx, [i.entry.run_id for i in items if i.admission is None]))
+        runs.update(await self._run_rows(tx, [i.entry.run_id for i in items if i.admission is None]))
         ledger = _LedgerChanges()
         endings: dict[str, _Ending] = {}
         # Each run's row is written by one statement (PostgreSQL applies one of two updates of a row in

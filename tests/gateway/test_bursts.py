@@ -238,3 +238,17 @@ async def test_tool_calls_arriving_together_are_each_applied_as_alone(
         )
 
     assert sorted(await store.transact(tool_calls, durable=False)) == [("together", 0), ("together", 2)]
+
+
+async def test_reads_of_runs_arriving_together_are_one_read(
+    in_process: CognitionGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a gateway reads of runs it is not serving (admitted elsewhere, or before a restart)."""
+    gateway, store = in_process, in_process.store
+    reads = counting(store, monkeypatch, "_read_runs")
+    runs = await _admitted(gateway, "world")
+    asked = [runs[1], "no-such-run", runs[3], runs[1]]
+    together = await asyncio.gather(*(store.get_run(run_id) for run_id in asked), return_exceptions=True)
+    assert reads == [len(asked)]
+    assert [getattr(o, "run_id", type(o)) for o in together] == [runs[1], NotFound, runs[3], runs[1]]
+    assert [getattr(o, "ori_id", None) for o in together] == ["ori-1", None, "ori-3", "ori-1"]
