@@ -133,22 +133,24 @@ def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class _Completion:
-    """How a fused run completes with its call (`stats` already JSON)."""
+class _RunEnding:
+    """How a run is ended (`stats` already JSON; `result` is what a repeat of its request id answers)."""
 
+    status: RunStatus
+    detail: str
     stats: str
     now_ms: int
-    result: str
+    result: str = ""
 
 
 @dataclass(frozen=True)
 class _CallItem:
     """One model call's audit record waiting for the writer, recorded by gateway `holder`; with a
-    `completion`, its fused run ends with it."""
+    `completion` (a completed ending), its fused run ends with it."""
 
     entry: AuditEntry
     holder: str
-    completion: _Completion | None = None
+    completion: _RunEnding | None = None
     # The run's admission when its row was not written yet: written first, in the same transaction.
     admission: AdmissionItem | None = None
 
@@ -169,17 +171,6 @@ class _ToolItem:
 
     run_id: str
     tool_name: str
-
-
-@dataclass(frozen=True)
-class _RunEnding:
-    """How a run is ended (`stats` already JSON; `result` is what a repeat of its request id answers)."""
-
-    status: RunStatus
-    detail: str
-    stats: str
-    now_ms: int
-    result: str = ""
 
 
 @dataclass(frozen=True)
@@ -1010,7 +1001,7 @@ class GatewayStore(ABC):
         """A fused run's call and its completion in one transaction: the audit record with its ledger
         update, and the release of what the run reserved but did not use. Finishes arriving together are
         applied by one `_call_burst` (answered once applied, as `record_call` and `end_run` are)."""
-        completion = _Completion(json.dumps(stats, sort_keys=True), now_ms, result)
+        completion = _RunEnding(RunStatus.COMPLETED, "", json.dumps(stats, sort_keys=True), now_ms, result)
         ended = await self.transact_item(
             _CallItem(entry, holder, completion, admission), self._call_burst, durable=False
         )
