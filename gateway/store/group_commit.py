@@ -98,7 +98,7 @@ class _Job:
     # writer unhealthy, which fails admissions closed).
     future: asyncio.Future[Any] | None
     durable: bool
-    # When set, `body` is an item and adjacent jobs with the same `combine` run as one call of it.
+    # When set, `body` is an item, applied by one call with the batch's other items of it (`_groups`).
     combine: Combine | None = None
 
     async def run(self, tx: Any, group: list[_Job]) -> list[Any]:
@@ -214,7 +214,7 @@ class GroupCommitter(Generic[C]):
         combine: Combine | None = None,
     ) -> Any:
         """Run `await body(tx)` in the writer's transaction; answered after COMMIT (a durable one: on
-        disk). With `combine`, `body` is an item: adjacent items of one `combine` are applied by one
+        disk). With `combine`, `body` is an item: items of one `combine` in a batch are applied by one
         `combine(tx, items)` call (one answer per item, in order, a `Refused` raising its error for
         that item alone), so a burst costs a few statements."""
         if self._closed:
