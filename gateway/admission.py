@@ -120,6 +120,7 @@ class CognitionGateway:
         # Admissions in progress by request id: a concurrent repeat waits for the first one's answer.
         self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.metrics.store_conflicts.set_function(lambda: store.conflicts)
         store.on_control_change(self._on_control)
         resync = getattr(store, "on_resync", None)
         if resync is not None:

@@ -28,6 +28,11 @@ class GatewayMetrics:
         self.cache_read_ratio = Gauge(
             "egbe_gateway_cache_read_ratio", "Cache-read share of prompt tokens since start", registry=r
         )
+        self.store_conflicts = Gauge(
+            "egbe_gateway_store_conflicts",
+            "Store transactions the database rolled back for a conflict with another gateway's (run again)",
+            registry=r,
+        )
         self._prompt_tokens = 0
         self._cache_read_tokens = 0
         # Each (tier, model)'s children, resolved once: a label lookup per counter per call cost about

@@ -270,8 +270,12 @@ class _LedgerChanges:
         window[7] += killed
 
     def write(self, tx: Tx | _Statements) -> None:
-        for (world_id, window_start_ms), change in self._windows.items():
+        """Windows, then leases, each in key order (the lock order, docs/gateway.md "Lock order"); a
+        window nothing changed (a lease's run ended, no kill) is not written, nor locked."""
+        for (world_id, window_start_ms), change in sorted(self._windows.items()):
             cap, admissions, blocked, killed, from_reservations, consumed, micro_usd, in_flight = change
+            if cap < 0 and not any(change[1:]):
+                continue
             if cap >= 0:  # an admission's window: created if new (`_LOCK_LEDGER`'s upsert, counted)
                 tx.execute(
                     "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
@@ -308,7 +312,7 @@ class _LedgerChanges:
                     " WHERE world_id = ? AND window_start_ms = ?",
                     (from_reservations, consumed, micro_usd, killed, in_flight, world_id, window_start_ms),
                 )
-        for (holder, world_id, window_start_ms), tokens in self._leases.items():
+        for (holder, world_id, window_start_ms), tokens in sorted(self._leases.items()):
             if tokens:
                 tx.execute(
                     "UPDATE gateway_leases SET tokens = tokens - ? WHERE holder = ? AND world_id = ?"
@@ -544,6 +548,8 @@ class GatewayStore(ABC):
     def __init__(self, for_update: str) -> None:
         # PostgreSQL locks the selected ledger/run row; SQLite's BEGIN IMMEDIATE already holds the write lock.
         self._for_update = for_update
+        # Run rows are locked in id order, as every gateway sharing the database locks them.
+        self._lock_in_order = f" ORDER BY run_id{for_update}"
         self._control_listeners: list[Callable[[Control], None]] = []
 
     # Set by each backend: its one writer (group commit) and how long a caller waits for it.
@@ -589,6 +595,12 @@ class GatewayStore(ABC):
         the control push channel is down): admission fails closed even with lease left in memory."""
         return self._writer.healthy
 
+    @property
+    def conflicts(self) -> int:
+        """Transactions the database rolled back for a conflict with another gateway's, since start (each
+        was run again): the lock order keeps this at zero."""
+        return self._writer.conflicts
+
     async def probe(self) -> None:
         """One round trip through the writer: it marks the store healthy again once the database answers."""
         await self.transact(lambda tx: tx.one("SELECT 1"), durable=False)
@@ -620,7 +632,7 @@ class GatewayStore(ABC):
             return {}
         rows = await tx.all(
             f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE run_id IN ({', '.join('?' * len(ids))})"
-            f"{self._for_update if lock else ''}",
+            f"{self._lock_in_order if lock else ''}",
             ids,
         )
         return {row[0]: _run_from(row) for row in rows}
@@ -740,9 +752,15 @@ class GatewayStore(ABC):
         the runs it left active are ended. Returns the tokens charged."""
 
         async def body(tx: Tx) -> int:
+            # Its active runs first: another gateway recording or ending one locks the run before the
+            # ledger and the lease (the lock order).
+            await tx.all(
+                f"SELECT run_id FROM gateway_runs WHERE status = ? AND lease_holder = ?{self._lock_in_order}",
+                (RunStatus.ACTIVE.value, holder),
+            )
             leases = await tx.all(
                 "SELECT world_id, window_start_ms, tokens FROM gateway_leases WHERE holder = ? AND tokens > 0"
-                f"{self._for_update}",
+                f" ORDER BY world_id, window_start_ms{self._for_update}",
                 (holder,),
             )
             charged = 0
@@ -1089,7 +1107,7 @@ class GatewayStore(ABC):
         async def body(tx: Tx) -> int:
             rows = await tx.all(
                 f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND deadline_ms <"
-                f" ?{self._for_update}",
+                f" ?{self._lock_in_order}",
                 (RunStatus.ACTIVE.value, now_ms),
             )
             ledger = _LedgerChanges()
@@ -1134,7 +1152,7 @@ class GatewayStore(ABC):
             if column is None:
                 where, value = "tier = ?", next(t for t, n in TIER_NAMES.items() if n == target)
             rows = await tx.all(
-                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {where}{self._for_update}",
+                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {where}{self._lock_in_order}",
                 (RunStatus.ACTIVE.value, value),
             )
             ledger = _LedgerChanges()

@@ -53,6 +53,9 @@ CLOSE_TIMEOUT_S = 30.0
 # How long the writer lets posted jobs (nobody waits for them) gather before it writes them, unless a
 # job somebody waits for comes first: a burst of admissions is written in a few transactions.
 POSTED_GATHER_S = 0.002
+# How often a batch is run when the database keeps rolling it back for a conflict with another
+# transaction (a deadlock, a serialization failure) before its jobs fail as unavailable.
+CONFLICT_ATTEMPTS = 3
 _APPLIED = object()  # a non-durable job's outcome once it has been answered
 Combine = Callable[[Any, list[Any]], Awaitable[Sequence[Any]]]
 
@@ -139,6 +142,14 @@ def _groups(batch: list[_Job]) -> list[list[_Job]]:
     return groups
 
 
+class _Conflict(Exception):
+    """A batch's transaction, rolled back for a conflict with another (`Writing.conflict`)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
     if not future.done():
         future.set_exception(error)
@@ -159,6 +170,10 @@ class Writing(Generic[C]):
     # Errors meaning the database itself is gone: they fail the whole batch closed.
     lost: tuple[type[BaseException], ...]
     describe: str
+    # Errors meaning the database rolled the transaction back for a conflict with another one sharing it
+    # (PostgreSQL: a deadlock between gateways): the batch is run again, on the same connection. Checked
+    # before `lost`, which may include them (psycopg's are OperationalErrors).
+    conflict: tuple[type[BaseException], ...] = ()
     # Upkeep between batches, with nobody waiting (SQLite's WAL checkpoint).
     tidy: Callable[[C], Awaitable[None]] = _nothing_to_tidy
 
@@ -173,6 +188,8 @@ class GroupCommitter(Generic[C]):
         self._closed = False
         # False from a batch that lost the database until one commits again.
         self.healthy = True
+        # Transactions the database rolled back for a conflict (each run again, `CONFLICT_ATTEMPTS`).
+        self.conflicts = 0
         self._jobs: collections.deque[_Job] = collections.deque()
         self._wake = asyncio.Event()
         self._awaited = asyncio.Event()  # set while a queued job has a caller waiting for it
@@ -282,30 +299,57 @@ class GroupCommitter(Generic[C]):
     async def _run_batch(self, batch: list[_Job]) -> None:
         groups = _groups(batch)
         outcomes: list[tuple[bool, Any]] = []
-        try:
-            tx = self._writing.make_tx(await self._connected())
-            start = tx.mark()
-            tx.begin(any(job.durable for job in batch))
-            if len(groups) == 1:
-                outcomes = await self._run_alone(tx, groups[0], start)
-            else:
-                for group in groups:
-                    outcomes.extend(await self._run_among_others(tx, group))
-                await tx.commit()
-            self.healthy = True
-        except Exception as error:
-            # The database is gone (`lost`: admissions fail closed until a batch commits again), or the
-            # batch's own COMMIT failed: either way the connection's state is unknown, so the next batch
-            # opens another, and every job of this one not answered yet fails.
-            if isinstance(error, self._writing.lost):
-                self.healthy = False
-            await self._drop_connection()
-            failure = Unavailable(f"{self._writing.describe} is unavailable: {error}")
-            outcomes = [(False, failure)] * len(batch)
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                outcomes = await self._run_groups(groups, any(job.durable for job in batch))
+                self.healthy = True
+                break
+            except _Conflict as conflict:
+                self.conflicts += 1
+                # Rolled back whole, so run again (jobs answered already, once applied, are applied again
+                # and not answered twice); the connection is fine.
+                log.warning("store transaction lost a conflict", attempt=attempt, error=str(conflict.error))
+                outcomes = [(False, Unavailable(f"{self._writing.describe}: {conflict.error}"))] * len(batch)
+            except Exception as error:
+                # The database is gone (`lost`: admissions fail closed until a batch commits again), or
+                # the batch's own COMMIT failed: either way the connection's state is unknown, so the next
+                # batch opens another, and every job of this one not answered yet fails.
+                if isinstance(error, self._writing.lost):
+                    self.healthy = False
+                await self._drop_connection()
+                failure = Unavailable(f"{self._writing.describe} is unavailable: {error}")
+                outcomes = [(False, failure)] * len(batch)
+                break
         ordered = [job for group in groups for job in group]  # the order the outcomes are in
         for job, (ok, value) in zip(ordered, outcomes, strict=True):
             if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
                 self._deliver(job, ok, value)
+
+    async def _run_groups(self, groups: list[list[_Job]], durable: bool) -> list[tuple[bool, Any]]:
+        """The batch in one transaction: each group's outcomes, in order. Raises `_Conflict` once the
+        transaction is rolled back for a conflict."""
+        tx = self._writing.make_tx(await self._connected())
+        start = tx.mark()
+        tx.begin(durable)
+        try:
+            if len(groups) == 1:
+                return await self._run_alone(tx, groups[0], start)
+            outcomes = []
+            for group in groups:
+                outcomes.extend(await self._run_among_others(tx, group))
+            await tx.commit()
+            return outcomes
+        except Exception as error:
+            if not isinstance(error, self._writing.conflict):
+                raise
+            tx.execute("ROLLBACK")  # (a failed statement leaves an open transaction aborted, not ended)
+            await tx.sync()
+            raise _Conflict(error) from error
+
+    def _ends_the_batch(self, error: Exception) -> bool:
+        """Not the body's own failure (a refusal, a bug) but the connection's or a conflict's: no body of
+        the batch can be kept."""
+        return isinstance(error, (*self._writing.lost, *self._writing.conflict))
 
     async def _run_alone(self, tx: BatchTx, group: list[_Job], start: int) -> list[tuple[bool, Any]]:
         """The batch's only body (or combined group): no savepoint, since a refusal rolls the whole
@@ -313,9 +357,9 @@ class GroupCommitter(Generic[C]):
         try:
             values = await group[0].run(tx, group)
             await tx.commit()
-        except self._writing.lost:
-            raise
         except Exception as error:  # a refusal or a bug: the transaction holds this body alone; undo it
+            if self._ends_the_batch(error):
+                raise
             if not tx.unsend(start):  # (nothing to undo when no statement of it reached the database)
                 tx.execute("ROLLBACK")
                 await tx.sync()
@@ -330,9 +374,9 @@ class GroupCommitter(Generic[C]):
             values = await group[0].run(tx, group)
             tx.execute("RELEASE SAVEPOINT egbe_job")
             await tx.sync()
-        except self._writing.lost:
-            raise
         except Exception as error:  # a refusal or a bug: undo this body (group) only
+            if self._ends_the_batch(error):
+                raise
             if not tx.unsend(start):
                 tx.execute("ROLLBACK TO SAVEPOINT egbe_job")
                 tx.execute("RELEASE SAVEPOINT egbe_job")

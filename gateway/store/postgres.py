@@ -23,6 +23,13 @@ log = get_logger(__name__)
 # How long the listener waits before reconnecting after losing its connection.
 LISTEN_RETRY_SECONDS = 0.5
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+# SQLSTATE class 40: the transaction lost a deadlock or a serialization check to another one (psycopg
+# does not derive the class's errors from TransactionRollback, its class-40 base).
+_CONFLICT = (
+    psycopg.errors.TransactionRollback,
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
 _BEGIN, _COMMIT = b"BEGIN", b"COMMIT"
 
 
@@ -187,6 +194,7 @@ class PostgresGatewayStore(GatewayStore):
                 close_connection=_Pipelined.close,
                 make_tx=_PostgresTx,
                 lost=_LOST,
+                conflict=_CONFLICT,
                 describe="gateway store (PostgreSQL)",
             )
         )

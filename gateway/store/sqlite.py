@@ -35,6 +35,10 @@ class _Connection:
     mode: str  # the connection's current `PRAGMA synchronous`
     # A connection of its own that copies the WAL into the database while the writer goes on.
     checkpointer: sqlite3.Connection
+    # The WAL file, cut back to RESTART_PAGES when the log starts over (`journal_size_limit`), so past
+    # that its size is what the log holds; and that size at MAX_PAGES.
+    wal: Path
+    max_wal_bytes: int
     changes_at_copy: int = 0  # the writer's `total_changes` when the last copy started
     copying: asyncio.Future[list[Row]] | None = None  # the checkpointer's copy under way
     copied: int = 0  # WAL pages in the database after the last copy (its `checkpointed`)
@@ -135,26 +139,37 @@ async def _checkpoint(connection: _Connection) -> None:
     writer appends during every copy: the file would grow without end. So once it holds RESTART_PAGES,
     copies follow one another, each shorter than the last, until one had at most TAIL_PAGES to copy;
     then the writer, between two batches, copies what is left on its own connection (appending nothing
-    meanwhile), and its next batch starts the WAL over. Only a copy that never catches up (MAX_PAGES)
-    holds the writer up for longer. Called by the writer between batches (`Writing.tidy`)."""
+    meanwhile), and its next batch starts the WAL over. Only copies that are not catching up (a WAL of
+    MAX_PAGES, say with the worker thread starved of CPU) hold the writer up for longer: it waits for
+    the copy under way, then copies the rest. Called by the writer between batches (`Writing.tidy`)."""
     copying = connection.copying
     if copying is None:
         if connection.sqlite.total_changes - connection.changes_at_copy >= COPY_AFTER_CHANGES:
             _start_copy(connection)
         return
+    overgrown = _wal_bytes(connection) >= connection.max_wal_bytes
     if not copying.done():
-        return
+        if not overgrown:
+            return
+        await asyncio.wait([copying])
     connection.copying = None
     [(_, pages, copied)] = copying.result()  # (its error, if any: the database is gone)
     this_copy = copied - connection.copied if copied >= connection.copied else copied
     connection.copied = copied
-    if pages < RESTART_PAGES:
+    if pages < RESTART_PAGES and not overgrown:
         return
-    if this_copy <= TAIL_PAGES or pages >= MAX_PAGES:
+    if this_copy <= TAIL_PAGES or pages >= MAX_PAGES or overgrown:
         await asyncio.to_thread(_run_to_end, connection.sqlite, _CHECKPOINT)
         connection.copied = 0  # (the next transaction starts the WAL over)
     else:
         _start_copy(connection)
+
+
+def _wal_bytes(connection: _Connection) -> int:
+    try:
+        return connection.wal.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _start_copy(connection: _Connection) -> None:
@@ -187,8 +202,17 @@ class SqliteGatewayStore(GatewayStore):
     async def _connect(self) -> _Connection:
         connection = _open(self._path, self._timeout, self._synchronous)
         connection.execute("PRAGMA wal_autocheckpoint=0")
+        [(page_size,)] = connection.execute("PRAGMA page_size").fetchall()
+        connection.execute(f"PRAGMA journal_size_limit={RESTART_PAGES * page_size}")
         checkpointer = _open(self._path, self._timeout, "NORMAL")
-        return _Connection(connection, self._synchronous, self._synchronous, checkpointer)
+        return _Connection(
+            connection,
+            self._synchronous,
+            self._synchronous,
+            checkpointer,
+            wal=self._path.with_name(f"{self._path.name}-wal"),
+            max_wal_bytes=MAX_PAGES * page_size,
+        )
 
     @staticmethod
     def _create_schema(connection: sqlite3.Connection) -> None:

@@ -8,6 +8,9 @@ import os
 import secrets
 import subprocess
 import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,10 @@ from typing import Any
 import grpc
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from gateway.server import build_bundle
+from gateway.adapters.offline import OfflineAdapter
+from gateway.admission import CognitionGateway
+from gateway.config import BudgetConfig, LeaseConfig
+from gateway.server import build_bundle, build_store
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
@@ -48,6 +54,34 @@ def gateway_settings(data_dir: Path, database_url: str | None = None, **gateway:
     endpoints = {**settings.endpoints, "gateway": Endpoint(port=0)}
     config = settings.gateway.model_copy(update=gateway)
     return settings.model_copy(update={"endpoints": endpoints, "gateway": config})
+
+
+@asynccontextmanager
+async def leased_gateway(
+    folder: Path,
+    database_url: str | None,
+    *,
+    cap: int,
+    holder: str,
+    clock: Callable[[], float] = time.time,
+    **lease: Any,
+) -> AsyncIterator[CognitionGateway]:
+    """An in-process gateway over a real store, with its own lease holder id."""
+    settings = gateway_settings(folder, database_url)
+    config = settings.gateway.model_copy(
+        update={
+            "budget": BudgetConfig(world_cap_tokens_per_hour=cap),
+            "lease": LeaseConfig(holder=holder, **lease),
+        }
+    )
+    gateway = CognitionGateway(
+        config, build_store(settings.model_copy(update={"gateway": config})), OfflineAdapter(), clock=clock
+    )
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
 
 
 @dataclass

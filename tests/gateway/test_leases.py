@@ -8,8 +8,7 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,9 @@ from pydantic import ValidationError
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest
-from gateway.adapters.offline import OfflineAdapter
 from gateway.admission import CognitionGateway, Who
 from gateway.audit import audit_problems
-from gateway.config import BudgetConfig, GatewayConfig, LeaseConfig
+from gateway.config import GatewayConfig
 from gateway.records import LEASE_SETTLED, RunStatus, Spend
 from gateway.server import build_store
 from services.auth import bearer_metadata
@@ -32,6 +30,7 @@ from tests.gateway.harness import (
     CLOTHO,
     gateway_settings,
     generate_request,
+    leased_gateway,
     process_target,
     serve_gateway_process,
     start_gateway,
@@ -40,34 +39,6 @@ from tests.gateway.harness import (
 
 RUN = 4_000  # a Clotho run's reservation
 WHO = Who("t", "w", "ada")
-
-
-@asynccontextmanager
-async def _gateway(
-    folder: Path,
-    database_url: str | None,
-    *,
-    cap: int,
-    holder: str,
-    clock: Callable[[], float] = time.time,
-    **lease: Any,
-) -> AsyncIterator[CognitionGateway]:
-    """An in-process gateway over a real store, with its own lease holder id."""
-    settings = gateway_settings(folder, database_url)
-    config = settings.gateway.model_copy(
-        update={
-            "budget": BudgetConfig(world_cap_tokens_per_hour=cap),
-            "lease": LeaseConfig(holder=holder, **lease),
-        }
-    )
-    gateway = CognitionGateway(
-        config, build_store(settings.model_copy(update={"gateway": config})), OfflineAdapter(), clock=clock
-    )
-    await gateway.start()
-    try:
-        yield gateway
-    finally:
-        await gateway.stop()
 
 
 async def _spend(gateway: CognitionGateway) -> Spend:
@@ -83,7 +54,7 @@ async def _admit(gateway: CognitionGateway, ori: str = "ada") -> str | None:
 async def test_a_dry_lease_leases_more_and_the_cap_defers_what_no_lease_can_hold(
     tmp_path: Path, database_url: str | None
 ) -> None:
-    async with _gateway(
+    async with leased_gateway(
         tmp_path, database_url, cap=5 * RUN, holder="g", chunk_tokens=2 * RUN, share_bp=10_000
     ) as gateway:
         leased = []
@@ -127,8 +98,8 @@ async def test_two_gateways_near_the_cap_never_overshoot_and_both_admit_while_to
 ) -> None:
     cap = 10 * RUN
     async with (
-        _gateway(tmp_path / "a", postgres_dsn, cap=cap, holder="a") as a,
-        _gateway(tmp_path / "b", postgres_dsn, cap=cap, holder="b") as b,
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=cap, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=cap, holder="b") as b,
     ):
         owned: dict[str, CognitionGateway] = {}
 
@@ -295,7 +266,7 @@ def test_bad_lease_settings_are_refused_naming_the_field(field: str, value: obje
 
 
 async def test_idle_leases_go_back_to_the_ledger(tmp_path: Path) -> None:
-    async with _gateway(tmp_path, None, cap=10 * RUN, holder="g", idle_return_seconds=0.05) as gateway:
+    async with leased_gateway(tmp_path, None, cap=10 * RUN, holder="g", idle_return_seconds=0.05) as gateway:
         run_id = await _admit(gateway)
         assert run_id is not None
         await gateway.end_run(run_id, RunStatus.COMPLETED)
@@ -315,7 +286,7 @@ async def _until(gateway: CognitionGateway, done: Callable[[Spend], bool]) -> No
 async def test_admission_fails_closed_while_the_control_push_is_down_even_with_lease_left(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
-    async with _gateway(tmp_path, postgres_dsn, cap=100 * RUN, holder="g") as gateway:
+    async with leased_gateway(tmp_path, postgres_dsn, cap=100 * RUN, holder="g") as gateway:
         assert await _admit(gateway) is not None  # the lease now holds far more than one run
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:
             admin.execute(
@@ -339,7 +310,7 @@ async def test_admission_fails_closed_while_the_control_push_is_down_even_with_l
 async def test_a_lease_goes_back_when_its_window_is_over(tmp_path: Path) -> None:
     now = [time.time()]
     window_s = GatewayConfig().ledger_window_seconds
-    async with _gateway(tmp_path, None, cap=10 * RUN, holder="g", clock=lambda: now[0]) as gateway:
+    async with leased_gateway(tmp_path, None, cap=10 * RUN, holder="g", clock=lambda: now[0]) as gateway:
         run_id = await _admit(gateway)
         assert run_id is not None
         first = await gateway.store.lease_tokens()

@@ -1,0 +1,154 @@
+"""Gateways sharing PostgreSQL take their row locks in one order (run rows by id, then ledger windows and
+leases by key), so two transactions that touch the same rows never wait on each other in a cycle: a
+deadlock would cost a second (PostgreSQL's deadlock_timeout) and fail one of them.
+
+Each test holds a lock from outside so the two gateways' transactions queue up in the order that
+deadlocks when they lock in different orders, then lets go."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gateway.admission import CognitionGateway, Who
+from gateway.records import RunStatus
+from tests.gateway.harness import CLOTHO, leased_gateway
+
+pytestmark = pytest.mark.postgres
+
+CAP = 10**9
+
+
+async def _admitted(gateway: CognitionGateway, *worlds: str) -> list[str]:
+    """A run in each world, its row written (an admission's write is posted, not waited for)."""
+    runs = []
+    for world in worlds:
+        admitted = await gateway.admit(Who("t", world, "ada"), CLOTHO, 1)
+        assert admitted.admitted
+        runs.append(admitted.run.run_id)
+    await gateway.store.probe()  # (a round trip through the writer, after the posted admissions)
+    return runs
+
+
+async def _until_waiting_for_locks(dsn: str, waiting: int) -> None:
+    """Until `waiting` transactions of this database wait for a lock."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as watcher:
+        for _ in range(500):
+            row = await (
+                await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).fetchone()
+            assert row is not None
+            if row[0] >= waiting:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError(f"{waiting} transactions never waited for a lock")
+
+
+@asynccontextmanager
+async def _ledger_row_locked(dsn: str, world: str) -> AsyncIterator[None]:
+    """World `world`'s ledger row locked by an outside transaction until the block ends."""
+    async with await psycopg.AsyncConnection.connect(dsn) as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM gateway_ledger WHERE world_id = %s FOR UPDATE", (world,))
+        yield
+
+
+async def _both(*calls: Any) -> list[Any]:
+    """Calls arriving together (one burst), all answered."""
+    return await asyncio.gather(*calls)
+
+
+@pytest.mark.parametrize("held", ["x", "y"])
+async def test_bursts_touching_two_worlds_in_opposite_orders_do_not_deadlock(
+    tmp_path: Path, postgres_dsn: str, held: str
+) -> None:
+    async with (
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=CAP, holder="b") as b,
+    ):
+        a_runs = dict(zip("xy", await _admitted(a, "x", "y"), strict=True))
+        b_runs = dict(zip("xy", await _admitted(b, "x", "y"), strict=True))
+        killed = RunStatus.KILLED  # (a kill is counted in the ledger: each ending writes its window)
+        async with _ledger_row_locked(postgres_dsn, held):
+            # b's burst waits at the held row, a's then queues behind it there. Were their orders
+            # opposite, one of the two held rows would have b waiting on a row a holds when let go.
+            b_ends = asyncio.ensure_future(
+                _both(b.end_run(b_runs["y"], killed), b.end_run(b_runs["x"], killed))
+            )
+            await _until_waiting_for_locks(postgres_dsn, 1)
+            a_ends = asyncio.ensure_future(
+                _both(a.end_run(a_runs["x"], killed), a.end_run(a_runs["y"], killed))
+            )
+            await _until_waiting_for_locks(postgres_dsn, 2)
+        ended = await asyncio.gather(a_ends, b_ends)
+
+        assert [end.ended_now for ends in ended for end in ends] == [True] * 4
+        assert a.store.conflicts == b.store.conflicts == 0  # no deadlock (then a second run) on the way
+        for world in ("x", "y"):
+            spend = await a.store.spend(world_id=world, tenant_id="", window_start_ms=0)
+            assert (spend.admissions, spend.killed) == (2, 2)
+
+
+async def test_a_restarted_gateway_settling_its_runs_does_not_deadlock_with_another_ending_one(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    async with (
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=CAP, holder="b") as b,
+    ):
+        [left] = await _admitted(b, "w")  # b's previous life admitted it, and its lease is still out
+        async with _ledger_row_locked(postgres_dsn, "w"):
+            # b, restarted, settles its lease (the ledger row: it waits), then its active runs; a ends
+            # one of them meanwhile (its run row, then the ledger row: it queues behind b).
+            settled = asyncio.ensure_future(
+                b.store.settle_leases("b", audit=b._settlement_record, now_ms=b._now_ms())
+            )
+            await _until_waiting_for_locks(postgres_dsn, 1)
+            ending = asyncio.ensure_future(a.end_run(left, RunStatus.KILLED))  # (a kill writes the ledger)
+            await _until_waiting_for_locks(postgres_dsn, 2)
+        charged, ended = await asyncio.gather(settled, ending)
+
+        assert charged > 0
+        assert a.store.conflicts == b.store.conflicts == 0
+        assert not ended.ended_now  # the settlement ended it first
+        assert await _status(a, left) == RunStatus.FAILED.value
+
+
+async def test_a_transaction_a_deadlock_rolled_back_is_run_again(tmp_path: Path, postgres_dsn: str) -> None:
+    async with leased_gateway(tmp_path, postgres_dsn, cap=CAP, holder="a") as gateway:
+        [run] = await _admitted(gateway, "w")
+        async with await psycopg.AsyncConnection.connect(postgres_dsn) as outside:
+            # (so the gateway's transaction is the one that finds the deadlock, and loses it)
+            await outside.execute("SET deadlock_timeout = '60s'")
+            async with outside.transaction():
+                await outside.execute("SELECT 1 FROM gateway_ledger WHERE world_id = 'w' FOR UPDATE")
+                # The ending locks the run, then waits for the ledger row; the outside transaction then
+                # waits for the run: a cycle, which PostgreSQL breaks by rolling the gateway's back.
+                ending = asyncio.ensure_future(gateway.end_run(run, RunStatus.KILLED))
+                await _until_waiting_for_locks(postgres_dsn, 1)
+                await outside.execute("SELECT 1 FROM gateway_runs WHERE run_id = %s FOR UPDATE", (run,))
+        ended = await ending
+
+        assert ended.ended_now
+        assert gateway.store.conflicts == 1
+        assert b"egbe_gateway_store_conflicts 1.0" in gateway.metrics.exposition()
+        assert gateway.store.healthy  # a conflict is not a lost database: admission stays open
+        assert await _status(gateway, run) == RunStatus.KILLED.value
+        spend = await gateway.store.spend(world_id="w", tenant_id="", window_start_ms=0)
+        assert (spend.admissions, spend.killed) == (1, 1)  # applied once
+
+
+async def _status(gateway: CognitionGateway, run_id: str) -> str:
+    row = await gateway.store.transact(
+        lambda tx: tx.one("SELECT status FROM gateway_runs WHERE run_id = ?", (run_id,)), durable=False
+    )
+    assert row is not None
+    return str(row[0])
