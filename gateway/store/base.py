@@ -75,6 +75,12 @@ class Tx(Protocol):
 
     def notify(self, payload: str) -> None: ...
 
+    def serialize(self, keys: Sequence[str]) -> None:
+        """Hold these keys until the transaction ends: a transaction of another gateway holding one of
+        them waits for this one's end before it goes on (PostgreSQL: advisory locks, taken in key order;
+        SQLite: nothing, as BEGIN IMMEDIATE already serializes every writer of the file)."""
+        ...
+
 
 _RUN_COLUMNS = (
     "run_id, tenant_id, world_id, ori_id, tier, cause, max_model_calls, max_tool_calls, reserved_tokens,"
@@ -672,7 +678,11 @@ class GatewayStore(ABC):
         """Admission decisions: the answers, the rows of the runs to insert (as `endings` ends them, for
         fused runs written with their finish), and the decisions into `ledger`."""
         admitted = [i for i in items if i.outcome is AdmissionOutcome.ADMITTED]
-        earlier = await self._earlier_admissions(tx, [i.run.request_id for i in admitted if i.run.request_id])
+        request_ids = [i.run.request_id for i in admitted if i.run.request_id]
+        # A request id another gateway is admitting right now (a client retrying elsewhere): wait for its
+        # transaction, so the read below finds its run and this one is answered as its repeat.
+        tx.serialize(request_ids)
+        earlier = await self._earlier_admissions(tx, request_ids)
         answers: list[Admission] = []
         inserted: list[tuple[Any, ...]] = []
         for item in items:

@@ -31,6 +31,9 @@ _CONFLICT = (
     psycopg.errors.SerializationFailure,
 )
 _BEGIN, _COMMIT = b"BEGIN", b"COMMIT"
+# The advisory lock keys `_PostgresTx.serialize` takes are hashes of the gateway's keys with this seed
+# (another application sharing the database would have to pick the same hashes to collide).
+_SERIALIZE_SEED = 7452
 
 
 @functools.lru_cache(maxsize=1024)
@@ -133,6 +136,16 @@ class _PostgresTx:
         elif statements:
             sql = _together(tuple(sql for sql, _ in statements))
             self.execute(sql, [param for _, params in statements for param in params])
+
+    def serialize(self, keys: Sequence[str]) -> None:
+        """One statement for every key, each locked in order (`unnest` keeps the array's): two
+        transactions never take the same keys in different orders. The locks come before any row lock
+        of the transaction (docs/gateway.md "Lock order")."""
+        if keys:
+            self.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(key, ?)) FROM unnest(?::text[]) AS key",
+                (_SERIALIZE_SEED, sorted(set(keys))),
+            )
 
     def notify(self, payload: str) -> None:
         # Delivered to every listening gateway when (and only if) the transaction commits.

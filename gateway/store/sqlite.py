@@ -94,6 +94,9 @@ class _SqliteTx:
     def notify(self, payload: str) -> None:
         """One embedded process: listeners are told in-process after the commit."""
 
+    def serialize(self, keys: Sequence[str]) -> None:
+        """BEGIN IMMEDIATE already holds the file's write lock until the transaction ends."""
+
     # In-process, every statement runs at once: nothing is ever queued.
     async def sync(self) -> None:
         return None

@@ -152,3 +152,25 @@ async def _status(gateway: CognitionGateway, run_id: str) -> str:
     )
     assert row is not None
     return str(row[0])
+
+
+async def test_one_request_id_admitted_on_two_gateways_at_once_is_one_run(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """A client retrying on another gateway while the first still admits: the later admission waits for
+    the earlier one's transaction and answers its run as a repeat."""
+    async with (
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=CAP, holder="b") as b,
+    ):
+        for n in range(20):
+            who = Who("t", "w", f"ori-{n}")
+            first, second = await asyncio.gather(
+                a.admit(who, CLOTHO, 1, request_id=f"request-{n}"),
+                b.admit(who, CLOTHO, 1, request_id=f"request-{n}"),
+            )
+            assert first.run.run_id == second.run.run_id
+            assert sorted([first.repeated, second.repeated]) == [False, True]
+        spend = await a.store.spend(world_id="w", tenant_id="", window_start_ms=0)
+        assert spend.admissions == 20
+        assert a.store.conflicts == b.store.conflicts == 0
