@@ -604,7 +604,7 @@ class GatewayStore(ABC):
     @property
     def conflicts(self) -> int:
         """Transactions the database rolled back for a conflict with another gateway's, since start (each
-        was run again): the lock order keeps this at zero."""
+        was run again; docs/gateway.md "Lock order")."""
         return self._writer.conflicts
 
     async def probe(self) -> None:

@@ -8,6 +8,7 @@ deadlocks when they lock in different orders, then lets go."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,8 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from gateway.adapters.base import ModelRequest
 from gateway.admission import CognitionGateway, Who
-from gateway.records import RunStatus
+from gateway.records import ControlKind, ControlScope, RunStatus
+from services.errors import EgbeError, Unavailable
 from tests.gateway.harness import CLOTHO, leased_gateway
 
 pytestmark = pytest.mark.postgres
@@ -174,3 +177,59 @@ async def test_one_request_id_admitted_on_two_gateways_at_once_is_one_run(
         spend = await a.store.spend(world_id="w", tenant_id="", window_start_ms=0)
         assert spend.admissions == 20
         assert a.store.conflicts == b.store.conflicts == 0
+
+
+async def test_two_gateways_under_mixed_load_answer_everything_and_the_ledger_adds_up(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """Admissions (some retried on the other gateway under one request id), model calls, fused runs,
+    endings of either gateway's runs and kills, over three worlds, on two gateways at once. A batch of
+    several bodies can still lock the same ledger rows in another order than the other gateway's
+    (each body's own writes are in order): the deadlock that follows rolls one batch back, which runs
+    again, so no caller sees it (it would get UNAVAILABLE), and the ledger adds up."""
+    plan = random.Random(7452)
+    async with (
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=CAP, holder="b") as b,
+    ):
+        runs: list[str] = []
+
+        async def step(n: int) -> None:
+            gateway = plan.choice((a, b))
+            world, ori = plan.choice("xyz"), f"ori-{plan.randrange(6)}"
+            who, prompt = Who("t", world, ori), ModelRequest("p", f"Objective: {ori}", mode="summary")
+            action = plan.choice(["admit", "retried", "generate", "end", "run", "run", "kill"])
+            try:
+                if action in ("admit", "retried"):
+                    request_id = f"request-{n // 2}" if action == "retried" else ""
+                    admitted = await gateway.admit(who, CLOTHO, 1, request_id=request_id)
+                    if admitted.admitted and not admitted.repeated:
+                        runs.append(admitted.run.run_id)
+                elif action == "generate" and runs:
+                    await gateway.generate(plan.choice(runs), prompt)
+                elif action == "end" and runs:
+                    await gateway.end_run(
+                        plan.choice(runs), plan.choice([RunStatus.COMPLETED, RunStatus.KILLED])
+                    )
+                elif action == "run":
+                    await gateway.run_once(who, CLOTHO, 1, prompt)
+                elif action == "kill":
+                    await gateway.add_control(
+                        ControlKind.KILL, ControlScope.ORI, ori, reason="r", operator_id="o"
+                    )
+                    await gateway.lift_controls(ControlScope.ORI, ori, reason="r", operator_id="o")
+            except Unavailable:
+                raise  # (a deadlock would surface as this, had the writer not run its batch again)
+            except EgbeError:
+                pass  # refusals (killed, over budget, ended) are part of the load
+
+        for start in range(0, 480, 24):
+            await asyncio.gather(*(step(n) for n in range(start, start + 24)))
+
+        for run_id in runs:
+            await a.end_run(run_id, RunStatus.COMPLETED)
+        await a.return_leases()
+        await b.return_leases()
+        reserved, consumed = await b.store.ledger_totals()
+        assert reserved == await b.store.lease_tokens()
+        assert consumed == await b.store.audited_tokens()
