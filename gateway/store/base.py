@@ -75,6 +75,10 @@ class Tx(Protocol):
 
     def notify(self, payload: str) -> None: ...
 
+    # Set by the writer for a batch of several bodies: ledger changes wait there for the batch's end
+    # (`DeferredLedger`); None writes them with the body's own statements.
+    deferred: DeferredLedger | None
+
     def serialize(self, keys: Sequence[str]) -> None:
         """Hold these keys until the transaction ends: a transaction of another gateway holding one of
         them waits for this one's end before it goes on (PostgreSQL: advisory locks, taken in key order;
@@ -234,6 +238,10 @@ class _Statements:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.gathered.extend((sql, row) for row in rows)
 
+    @property
+    def deferred(self) -> DeferredLedger | None:
+        return self._tx.deferred
+
 
 class _LedgerChanges:
     """What one transaction changes in the ledger, gathered and then written with one statement per
@@ -275,7 +283,24 @@ class _LedgerChanges:
         window[3] += killed
         window[7] += killed
 
+    def merge(self, other: _LedgerChanges) -> None:
+        """`other`'s changes added to these (an admission's cap: the latest told)."""
+        for key, change in other._windows.items():
+            window = self._windows.setdefault(key, [-1, 0, 0, 0, 0, 0, 0, 0])
+            window[0] = change[0] if change[0] >= 0 else window[0]
+            for index in range(1, len(change)):
+                window[index] += change[index]
+        for lease, tokens in other._leases.items():
+            self._leases[lease] = self._leases.get(lease, 0) + tokens
+
     def write(self, tx: Tx | _Statements) -> None:
+        """Written now, or (a batch of several bodies) at the batch's end with every other body's."""
+        if tx.deferred is not None:
+            tx.deferred.stage(self)
+        else:
+            self.write_now(tx)
+
+    def write_now(self, tx: Tx | _Statements) -> None:
         """Windows, then leases, each in key order (the lock order, docs/gateway.md "Lock order"); a
         window nothing changed (a lease's run ended, no kill) is not written, nor locked."""
         for (world_id, window_start_ms), change in sorted(self._windows.items()):
@@ -325,6 +350,32 @@ class _LedgerChanges:
                     " AND window_start_ms = ?",
                     (tokens, holder, world_id, window_start_ms),
                 )
+
+
+class DeferredLedger:
+    """The ledger changes of a batch of several bodies, written once at its end (`write`, which the
+    writer also calls before a body that is not a burst, so that one reads them): every window and lease
+    the batch changes is then locked in key order, where each body writing its own in turn could lock
+    two in the other order than another gateway's batch and deadlock with it. A body's changes are
+    kept once its savepoint is released (`keep`), or dropped with it (`drop`)."""
+
+    def __init__(self) -> None:
+        self._staged = _LedgerChanges()  # the running body's
+        self._kept = _LedgerChanges()
+
+    def stage(self, changes: _LedgerChanges) -> None:
+        self._staged.merge(changes)
+
+    def keep(self) -> None:
+        self._kept.merge(self._staged)
+        self._staged = _LedgerChanges()
+
+    def drop(self) -> None:
+        self._staged = _LedgerChanges()
+
+    def write(self, tx: Tx) -> None:
+        self._kept.write_now(tx)
+        self._kept = _LedgerChanges()
 
 
 def _end(
@@ -570,15 +621,34 @@ class GatewayStore(ABC):
     @abstractmethod
     async def close(self) -> None: ...
 
-    async def transact(self, body: Callable[[Tx], Awaitable[T]], *, durable: bool = True) -> T:
+    async def transact(
+        self,
+        body: Callable[[Tx], Awaitable[T]],
+        *,
+        durable: bool = True,
+        locks_ledger: bool = False,
+        reads_ledger: bool = False,
+    ) -> T:
         """Run `body` in one transaction on the backend's writer; database failures become Unavailable
         (fail closed).
 
         `durable`: answer only once committed to disk; otherwise once committed without waiting for the
         disk (in a batch of several, once applied: visible to every later body, and committed with the
         batch). See "Durability" in docs/gateway.md.
+        `locks_ledger`: the body locks ledger rows itself, or reads what they hold to decide (a lease):
+        it runs in a transaction of its own. In a batch of several bodies the others' ledger changes
+        wait for the batch's end (`DeferredLedger`), where it would not see them, and where it would
+        hold its rows while later bodies lock their runs (the lock order, docs/gateway.md).
+        `reads_ledger`: the body reads the ledger or the leases: the batch's deferred changes are written
+        before it, so it sees every write made before it (a posted admission's counters, say).
         """
-        result: T = await self._writer.submit(body, timeout_seconds=self._timeout, durable=durable)
+        result: T = await self._writer.submit(
+            body,
+            timeout_seconds=self._timeout,
+            durable=durable,
+            alone=locks_ledger,
+            reads_deferred=reads_ledger,
+        )
         return result
 
     async def transact_item(
@@ -730,12 +800,14 @@ class GatewayStore(ABC):
             await self._move_lease(tx, holder, key, granted, now_ms)
             return granted
 
-        return await self.transact(body, durable=True)
+        return await self.transact(body, durable=True, locks_ledger=True)
 
     async def return_lease(self, holder: str, key: tuple[str, int], *, tokens: int, now_ms: int) -> None:
         """Give back unused leased tokens to the ledger (not waiting for the disk: a return a crash loses
         only leaves the tokens leased, to be settled as spent)."""
-        await self.transact(lambda tx: self._move_lease(tx, holder, key, -tokens, now_ms), durable=False)
+        await self.transact(
+            lambda tx: self._move_lease(tx, holder, key, -tokens, now_ms), durable=False, locks_ledger=True
+        )
 
     @staticmethod
     async def _move_lease(tx: Tx, holder: str, key: tuple[str, int], tokens: int, now_ms: int) -> None:
@@ -799,7 +871,7 @@ class GatewayStore(ABC):
             )
             return charged
 
-        return await self.transact(body, durable=True)
+        return await self.transact(body, durable=True, locks_ledger=True)
 
     async def lease_tokens(self, holder: str = "") -> int:
         """What leases hold (one holder's, or every one's): the invariant checks read this."""
@@ -809,6 +881,7 @@ class GatewayStore(ABC):
                 (holder, holder),
             ),
             durable=False,
+            reads_ledger=True,
         )
         assert row is not None
         return int(row[0])
@@ -1345,7 +1418,7 @@ class GatewayStore(ABC):
                 by_tier=[TierSpend(int(t), int(tok), int(usd), int(n)) for t, tok, usd, n in tiers],
             )
 
-        return await self.transact(body, durable=False)
+        return await self.transact(body, durable=False, reads_ledger=True)
 
     async def ledger_totals(self) -> tuple[int, int]:
         """(reserved, consumed) over every world and window: the invariant checks read this."""
@@ -1358,7 +1431,7 @@ class GatewayStore(ABC):
             assert row is not None
             return int(row[0]), int(row[1])
 
-        return await self.transact(body, durable=False)
+        return await self.transact(body, durable=False, reads_ledger=True)
 
     async def audited_tokens(self) -> int:
         async def body(tx: Tx) -> int:

@@ -81,6 +81,24 @@ class BatchTx(Protocol):
         """Forget the statements queued since `mark` if none of them has been sent; True if so (the
         database saw none of them, so there is nothing to roll back)."""
 
+    # A batch of several bodies' deferred writes (`Writing.deferrals`), None for a lone body (typed by
+    # each store: its bodies use more of it).
+    deferred: Any
+
+
+class Deferrals(Protocol):
+    """Writes bodies of one batch defer to its end (the gateway's ledger changes): written in one go, in
+    an order of the store's choosing, rather than body by body."""
+
+    def keep(self) -> None:
+        """The body that just ran was applied (its savepoint released): keep what it deferred."""
+
+    def drop(self) -> None:
+        """The body that just ran was undone: drop what it deferred."""
+
+    def write(self, tx: Any) -> None:
+        """Queue every kept write (ahead of a body that reads them, and of the COMMIT)."""
+
 
 @dataclass(frozen=True)
 class Refused:
@@ -103,6 +121,11 @@ class _Job:
     durable: bool
     # When set, `body` is an item, applied by one call with the batch's other items of it (`_groups`).
     combine: Combine | None = None
+    # Run in a transaction of its own: a body that locks rows the others lock in a set order only at
+    # their end (the gateway's ledger) would otherwise hold them while later bodies lock theirs.
+    alone: bool = False
+    # Reads what earlier bodies of its batch deferred (`Writing.deferrals`): written before it.
+    reads_deferred: bool = False
 
     async def run(self, tx: Any, group: list[_Job]) -> list[Any]:
         if self.combine is None:
@@ -176,6 +199,9 @@ class Writing(Generic[C]):
     conflict: tuple[type[BaseException], ...] = ()
     # Upkeep between batches, with nobody waiting (SQLite's WAL checkpoint).
     tidy: Callable[[C], Awaitable[None]] = _nothing_to_tidy
+    # Where a batch of several bodies defers writes to its end (None: bodies write as they go). A body
+    # that reads them is submitted `reads_deferred` (they are written before it), or `alone`.
+    deferrals: Callable[[], Deferrals] | None = None
 
 
 class GroupCommitter(Generic[C]):
@@ -229,6 +255,8 @@ class GroupCommitter(Generic[C]):
         timeout_seconds: float,
         durable: bool = True,
         combine: Combine | None = None,
+        alone: bool = False,
+        reads_deferred: bool = False,
     ) -> Any:
         """Run `await body(tx)` in the writer's transaction; answered after COMMIT (a durable one: on
         disk). With `combine`, `body` is an item: items of one `combine` in a batch are applied by one
@@ -238,7 +266,7 @@ class GroupCommitter(Generic[C]):
             raise Unavailable(f"{self._writing.describe} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._enqueue(_Job(body, future, durable, combine))
+        self._enqueue(_Job(body, future, durable, combine, alone, reads_deferred))
         # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
         late = Unavailable(f"{self._writing.describe} did not answer within {timeout_seconds} s")
         timer = loop.call_later(timeout_seconds, _expire, future, late)
@@ -283,7 +311,9 @@ class GroupCommitter(Generic[C]):
             if not self._awaited.is_set():  # only posted jobs: nobody waits, so let more gather
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._awaited.wait(), POSTED_GATHER_S)
-            batch = [jobs.popleft() for _ in range(min(MAX_BATCH, len(jobs)))]
+            batch = [jobs.popleft()]
+            while not batch[-1].alone and jobs and not jobs[0].alone and len(batch) < MAX_BATCH:
+                batch.append(jobs.popleft())
             if all(job.future is None for job in jobs):
                 self._awaited.clear()
             await self._run_batch(batch)
@@ -334,9 +364,14 @@ class GroupCommitter(Generic[C]):
         try:
             if len(groups) == 1:
                 return await self._run_alone(tx, groups[0], start)
+            deferred = tx.deferred = None if self._writing.deferrals is None else self._writing.deferrals()
             outcomes = []
             for group in groups:
+                if deferred is not None and group[0].reads_deferred:
+                    deferred.write(tx)
                 outcomes.extend(await self._run_among_others(tx, group))
+            if deferred is not None:
+                deferred.write(tx)
             await tx.commit()
             return outcomes
         except Exception as error:
@@ -375,6 +410,8 @@ class GroupCommitter(Generic[C]):
             tx.execute("RELEASE SAVEPOINT egbe_job")
             await tx.sync()
         except Exception as error:  # a refusal or a bug: undo this body (group) only
+            if tx.deferred is not None:
+                tx.deferred.drop()
             if self._ends_the_batch(error):
                 raise
             if not tx.unsend(start):
@@ -382,6 +419,8 @@ class GroupCommitter(Generic[C]):
                 tx.execute("RELEASE SAVEPOINT egbe_job")
                 await tx.sync()
             return self._answer_applied(group, [(False, error)] * len(group))
+        if tx.deferred is not None:
+            tx.deferred.keep()
         return self._answer_applied(group, _outcomes(values))
 
     def _answer_applied(self, group: list[_Job], results: list[tuple[bool, Any]]) -> list[tuple[bool, Any]]:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from gateway.records import Control
-from gateway.store.base import CONTROLS_CHANNEL, GatewayStore, Row
+from gateway.store.base import CONTROLS_CHANNEL, DeferredLedger, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
@@ -55,8 +55,14 @@ def _insert(table: str, columns: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=256)
 def _together(statements: tuple[str, ...]) -> str:
     """Statements as one: each a data-modifying CTE (PostgreSQL runs every one, to completion, on one
-    snapshot)."""
-    return "WITH " + ", ".join(f"s{index} AS ({sql})" for index, sql in enumerate(statements)) + " SELECT 1"
+    snapshot). PostgreSQL runs such CTEs last first (each is queued at the head of its list of them),
+    so they are written in reverse: they run, and lock their rows, in the order given, as statements
+    sent one by one do (the lock order, docs/gateway.md)."""
+    return (
+        "WITH "
+        + ", ".join(f"s{index} AS ({sql})" for index, sql in reversed(list(enumerate(statements))))
+        + " SELECT 1"
+    )
 
 
 @dataclass
@@ -89,6 +95,8 @@ class _PostgresTx:
     """Statements queued and sent, pipelined, with the next read or `sync`: a body that reads nothing
     is sent whole with its BEGIN and COMMIT, one round trip. After an error the pipeline is synced
     before anything else goes out (an aborted pipeline refuses every statement until then)."""
+
+    deferred: DeferredLedger | None = None  # (set by the writer: `GroupCommitter._run_groups`)
 
     def __init__(self, pipelined: _Pipelined) -> None:
         self._connection = pipelined.connection
@@ -135,7 +143,8 @@ class _PostgresTx:
             self.execute(*statements[0])
         elif statements:
             sql = _together(tuple(sql for sql, _ in statements))
-            self.execute(sql, [param for _, params in statements for param in params])
+            # (the parameters in the order the statement holds them: `_together` reverses the parts)
+            self.execute(sql, [param for _, params in reversed(statements) for param in params])
 
     def serialize(self, keys: Sequence[str]) -> None:
         """One statement for every key, each locked in order (`unnest` keeps the array's): two
@@ -209,6 +218,7 @@ class PostgresGatewayStore(GatewayStore):
                 lost=_LOST,
                 conflict=_CONFLICT,
                 describe="gateway store (PostgreSQL)",
+                deferrals=DeferredLedger,
             )
         )
         self._listener: asyncio.Task[None] | None = None

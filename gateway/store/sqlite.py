@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.store.base import GatewayStore, Row
+from gateway.store.base import DeferredLedger, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import Unavailable
@@ -49,6 +49,8 @@ class _SqliteTx:
     with `synchronous=NORMAL`, appends to the WAL). A durable batch's COMMIT (FULL: the fsync) runs on a
     worker thread while the writer task awaits it, so no other statement reaches the connection
     meanwhile."""
+
+    deferred: DeferredLedger | None = None  # (set by the writer: `GroupCommitter._run_groups`)
 
     def __init__(self, connection: _Connection) -> None:
         self._connection = connection
@@ -198,6 +200,7 @@ class SqliteGatewayStore(GatewayStore):
                 make_tx=_SqliteTx,
                 lost=(sqlite3.OperationalError,),
                 describe=f"gateway store {path}",
+                deferrals=DeferredLedger,
                 tidy=_checkpoint,
             )
         )

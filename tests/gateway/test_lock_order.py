@@ -100,6 +100,39 @@ async def test_bursts_touching_two_worlds_in_opposite_orders_do_not_deadlock(
             assert (spend.admissions, spend.killed) == (2, 2)
 
 
+@pytest.mark.parametrize("held", ["x", "y"])
+@pytest.mark.parametrize("lone_burst", [False, True])
+async def test_batches_of_several_bodies_write_the_ledger_in_one_order(
+    tmp_path: Path, postgres_dsn: str, held: str, lone_burst: bool
+) -> None:
+    """b's batch holds an ending (world y), then an admission (world x): written body by body, it would
+    lock y, then x. Its ledger changes wait for the batch's end and go in key order, as a's do: a batch
+    the other way round (an admission in x, then an ending in y), or one burst of two endings, whose
+    one statement runs its parts in the order given (PostgreSQL runs a statement's CTEs last first)."""
+    async with (
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=CAP, holder="b") as b,
+    ):
+        a_x, a_y = await _admitted(a, "x", "y")
+        [b_y] = (await _admitted(b, "x", "y"))[1:]
+        killed = RunStatus.KILLED
+        async with _ledger_row_locked(postgres_dsn, held):
+            b_batch = asyncio.ensure_future(
+                _both(b.end_run(b_y, killed), b.admit(Who("t", "x", "bo"), CLOTHO, 1))
+            )
+            await _until_waiting_for_locks(postgres_dsn, 1)
+            if lone_burst:  # (one body, one statement: the endings' changes go in it)
+                a_batch = asyncio.ensure_future(_both(a.end_run(a_x, killed), a.end_run(a_y, killed)))
+            else:
+                a_batch = asyncio.ensure_future(
+                    _both(a.admit(Who("t", "x", "al"), CLOTHO, 1), a.end_run(a_y, killed))
+                )
+            await _until_waiting_for_locks(postgres_dsn, 2)
+        await asyncio.gather(a_batch, b_batch)
+
+        assert a.store.conflicts == b.store.conflicts == 0
+
+
 async def test_a_restarted_gateway_settling_its_runs_does_not_deadlock_with_another_ending_one(
     tmp_path: Path, postgres_dsn: str
 ) -> None:
@@ -183,10 +216,11 @@ async def test_two_gateways_under_mixed_load_answer_everything_and_the_ledger_ad
     tmp_path: Path, postgres_dsn: str
 ) -> None:
     """Admissions (some retried on the other gateway under one request id), model calls, fused runs,
-    endings of either gateway's runs and kills, over three worlds, on two gateways at once. A batch of
-    several bodies can still lock the same ledger rows in another order than the other gateway's
-    (each body's own writes are in order): the deadlock that follows rolls one batch back, which runs
-    again, so no caller sees it (it would get UNAVAILABLE), and the ledger adds up."""
+    endings of either gateway's runs and kills, over three worlds, on two gateways at once. Two bodies
+    of one batch can still lock run rows in another order than the other gateway's batch (each body
+    locks its own in order), here where both gateways end and call each other's runs at random: the
+    deadlock that follows rolls one batch back, which runs again, so no caller sees it (it would get
+    UNAVAILABLE), and the ledger adds up."""
     plan = random.Random(7452)
     async with (
         leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
