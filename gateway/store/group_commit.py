@@ -31,6 +31,12 @@ Each job is answered once its batch committed, but a non-durable job in a batch 
 once applied (its savepoint released): under load it does not wait for the bodies after it, nor for
 a durable body's fsync. The price of a writer on the loop: it takes whatever has arrived when it is
 free, so under load its batches stay small (1-2 jobs at 64 unary clients), and it commits more often.
+
+Writers of several processes share PostgreSQL, so a batch may lose a deadlock (or a serialization
+check) to another's: the database rolls it back and the batch runs again (`Writing.conflict`), where
+a lost database fails it. A store keeps such cycles rare by locking rows in one order; for that, a
+batch of several bodies can defer writes to its end (`Writing.deferrals`, written once in the
+store's order), and a body that locks what others lock only at their end runs `alone`.
 """
 
 from __future__ import annotations
