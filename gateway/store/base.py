@@ -286,7 +286,7 @@ class _LedgerChanges:
     def merge(self, other: _LedgerChanges) -> None:
         """`other`'s changes added to these (an admission's cap: the latest told)."""
         for key, change in other._windows.items():
-            window = self._windows.setdefault(key, [-1, 0, 0, 0, 0, 0, 0, 0])
+            window = self._window(*key)
             window[0] = change[0] if change[0] >= 0 else window[0]
             for index in range(1, len(change)):
                 window[index] += change[index]
@@ -354,10 +354,10 @@ class _LedgerChanges:
 
 class DeferredLedger:
     """The ledger changes of a batch of several bodies, written once at its end (`write`, which the
-    writer also calls before a body that is not a burst, so that one reads them): every window and lease
-    the batch changes is then locked in key order, where each body writing its own in turn could lock
-    two in the other order than another gateway's batch and deadlock with it. A body's changes are
-    kept once its savepoint is released (`keep`), or dropped with it (`drop`)."""
+    writer also calls before a body submitted to read the ledger, `transact(reads_ledger=True)`): every
+    window and lease the batch changes is then locked in key order, where each body writing its own in
+    turn could lock two in the other order than another gateway's batch and deadlock with it. A body's
+    changes are kept once its savepoint is released (`keep`), or dropped with it (`drop`)."""
 
     def __init__(self) -> None:
         self._staged = _LedgerChanges()  # the running body's
