@@ -16,9 +16,9 @@ Bodies are coroutines over the backend's transaction object: `execute` is immedi
 queued for PostgreSQL (sent, pipelined, with the next read or `sync`), and reads are awaited. The
 writer is a task on the event loop: nothing crosses a thread on the way to the database and back.
 
-- PostgreSQL: an asynchronous psycopg connection held in pipeline mode. A body's statements go out
-  as the loop runs it and its answer comes back as a socket event. A lone batch's COMMIT is pipelined
-  with its statements, costing no round trip of its own.
+- PostgreSQL: one connection held in libpq's pipeline mode, driven from the loop (`pg_pipeline`). A
+  body's statements go out as the loop runs it and its answer comes back as a socket event. A lone
+  batch's COMMIT is pipelined with its statements, costing no round trip of its own.
 - SQLite: its calls block, but a non-durable batch never waits for the disk (WAL
   `synchronous=NORMAL`: its COMMIT appends to the WAL), so the loop runs its statements in place; only
   what waits for the disk leaves the loop, for a worker thread, while the writer task awaits it: a

@@ -7,7 +7,6 @@ import contextlib
 import functools
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -15,6 +14,7 @@ import psycopg
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, DeferredLedger, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter, Writing
+from gateway.store.pg_pipeline import Pipeline, Reply
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
@@ -30,16 +30,9 @@ _CONFLICT = (
     psycopg.errors.DeadlockDetected,
     psycopg.errors.SerializationFailure,
 )
-_BEGIN, _COMMIT = b"BEGIN", b"COMMIT"
 # The advisory lock keys `_PostgresTx.serialize` takes are hashes of the gateway's keys with this seed
 # (another application sharing the database would have to pick the same hashes to collide).
 _SERIALIZE_SEED = 7452
-
-
-@functools.lru_cache(maxsize=1024)
-def _native(sql: str) -> bytes:
-    """A statement written with `?` placeholders, in psycopg's form."""
-    return sql.replace("?", "%s").encode()
 
 
 @functools.lru_cache(maxsize=64)
@@ -65,32 +58,6 @@ def _together(statements: tuple[str, ...]) -> str:
     )
 
 
-@dataclass
-class _Pipelined:
-    """The writer's connection, held in pipeline mode for its whole life: a statement whose answer nobody
-    reads goes out without waiting for one (prepared after its fifth use, psycopg's default), and a
-    sync collects every answer in one round trip."""
-
-    connection: psycopg.AsyncConnection[Any]
-    # Held, not just entered: the context's generator leaves pipeline mode when it is collected.
-    mode: contextlib.AbstractAsyncContextManager[psycopg.AsyncPipeline]
-    pipeline: psycopg.AsyncPipeline
-
-    @classmethod
-    async def open(cls, dsn: str, timeout_seconds: float) -> _Pipelined:
-        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
-        # for the WAL flush unless a batch is durable (`_begin`).
-        connection = await psycopg.AsyncConnection.connect(
-            dsn, autocommit=True, connect_timeout=max(1, int(timeout_seconds))
-        )
-        await connection.execute(b"SET synchronous_commit TO off")
-        mode = connection.pipeline()
-        return cls(connection, mode, await mode.__aenter__())
-
-    async def close(self) -> None:
-        await self.connection.close()
-
-
 class _PostgresTx:
     """Statements queued and sent, pipelined, with the next read or `sync`: a body that reads nothing
     is sent whole with its BEGIN and COMMIT, one round trip. After an error the pipeline is synced
@@ -98,10 +65,9 @@ class _PostgresTx:
 
     deferred: DeferredLedger | None = None  # (set by the writer: `GroupCommitter._run_groups`)
 
-    def __init__(self, pipelined: _Pipelined) -> None:
-        self._connection = pipelined.connection
-        self._pipeline = pipelined.pipeline
-        self._queued: list[tuple[bytes, Sequence[Any]]] = []
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline = pipeline
+        self._queued: list[tuple[str, Sequence[Any]]] = []
         self._sent = 0  # statements handed to the connection so far (whether or not they succeeded)
         self._failed = False
 
@@ -111,7 +77,7 @@ class _PostgresTx:
             self.execute("SET LOCAL synchronous_commit TO on")
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._queued.append((_native(sql), params))
+        self._queued.append((sql, params))
 
     async def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None:
         rows = await self.all(sql, params)
@@ -119,10 +85,10 @@ class _PostgresTx:
 
     async def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         self.execute(sql, params)
-        cursor = await self._send()
-        assert cursor is not None
+        reply = await self._send()
+        assert reply is not None
         try:
-            return list(await cursor.fetchall())
+            return await self._pipeline.rows(reply)
         except psycopg.Error:
             self._failed = True
             raise
@@ -182,28 +148,28 @@ class _PostgresTx:
         del self._queued[mark - self._sent :]
         return True
 
-    async def _send(self) -> psycopg.AsyncCursor[Any] | None:
-        """Hand every queued statement to the pipeline; the last one's cursor."""
+    async def _send(self) -> Reply | None:
+        """Hand every queued statement to the pipeline; the last one's reply."""
         if self._failed:
             self._failed = False
             with contextlib.suppress(psycopg.Error):  # (a lost connection fails the statements below)
                 await self._pipeline.sync()
         queued, self._queued = self._queued, []
         self._sent += len(queued)
-        if len(queued) == 3 and queued[0][0] == _BEGIN and queued[2][0] == _COMMIT:
-            del queued[::2]  # one statement is a transaction of its own (autocommit): two fewer turns
-        cursor = None
+        if len(queued) == 3 and queued[0][0] == "BEGIN" and queued[2][0] == "COMMIT":
+            del queued[::2]  # one statement is a transaction of its own (autocommit): two fewer messages
+        reply = None
         try:
             for sql, params in queued:
-                cursor = await self._connection.execute(sql, params or None)
+                reply = self._pipeline.send(sql, params)
         except psycopg.Error:
             self._failed = True
             raise
-        return cursor
+        return reply
 
 
 class PostgresGatewayStore(GatewayStore):
-    _writer: GroupCommitter[_Pipelined]
+    _writer: GroupCommitter[Pipeline]
 
     def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
         super().__init__(for_update=" FOR UPDATE")
@@ -212,8 +178,8 @@ class PostgresGatewayStore(GatewayStore):
         self._writer = GroupCommitter(
             Writing(
                 name="gateway-postgres",
-                connect=lambda: _Pipelined.open(dsn, timeout_seconds),
-                close_connection=_Pipelined.close,
+                connect=lambda: Pipeline.open(dsn, timeout_seconds),
+                close_connection=Pipeline.close,
                 make_tx=_PostgresTx,
                 lost=_LOST,
                 conflict=_CONFLICT,

@@ -1,0 +1,101 @@
+"""The PostgreSQL writer's round trip: the gateway's `Pipeline` (libpq's pipeline mode driven directly)
+against psycopg's own `AsyncPipeline` (the baseline, what the writer used before), in the same run.
+
+Prints one JSON object. Each way sends the same statement (two parameters, a CTE, one row back) and
+syncs, one round trip at a time on uvloop, as the writer does for a lone batch: the process's CPU per
+round trip (user + system, what the gateway's one event-loop thread pays) and its wall time. Needs a
+PostgreSQL server: `--postgres-dsn` or EGBE_TEST_POSTGRES_DSN.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+from gateway.store.pg_pipeline import Pipeline
+from services.runtime import run_event_loop
+
+STATEMENT = "WITH a AS (SELECT ?::bigint AS x), b AS (SELECT ?::text AS y) SELECT x, y FROM a, b"
+WARM_UP = 300
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _timed(round_trip: Callable[[int], Awaitable[Any]], count: int) -> dict[str, float]:
+    for index in range(WARM_UP):
+        await round_trip(index)
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    for index in range(count):
+        await round_trip(index)
+    return {
+        "cpu_us_per_round_trip": round((_cpu_seconds() - cpu) / count * 1e6, 1),
+        "wall_us_per_round_trip": round((time.perf_counter() - wall) / count * 1e6, 1),
+    }
+
+
+async def psycopg_pipeline(dsn: str, count: int) -> dict[str, float]:
+    native = STATEMENT.replace("?", "%s").encode()
+    connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    async with connection, connection.pipeline() as pipeline:
+
+        async def round_trip(index: int) -> None:
+            cursor = await connection.execute(native, (index, "ori-1"))
+            await pipeline.sync()
+            assert await cursor.fetchall() == [(index, "ori-1")]
+
+        return await _timed(round_trip, count)
+
+
+async def gateway_pipeline(dsn: str, count: int) -> dict[str, float]:
+    pipeline = await Pipeline.open(dsn, timeout_seconds=5)
+    try:
+
+        async def round_trip(index: int) -> None:
+            reply = pipeline.send(STATEMENT, (index, "ori-1"))
+            await pipeline.sync()
+            assert await pipeline.rows(reply) == [(index, "ori-1")]
+
+        return await _timed(round_trip, count)
+    finally:
+        await pipeline.close()
+
+
+async def main_async(dsn: str, count: int) -> dict[str, Any]:
+    baseline = await psycopg_pipeline(dsn, count)
+    ours = await gateway_pipeline(dsn, count)
+    return {
+        "benchmark": "pg_pipeline",
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "round_trips": count,
+        "baseline_psycopg_async_pipeline": baseline,
+        "gateway_pipeline": ours,
+        "cpu_saved_us_per_round_trip": round(
+            baseline["cpu_us_per_round_trip"] - ours["cpu_us_per_round_trip"], 1
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print the JSON object only (the default)")
+    parser.add_argument("--round-trips", type=int, default=3_000)
+    parser.add_argument("--postgres-dsn", default=os.environ.get("EGBE_TEST_POSTGRES_DSN"))
+    args = parser.parse_args()
+    if not args.postgres_dsn:
+        sys.exit("pg_pipeline needs a PostgreSQL server: give --postgres-dsn or EGBE_TEST_POSTGRES_DSN")
+    print(json.dumps(run_event_loop(main_async(args.postgres_dsn, args.round_trips))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""The PostgreSQL writer's connection: libpq's pipeline mode driven straight from the event loop.
+
+psycopg still opens and closes the connection and adapts every value both ways (its `Transformer`, the
+dumpers and loaders its cursors use), so parameters and rows are what its cursors give. What this skips
+is its cursor and pipeline machinery around each statement, which cost the gateway's one event-loop
+thread about 86 µs of CPU per statement-and-sync round trip where libpq driven directly costs 30 µs
+(docs/performance.md, tenth session): a fused run makes two such round trips.
+
+The connection is always in pipeline mode and non-blocking. `send` queues a statement in libpq's buffer
+(prepared on first use: the same text is parsed once per connection); `rows` and `sync` flush the buffer
+and wait for the answers, which arrive through a reader registered on the socket for the connection's
+life. As in any pipeline, the first error since the last sync aborts every statement after it until the
+next sync; it is raised by the read or sync that waits past it, and the sync clears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.adapt import PyFormat, Transformer
+
+from gateway.store.base import Row
+
+# Prepared statements kept per connection (least recently used dropped first): the gateway's own
+# statements are far fewer; the rest are shapes sized by their inputs (`IN (?, ?, ...)`).
+MAX_PREPARED = 256
+
+_OK = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK, pq.ExecStatus.EMPTY_QUERY)
+
+
+@functools.lru_cache(maxsize=1024)
+def native_sql(sql: str) -> bytes:
+    """A statement written with `?` placeholders, in PostgreSQL's (`$1`, `$2`, ...). The store's
+    statements hold no `?` but placeholders (they are written for SQLite too)."""
+    parts = sql.split("?")
+    numbered = [part + f"${index}" for index, part in enumerate(parts[:-1], start=1)]
+    return ("".join(numbered) + parts[-1]).encode()
+
+
+class Reply:
+    """What the server owes for one message sent: a statement's result, a PREPARE's, or a sync."""
+
+    __slots__ = ("done", "prepared", "quiet", "result")
+
+    def __init__(self, *, prepared: tuple[bytes, tuple[int, ...]] | None = None, quiet: bool = False):
+        self.done = False
+        self.result: pq.abc.PGresult | None = None  # (a statement's, once it succeeded)
+        self.prepared = prepared  # the cache key a PREPARE stands for
+        self.quiet = quiet  # its failure is nobody's error (a DEALLOCATE)
+
+
+class Pipeline:
+    """One connection held in libpq's pipeline mode; see the module docstring."""
+
+    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        self._connection = connection
+        self._pgconn = connection.pgconn
+        self._encoding = connection.info.encoding
+        self._dumper = Transformer(connection)
+        self._loader = Transformer(connection)
+        self._prepared: OrderedDict[tuple[bytes, tuple[int, ...]], bytes] = OrderedDict()
+        self._names = 0
+        self._owed: deque[Reply] = deque()
+        self._error: psycopg.Error | None = None  # the first since the last sync
+        self._lost: psycopg.OperationalError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._socket = self._pgconn.socket
+        self._pgconn.nonblocking = 1
+        self._pgconn.enter_pipeline_mode()
+        self._loop.add_reader(self._socket, self._readable)
+
+    @classmethod
+    async def open(cls, dsn: str, timeout_seconds: float) -> Pipeline:
+        # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
+        # for the WAL flush unless a batch is durable (`_PostgresTx.begin`).
+        connection = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, connect_timeout=max(1, int(timeout_seconds))
+        )
+        await connection.execute(b"SET synchronous_commit TO off")
+        return cls(connection)
+
+    async def close(self) -> None:
+        if self._lost is None:
+            self._loop.remove_reader(self._socket)
+        await self._connection.close()
+
+    def send(self, sql: str, params: Sequence[Any]) -> Reply:
+        """Queue a statement (sent with the next `rows` or `sync`); its reply."""
+        self._raise_if_lost()
+        values = self._dumper.dump_sequence(params, [PyFormat.AUTO] * len(params))
+        types = tuple(self._dumper.types or ())
+        name = self._prepared_name(native_sql(sql), types)
+        self._pgconn.send_query_prepared(name, values, self._dumper.formats)
+        reply = Reply()
+        self._owed.append(reply)
+        return reply
+
+    async def rows(self, reply: Reply) -> list[Row]:
+        """The rows of a statement sent: what was queued goes out with a request to answer at once."""
+        if not reply.done:
+            self._pgconn.send_flush_request()
+            await self._flush()
+            await self._until(reply)
+        if self._error is not None:
+            raise self._error
+        result = reply.result
+        if result is None or result.ntuples == 0:
+            return []
+        self._loader.set_pgresult(result)
+        rows: list[Row] = self._loader.load_rows(0, result.ntuples, tuple)
+        return rows
+
+    async def sync(self) -> None:
+        """End the pipeline's segment: every statement queued runs, and (outside a transaction block)
+        commits. Raises the segment's first error, and clears it."""
+        self._raise_if_lost()
+        self._pgconn.pipeline_sync()
+        synced = Reply()
+        self._owed.append(synced)
+        await self._flush()
+        await self._until(synced)
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _prepared_name(self, sql: bytes, types: tuple[int, ...]) -> bytes:
+        key = (sql, types)
+        name = self._prepared.get(key)
+        if name is not None:
+            self._prepared.move_to_end(key)
+            return name
+        if len(self._prepared) >= MAX_PREPARED:
+            _, dropped = self._prepared.popitem(last=False)
+            self._pgconn.send_query_params(b"DEALLOCATE " + dropped, None)
+            self._owed.append(Reply(quiet=True))
+        self._names += 1
+        name = self._prepared[key] = b"egbe_%d" % self._names
+        self._pgconn.send_prepare(name, sql, types or None)
+        self._owed.append(Reply(prepared=key))
+        return name
+
+    async def _flush(self) -> None:
+        """Hand libpq's buffer to the socket, waiting while the socket is full."""
+        while self._pgconn.flush():
+            writable = self._loop.create_future()
+            self._loop.add_writer(self._socket, writable.set_result, None)
+            try:
+                await writable
+            finally:
+                self._loop.remove_writer(self._socket)
+            self._raise_if_lost()
+
+    async def _until(self, reply: Reply) -> None:
+        """Take in the answers owed, in order, until `reply`'s has come."""
+        while True:
+            self._take()
+            if reply.done:
+                return
+            self._raise_if_lost()
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def _readable(self) -> None:
+        """The socket's callback: take in what arrived (so the poll does not report the same bytes
+        again), and wake whoever waits for an answer."""
+        try:
+            self._pgconn.consume_input()
+        except psycopg.OperationalError as lost:
+            self._lost = lost
+            self._loop.remove_reader(self._socket)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def _take(self) -> None:
+        """Match the results libpq has parsed to the replies owed. In pipeline mode each statement's
+        result is followed by a None; a sync's result stands alone."""
+        pgconn, owed = self._pgconn, self._owed
+        while owed and not pgconn.is_busy():
+            result = pgconn.get_result()
+            if result is None or result.status == pq.ExecStatus.PIPELINE_SYNC:
+                owed.popleft().done = True
+                continue
+            self._settle(owed[0], result)
+            if pgconn.status == pq.ConnStatus.BAD:  # (no more results will come: every reply fails)
+                self._lost = psycopg.OperationalError(result.get_error_message(self._encoding))
+                return
+
+    def _settle(self, reply: Reply, result: pq.abc.PGresult) -> None:
+        status = result.status
+        if status in _OK:
+            reply.result = result
+            return
+        if reply.prepared is not None:  # (never made: a statement using it must be prepared again)
+            self._prepared.pop(reply.prepared, None)
+        if status != pq.ExecStatus.PIPELINE_ABORTED and not reply.quiet and self._error is None:
+            self._error = psycopg.errors.error_from_result(result, encoding=self._encoding)
+
+    def _raise_if_lost(self) -> None:
+        if self._lost is not None:
+            raise self._lost
+        if self._pgconn.status == pq.ConnStatus.BAD:
+            self._lost = psycopg.OperationalError("the connection to the server was lost")
+            raise self._lost

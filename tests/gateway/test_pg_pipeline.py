@@ -1,0 +1,118 @@
+"""The PostgreSQL writer's connection (libpq's pipeline mode driven directly) against a real server:
+values both ways as psycopg's cursors give them, an error aborting its segment until the sync and
+nothing after, prepared statements bounded and prepared again when an error undid their PREPARE, and a
+connection killed under it reported lost (which the store's writer answers by reconnecting)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from gateway.store import pg_pipeline
+from gateway.store.base import GatewayStore, Tx
+from gateway.store.pg_pipeline import Pipeline, native_sql
+from services.errors import Unavailable
+from tests.gateway.harness import backend_store
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+async def pipeline(postgres_dsn: str) -> AsyncIterator[Pipeline]:
+    opened = await Pipeline.open(postgres_dsn, timeout_seconds=5)
+    yield opened
+    await opened.close()
+
+
+async def _prepared_names(pipeline: Pipeline) -> list[str]:
+    reply = pipeline.send("SELECT name FROM pg_prepared_statements ORDER BY name", ())
+    names = [str(row[0]) for row in await pipeline.rows(reply)]
+    await pipeline.sync()
+    return names
+
+
+def test_placeholders_are_numbered_in_order() -> None:
+    assert native_sql("SELECT ? WHERE a = ? AND b IN (?, ?)") == b"SELECT $1 WHERE a = $2 AND b IN ($3, $4)"
+    assert native_sql("COMMIT") == b"COMMIT"
+
+
+async def test_values_go_and_come_back_as_psycopg_gives_them(pipeline: Pipeline, postgres_dsn: str) -> None:
+    statement = "SELECT ?::bigint, ?::text, ?::text, ?::boolean, ?::jsonb, ?::text[], ? = ''"
+    params = (2**40, "Ada's 'flour'", None, True, json.dumps({"k": [1, None]}), ["a", "b"], "")
+    reply = pipeline.send(statement, params)
+    rows = await pipeline.rows(reply)
+    await pipeline.sync()
+    with psycopg.connect(postgres_dsn) as plain:
+        expected = plain.execute(statement.replace("?", "%s"), params).fetchall()
+    assert rows == expected == [(2**40, "Ada's 'flour'", None, True, {"k": [1, None]}, ["a", "b"], True)]
+
+
+async def test_an_error_aborts_its_segment_until_the_sync_and_nothing_after(pipeline: Pipeline) -> None:
+    await _rows_of(pipeline, "CREATE TEMPORARY TABLE t (k text PRIMARY KEY)")
+    pipeline.send("BEGIN", ())
+    pipeline.send("INSERT INTO t VALUES (?)", ("a",))
+    pipeline.send("INSERT INTO t VALUES (?)", ("a",))  # the error
+    after = pipeline.send("INSERT INTO t VALUES (?) RETURNING k", ("b",))  # aborted by it
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await pipeline.rows(after)
+    with pytest.raises(psycopg.errors.UniqueViolation):  # the sync reports the segment's error once
+        await pipeline.sync()
+    pipeline.send("ROLLBACK", ())
+    await pipeline.sync()
+    assert await _rows_of(pipeline, "INSERT INTO t VALUES (?) RETURNING k", "c") == [("c",)]
+    assert await _rows_of(pipeline, "SELECT k FROM t ORDER BY k") == [("c",)]
+
+
+async def test_prepared_statements_are_bounded_and_reused(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pg_pipeline, "MAX_PREPARED", 3)
+    for value in range(6):  # six shapes: the oldest are deallocated as the newest are prepared
+        assert await _rows_of(pipeline, f"SELECT ?::int + {value}", 1) == [(1 + value,)]
+    names = await _prepared_names(pipeline)  # (this query's own statement is one of the three)
+    assert len(names) == 3
+    assert await _rows_of(pipeline, "SELECT ?::int + 5", 1) == [(6,)]
+    assert await _prepared_names(pipeline) == names  # reused, nothing prepared again
+
+
+async def test_a_statement_whose_prepare_an_error_aborted_is_prepared_again(pipeline: Pipeline) -> None:
+    failing = pipeline.send("SELECT 1 / ?::int", (0,))
+    pipeline.send("SELECT ?::int * 7", (6,))  # prepared for the first time in the aborted segment
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await pipeline.rows(failing)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await pipeline.sync()
+    assert await _rows_of(pipeline, "SELECT ?::int * 7", 6) == [(42,)]
+
+
+async def test_a_killed_connection_is_lost_and_the_writer_reconnects(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    store: GatewayStore = backend_store(tmp_path, postgres_dsn)
+    await store.open()
+    try:
+
+        async def pid(tx: Tx) -> int:
+            row = await tx.one("SELECT pg_backend_pid()")
+            assert row is not None
+            return int(row[0])
+
+        writer = await store.transact(pid, durable=False)
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (writer,))
+        with pytest.raises(Unavailable, match="unavailable"):
+            await store.transact(pid, durable=False)
+        assert await store.transact(pid, durable=False) != writer  # a new connection
+    finally:
+        await store.close()
+
+
+async def _rows_of(pipeline: Pipeline, sql: str, *params: object) -> list[tuple[object, ...]]:
+    reply = pipeline.send(sql, params)
+    rows = await pipeline.rows(reply)
+    await pipeline.sync()
+    return rows
