@@ -120,6 +120,7 @@ class CognitionGateway:
         # Admissions in progress by request id: a concurrent repeat waits for the first one's answer.
         self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._routes: dict[int, ModelRoute] = {}  # each tier's, resolved once: the config never changes
         self.metrics.store_conflicts.set_function(lambda: store.conflicts)
         store.on_control_change(self._on_control)
         resync = getattr(store, "on_resync", None)
@@ -454,7 +455,9 @@ class CognitionGateway:
 
     def _routed(self, spec: RunSpec, request: ModelRequest) -> tuple[ModelRoute, ModelRequest]:
         """The tier's route, and the request completed with its model and the run's output bound."""
-        route = select_route(self.config.routing, spec.tier)
+        route = self._routes.get(spec.tier)
+        if route is None:
+            route = self._routes[spec.tier] = select_route(self.config.routing, spec.tier)
         return route, ModelRequest(
             **{
                 **vars(request),

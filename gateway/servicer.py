@@ -206,13 +206,15 @@ def _model_request(request: gateway_pb2.GenerateRequest) -> ModelRequest:
     mode = _MODE_NAMES.get(request.mode, "")
     prompt = request.prompt
     check_texts(ID_CHARS * 2, request_id=request.request_id, output_schema=request.output_schema)
-    check_texts(
-        0,
-        prompt__system_policy=prompt.system_policy,
-        prompt__task_instruction=prompt.task_instruction,
-        **{f"prompt__tool_grants[{i}]": grant for i, grant in enumerate(prompt.tool_grants)},
-        **{f"prompt__untrusted[{i}]__content": zone.content for i, zone in enumerate(prompt.untrusted)},
-    )
+    grants, contents = tuple(prompt.tool_grants), [zone.content for zone in prompt.untrusted]
+    if any("\x00" in text for text in (prompt.system_policy, prompt.task_instruction, *grants, *contents)):
+        check_texts(  # (named only when one is refused: the names cost more than the scan)
+            0,
+            prompt__system_policy=prompt.system_policy,
+            prompt__task_instruction=prompt.task_instruction,
+            **{f"prompt__tool_grants[{i}]": grant for i, grant in enumerate(grants)},
+            **{f"prompt__untrusted[{i}]__content": content for i, content in enumerate(contents)},
+        )
     unknown_zones = [
         FieldViolation(f"prompt.untrusted[{i}].kind", "must name an untrusted zone kind")
         for i, zone in enumerate(prompt.untrusted)
@@ -225,8 +227,11 @@ def _model_request(request: gateway_pb2.GenerateRequest) -> ModelRequest:
     return ModelRequest(
         system_policy=prompt.system_policy,
         task_instruction=prompt.task_instruction,
-        tool_grants=tuple(prompt.tool_grants),
-        untrusted=tuple(UntrustedPart(_ZONE_NAMES[zone.kind], zone.content) for zone in prompt.untrusted),
+        tool_grants=grants,
+        untrusted=tuple(
+            UntrustedPart(_ZONE_NAMES[zone.kind], content)
+            for zone, content in zip(prompt.untrusted, contents, strict=True)
+        ),
         mode=mode,
         output_schema=request.output_schema,
         max_output_tokens=request.max_output_tokens,

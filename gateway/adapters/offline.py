@@ -62,6 +62,8 @@ class PromptContext:
 
 
 def _from_json(content: str) -> dict[str, str]:
+    if not content.lstrip().startswith("{"):  # (only an object names anything: skip parsing the rest)
+        return {}
     try:
         value = json.loads(content)
     except ValueError:

@@ -36,13 +36,15 @@ _SERIALIZE_SEED = 7452
 
 
 @functools.lru_cache(maxsize=64)
-def _insert(table: str, columns: tuple[str, ...]) -> str:
-    """Rows given as one JSON array of objects, each column by name (the table and columns are the
-    store's own names, never a caller's text)."""
+def _insert(table: str, columns: tuple[str, ...], several: bool) -> str:
+    """One row, a parameter per value; or (`several`) any number of rows as one JSON array of objects,
+    each column by name. Either way one statement text per table, prepared once. (The table and columns
+    are the store's own names, never a caller's text.)"""
     names = ", ".join(columns)
-    return (
-        f"INSERT INTO {table} ({names}) SELECT {names} FROM json_populate_recordset(NULL::{table}, ?::json)"  # noqa: S608
-    )
+    if several:
+        rows = f"json_populate_recordset(NULL::{table}, ?::json)"
+        return f"INSERT INTO {table} ({names}) SELECT {names} FROM {rows}"  # noqa: S608
+    return f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"  # noqa: S608
 
 
 @functools.lru_cache(maxsize=256)
@@ -96,13 +98,14 @@ class _PostgresTx:
     def insert_statements(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> list[tuple[str, Sequence[Any]]]:
-        """One statement, one parameter, for any number of rows: the same text each time (so it is
-        prepared once) and few parameters (psycopg parses a statement of more than 50 afresh at every
-        execution, ~150 us here), where a statement per row cost an event-loop turn each."""
+        """One statement for any number of rows (`_insert`). A single row's values go as they are, where
+        writing the row as JSON cost the event loop more than the statement's other work."""
+        if len(rows) == 1:
+            return [(_insert(table, tuple(columns), several=False), rows[0])]
         if not rows:
             return []
         objects = [dict(zip(columns, row, strict=True)) for row in rows]
-        return [(_insert(table, tuple(columns)), (json.dumps(objects),))]
+        return [(_insert(table, tuple(columns), several=True), (json.dumps(objects),))]
 
     def execute_together(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         if len(statements) == 1:

@@ -238,6 +238,14 @@ async def test_text_postgres_cannot_hold_and_unknown_zones_are_invalid(gateway: 
     status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
     assert status is not None
     assert [v.field for v in field_violations(status)] == ["prompt.untrusted[0].kind"]
+    bad.prompt.untrusted.append(gateway_pb2.UntrustedZone(kind=gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT))
+    bad.prompt.untrusted[0].kind = gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT
+    bad.prompt.untrusted[1].content = "Bram: \x00"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await gateway.gateway.Generate(bad, metadata=gateway.metadata(Role.SERVICE))
+    status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == ["prompt.untrusted[1].content"]
     assert await gateway.audit_records(run_id=run.run_id) == []
 
 
