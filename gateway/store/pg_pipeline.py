@@ -75,6 +75,7 @@ class Pipeline:
         self._pgconn.nonblocking = 1
         self._pgconn.enter_pipeline_mode()
         self._loop.add_reader(self._socket, self._readable)
+        self._reading = True  # (until the socket fails or the connection closes)
 
     @classmethod
     async def open(cls, dsn: str, timeout_seconds: float) -> Pipeline:
@@ -87,8 +88,7 @@ class Pipeline:
         return cls(connection)
 
     async def close(self) -> None:
-        if self._lost is None:
-            self._loop.remove_reader(self._socket)
+        self._stop_reading()
         await self._connection.close()
 
     def send(self, sql: str, params: Sequence[Any]) -> Reply:
@@ -177,9 +177,14 @@ class Pipeline:
             self._pgconn.consume_input()
         except psycopg.OperationalError as lost:
             self._lost = lost
-            self._loop.remove_reader(self._socket)
+            self._stop_reading()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _stop_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._socket)
 
     def _take(self) -> None:
         """Match the results libpq has parsed to the replies owed. In pipeline mode each statement's

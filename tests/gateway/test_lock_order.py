@@ -17,7 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from gateway.adapters.base import ModelRequest
+from gateway.adapters.base import ModelReply, ModelRequest
+from gateway.adapters.offline import OfflineAdapter
 from gateway.admission import CognitionGateway, Who
 from gateway.records import ControlKind, ControlScope, RunStatus
 from services.errors import EgbeError, Unavailable
@@ -210,6 +211,52 @@ async def test_one_request_id_admitted_on_two_gateways_at_once_is_one_run(
         spend = await a.store.spend(world_id="w", tenant_id="", window_start_ms=0)
         assert spend.admissions == 20
         assert a.store.conflicts == b.store.conflicts == 0
+
+
+class _HeldAdapter(OfflineAdapter):
+    """The offline adapter, answering once `release` is set: a model call still under way until then."""
+
+    def __init__(self) -> None:
+        self.called = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def generate(self, request: ModelRequest) -> ModelReply:
+        self.called.set()
+        await self.release.wait()
+        return await super().generate(request)
+
+
+async def test_a_request_id_retried_on_another_gateway_during_its_call_is_running_then_answered(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """A client retrying a fused run on another gateway while the first gateway's model call is under
+    way: the retry admits nothing and says the run is still going (the RPC's ABORTED naming it); once
+    the run ended, a retry answers what the run answered."""
+    async with (
+        leased_gateway(tmp_path / "a", postgres_dsn, cap=CAP, holder="a") as a,
+        leased_gateway(tmp_path / "b", postgres_dsn, cap=CAP, holder="b") as b,
+    ):
+        held = a.adapter = _HeldAdapter()
+        who, prompt = Who("t", "w", "ada"), ModelRequest("p", "Objective: bake", mode="summary")
+
+        def answered(*_: object) -> str:
+            return "the first run's answer"
+
+        first = asyncio.create_task(
+            a.run_once(who, CLOTHO, 1, prompt, request_id="req-1", result_of=answered)
+        )
+        await held.called.wait()
+        during = await b.run_once(who, CLOTHO, 1, prompt, request_id="req-1")
+        assert (during.admission.repeated, during.admission.earlier_result, during.call) == (True, "", None)
+        held.release.set()
+        ran = await first
+        assert ran.call is not None
+        after = await b.run_once(who, CLOTHO, 1, prompt, request_id="req-1")
+        assert after.admission.run.run_id == during.admission.run.run_id == ran.admission.run.run_id
+        assert (after.admission.repeated, after.admission.earlier_result) == (True, "the first run's answer")
+        spend = await b.store.spend(world_id="w", tenant_id="", window_start_ms=0)
+        assert spend.admissions == 1
+        assert await b.store.audited_tokens() == ran.call.reply.usage.total
 
 
 async def test_two_gateways_under_mixed_load_answer_everything_and_the_ledger_adds_up(
