@@ -136,8 +136,19 @@ class Leases:
             self._leases[reservation.key].runs -= 1
 
     def expired(self, now_ms: int) -> list[str]:
-        """The runs this gateway admitted whose deadline has passed (to be ended as timed out)."""
-        return [run_id for run_id, r in self._reservations.items() if r.deadline_ms < now_ms]
+        """The runs this gateway admitted whose deadline has passed (to be ended as timed out).
+
+        A run's deadline is its admission's time plus the one run timeout, and reservations are kept in
+        admission order, so they fall due oldest first: the scan stops at the first not due. A sweep then
+        costs the runs it ends, not every run open (thousands, on streams that leave runs open, took the
+        event loop milliseconds every sweep). A clock stepped back only delays the runs admitted after
+        the step until those admitted before it are due."""
+        due = []
+        for run_id, reservation in self._reservations.items():
+            if reservation.deadline_ms >= now_ms:
+                break
+            due.append(run_id)
+        return due
 
     async def return_idle(self, *, current_window_ms: int, previous_window_ms: int, now_ms: int) -> None:
         """Give back what no admission drew on for `idle_return_seconds`, and everything of past windows;

@@ -324,3 +324,21 @@ async def test_a_lease_goes_back_when_its_window_is_over(tmp_path: Path) -> None
         old = await gateway.store.spend(world_id="w", tenant_id="", window_start_ms=0)
         new = await _spend(gateway)
         assert old.leased_tokens == new.leased_tokens == first
+
+
+async def test_runs_fall_due_in_admission_order_and_an_ended_one_never(tmp_path: Path) -> None:
+    now = [1_000.0]
+    async with leased_gateway(tmp_path, None, cap=10 * RUN, holder="g", clock=lambda: now[0]) as gateway:
+        admitted = []
+        for ori in ("ada", "bram", "cato"):
+            run_id = await _admit(gateway, ori)
+            assert run_id is not None
+            admitted.append(run_id)
+            now[0] += 100  # the next admitted 100 s later
+        ada, bram, cato = admitted
+        await gateway.end_run(bram, RunStatus.COMPLETED)
+        timeout_ms = int(gateway.config.run_timeout_seconds * 1000)
+        first_due_ms = 1_000_000 + timeout_ms
+        assert gateway.leases.expired(first_due_ms) == []  # (due after its deadline, not at it)
+        assert gateway.leases.expired(first_due_ms + 150_000) == [ada]
+        assert gateway.leases.expired(first_due_ms + 250_000) == [ada, cato]
