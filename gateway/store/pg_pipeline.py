@@ -2,9 +2,9 @@
 
 psycopg still opens and closes the connection and adapts every value both ways (its `Transformer`, the
 dumpers and loaders its cursors use), so parameters and rows are what its cursors give. What this skips
-is its cursor and pipeline machinery around each statement, which cost the gateway's one event-loop
-thread about 86 µs of CPU per statement-and-sync round trip where libpq driven directly costs 30 µs
-(docs/performance.md, tenth session): a fused run makes two such round trips.
+is its cursor and pipeline machinery around each statement: a statement-and-sync round trip cost the
+gateway's one event-loop thread 67–86 µs of CPU through psycopg's `AsyncPipeline` and costs 25–36 µs
+driven directly (`bench/pg_pipeline.py`; docs/performance.md, tenth session).
 
 The connection is always in pipeline mode and non-blocking. `send` queues a statement in libpq's buffer
 (prepared on first use: the same text is parsed once per connection); `rows` and `sync` flush the buffer
