@@ -33,6 +33,7 @@ from gateway.records import (
     RunEnd,
     RunSpec,
     RunStatus,
+    new_run_id,
 )
 from gateway.routing import ModelRoute, config_fingerprint, select_route
 from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, call_grant
@@ -288,7 +289,7 @@ class CognitionGateway:
             raise InvalidArgument(violations)
         budget = self.config.run_budgets.for_tier(tier)
         return RunSpec(
-            run_id=uuid.uuid4().hex,
+            run_id=new_run_id(self._now_ms()),
             tenant_id=who.tenant_id,
             world_id=who.world_id,
             ori_id=who.ori_id,

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
 from gateway.config import TIER_NAMES
 from gateway.cost import Usage
+
+
+def new_run_id(now_ms: int) -> str:
+    """A run's id: its admission's Unix time in ms (12 hex digits), then 80 random bits (20 hex digits),
+    as long as the uuid4 hex ids it replaced.
+
+    Ids made later sort later, so the indexes keyed by run id (runs; audit records by run and by call)
+    grow at their right edge rather than at a random leaf each. Over tables of 200,000 runs, writing a
+    run row and its audit record cost PostgreSQL 17–33 % less CPU that way, and SQLite (its WAL copies
+    included) 20–27 % less time (isolated tests, docs/performance.md, tenth session)."""
+    return f"{now_ms:012x}{os.urandom(10).hex()}"
 
 
 class ControlKind(IntEnum):

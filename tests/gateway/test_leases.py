@@ -326,7 +326,7 @@ async def test_a_lease_goes_back_when_its_window_is_over(tmp_path: Path) -> None
         assert old.leased_tokens == new.leased_tokens == first
 
 
-async def test_runs_fall_due_in_admission_order_and_an_ended_one_never(tmp_path: Path) -> None:
+async def test_runs_sort_and_fall_due_in_admission_order_and_an_ended_one_never(tmp_path: Path) -> None:
     now = [1_000.0]
     async with leased_gateway(tmp_path, None, cap=10 * RUN, holder="g", clock=lambda: now[0]) as gateway:
         admitted = []
@@ -336,6 +336,8 @@ async def test_runs_fall_due_in_admission_order_and_an_ended_one_never(tmp_path:
             admitted.append(run_id)
             now[0] += 100  # the next admitted 100 s later
         ada, bram, cato = admitted
+        assert ada < bram < cato  # (run ids sort in admission order: 32 hex digits, time first)
+        assert all(len(run_id) == 32 and int(run_id, 16) >= 0 for run_id in admitted)
         await gateway.end_run(bram, RunStatus.COMPLETED)
         timeout_ms = int(gateway.config.run_timeout_seconds * 1000)
         first_due_ms = 1_000_000 + timeout_ms
