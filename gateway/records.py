@@ -16,8 +16,8 @@ def new_run_id(now_ms: int) -> str:
 
     Ids made later sort later, so the indexes keyed by run id (runs; audit records by run and by call)
     grow at their right edge rather than at a random leaf each. Over tables of 200,000 runs, writing a
-    run row and its audit record cost PostgreSQL 17–33 % less CPU that way, and SQLite (its WAL copies
-    included) 20–27 % less time (isolated tests, docs/performance.md, tenth session)."""
+    run row and its audit record took SQLite (its WAL copies included) 39–43 % less time that way;
+    PostgreSQL showed no clear difference at that size (`bench/run_id_locality.py`)."""
     return f"{now_ms:012x}{os.urandom(10).hex()}"
 
 
