@@ -59,6 +59,7 @@ import grpc
 import psycopg
 from psycopg import sql
 
+from bench.biography_append import process_cpu_seconds
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.adapters.offline import OfflineAdapter
@@ -159,12 +160,6 @@ def _start_bare() -> tuple[subprocess.Popen[bytes], str]:
     return bare, f"127.0.0.1:{bare.stdout.readline().decode().strip()}"
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Streamed:
     """One open bidi stream used with one message in flight: write a message, read its answer."""
 
@@ -209,13 +204,13 @@ async def _rate(step: Callable[[int], Awaitable[Any]], clients: int, seconds: fl
             await step(index)
             done += 1
 
-    cpu = _cpu_seconds(pid)
+    cpu = process_cpu_seconds(pid)
     own_cpu = time.process_time()
     started = time.perf_counter()
     await asyncio.gather(*(client(i) for i in range(clients)))
     elapsed = time.perf_counter() - started
     own = time.process_time() - own_cpu
-    server = (_cpu_seconds(pid) - cpu) / done
+    server = (process_cpu_seconds(pid) - cpu) / done
     return Phase(done / elapsed, server * 1e6, own / done * 1e6, own / elapsed)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from bench.biography_append import process_cpu_seconds
 from gateway.records import new_run_id
 
 RUNS_DDL = (
@@ -86,11 +87,6 @@ def sqlite_run(ids: Ids, preload: int, runs: int) -> dict[str, float]:
     return {"us_per_run": round(elapsed / runs * 1e6, 1)}
 
 
-def _backend_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def postgres_run(dsn: str, ids: Ids, preload: int, runs: int) -> dict[str, float]:
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("SET synchronous_commit TO off")
@@ -106,13 +102,13 @@ def postgres_run(dsn: str, ids: Ids, preload: int, runs: int) -> dict[str, float
         row = db.execute("SELECT pg_backend_pid()").fetchone()
         assert row is not None
         backend = int(row[0])
-        cpu, started = _backend_cpu_seconds(backend), time.perf_counter()
+        cpu, started = process_cpu_seconds(backend), time.perf_counter()
         for index in range(runs):
             run, audit_row = _rows(ids(index), index)
             with db.transaction():
                 db.execute(RUN_ROW.replace("?", "%s").encode(), run)
                 db.execute(AUDIT_ROW.replace("?", "%s").encode(), audit_row)
-        elapsed, cpu = time.perf_counter() - started, _backend_cpu_seconds(backend) - cpu
+        elapsed, cpu = time.perf_counter() - started, process_cpu_seconds(backend) - cpu
         db.execute("DROP TABLE r_runs, r_audit")
     return {
         "us_per_run": round(elapsed / runs * 1e6, 1),

@@ -163,7 +163,7 @@ async def _checkpoint(connection: _Connection) -> None:
     connection.copied = copied
     if pages < RESTART_PAGES and not overgrown:
         return
-    if this_copy <= TAIL_PAGES or pages >= MAX_PAGES or overgrown:
+    if this_copy <= TAIL_PAGES or overgrown:  # (a WAL of MAX_PAGES is overgrown)
         await asyncio.to_thread(_run_to_end, connection.sqlite, _CHECKPOINT)
         connection.copied = 0  # (the next transaction starts the WAL over)
     else:
