@@ -215,6 +215,14 @@ class LeaseConfig(_Frozen):
         description="A lease takes at most this share of what no gateway has leased yet (never less than"
         " the run that asked needs), so gateways sharing a ledger near the cap leave room to each other.",
     )
+    refill_below_bp: int = Field(
+        default=5_000,
+        ge=0,
+        le=10_000,
+        description="Once an admission leaves a lease holding less than this share of chunk_tokens, the next"
+        " chunk is leased in the background while admissions go on drawing on what is left (0: lease only"
+        " when a run does not fit).",
+    )
     idle_return_seconds: float = Field(
         default=5.0, gt=0, description="A lease no admission drew on for this long is returned to the ledger."
     )

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from gateway.config import LeaseConfig
 from gateway.records import LeaseCharge
 from gateway.store.base import GatewayStore
+from services.logging import get_logger
 
+log = get_logger(__name__)
 WindowKey = tuple[str, int]  # (world id, window start ms)
 
 
@@ -30,6 +32,9 @@ class _Lease:
     available: int = 0
     runs: int = 0  # reservations drawn from it and not yet handed back
     last_drawn: float = 0.0
+    # Whether to lease ahead (`Leases._lease_ahead`): off once a lease came back short of a chunk, where
+    # the cap is getting tight and leasing what no run asked for yet would take it from other gateways.
+    ahead: bool = True
 
 
 @dataclass(frozen=True)
@@ -54,35 +59,71 @@ class Leases:
         self._reservations: dict[str, _Reservation] = {}
         self._recording: dict[str, int] = {}  # run id -> its calls on their way to their audit record
         self._held_back: dict[str, int] = {}  # run id -> what its ending hands back once they are recorded
+        self._refill_below = config.chunk_tokens * config.refill_below_bp // 10_000  # (0: never ahead)
+        self._leasing_ahead: dict[WindowKey, asyncio.Task[None]] = {}
 
     async def reserve(
         self, run_id: str, key: WindowKey, *, cap_tokens: int, tokens: int, deadline_ms: int, now_ms: int
     ) -> bool:
-        """Reserve a run's tokens from this window's lease, leasing more first when it cannot hold them;
-        False when the ledger has no more to lease (the run is deferred by the world cap)."""
+        """Reserve a run's tokens from this window's lease, leasing more first when it cannot hold them
+        (and in the background when it runs low); False when the ledger has no more to lease (the run is
+        deferred by the world cap)."""
         lease = self._leases.setdefault(key, _Lease())
         if lease.available < tokens:
             async with self._locks.setdefault(key, asyncio.Lock()):
                 while lease.available < tokens:
-                    granted = await self._store.lease(
-                        self.holder,
-                        key,
-                        cap_tokens=cap_tokens,
-                        need=tokens - lease.available,
-                        chunk=self._config.chunk_tokens,
-                        share_bp=self._config.share_bp,
-                        now_ms=now_ms,
-                    )
+                    granted = await self._lease(key, lease, tokens - lease.available, cap_tokens, now_ms)
                     if not granted:
                         # Nothing left to lease: what this lease holds is too small for the run; give it
                         # back so a gateway with a smaller run can use it.
                         await self._give_back(key, lease, now_ms)
                         return False
-                    lease.available += granted
                 self._draw(run_id, key, lease, tokens, deadline_ms)
-            return True
-        self._draw(run_id, key, lease, tokens, deadline_ms)
+        else:
+            self._draw(run_id, key, lease, tokens, deadline_ms)
+        self._lease_ahead(key, lease, cap_tokens, now_ms)
         return True
+
+    async def _lease(self, key: WindowKey, lease: _Lease, need: int, cap_tokens: int, now_ms: int) -> int:
+        """At least `need` more tokens leased from the store into `lease` (under its key's lock), or 0."""
+        granted = await self._store.lease(
+            self.holder,
+            key,
+            cap_tokens=cap_tokens,
+            need=need,
+            chunk=self._config.chunk_tokens,
+            share_bp=self._config.share_bp,
+            now_ms=now_ms,
+        )
+        lease.available += granted
+        lease.ahead = lease.ahead and granted >= self._config.chunk_tokens
+        return granted
+
+    def _lease_ahead(self, key: WindowKey, lease: _Lease, cap_tokens: int, now_ms: int) -> None:
+        """Lease the next chunk in the background once the lease holds less than `refill_below_bp` of one,
+        so admissions go on drawing from memory while the store commits it. Leasing only when a run no
+        longer fits stalled every admission arriving meanwhile behind one durable commit: at 5,000
+        admissions a second, every 250th (a chunk of Clotho runs) held up all 64 streams, and half the
+        admissions waited on the lease's lock (bench/gateway_overhead.py, docs/performance.md)."""
+        if not (self._refill_below and lease.ahead) or lease.available >= self._refill_below:
+            return
+        if key in self._leasing_ahead:  # (one at a time)
+            return
+        task = asyncio.create_task(self._top_up(key, lease, cap_tokens, now_ms))
+        self._leasing_ahead[key] = task
+        task.add_done_callback(lambda _: self._leasing_ahead.pop(key, None))
+
+    async def leased_ahead(self) -> None:
+        """Once every lease being taken ahead is in (or failed)."""
+        await asyncio.gather(*self._leasing_ahead.values())
+
+    async def _top_up(self, key: WindowKey, lease: _Lease, cap_tokens: int, now_ms: int) -> None:
+        try:
+            async with self._locks.setdefault(key, asyncio.Lock()):
+                if lease.available < self._refill_below:  # (a run that did not fit may have leased first)
+                    await self._lease(key, lease, 1, cap_tokens, now_ms)
+        except Exception as exc:  # the store is down: admissions lease when a run does not fit, as before
+            log.warning("leasing ahead failed", world_id=key[0], error=str(exc))
 
     def _draw(self, run_id: str, key: WindowKey, lease: _Lease, tokens: int, deadline_ms: int) -> None:
         lease.available -= tokens
@@ -158,12 +199,15 @@ class Leases:
         for key, lease in list(self._leases.items()):
             if key[1] != current_window_ms or lease.last_drawn < idle_before:
                 await self._give_back(key, lease, now_ms)
-            if key[1] < previous_window_ms and not lease.runs and not lease.available:
+            forgotten = not lease.runs and not lease.available and key not in self._leasing_ahead
+            if key[1] < previous_window_ms and forgotten:
                 del self._leases[key]
                 self._locks.pop(key, None)
 
     async def return_all(self, now_ms: int) -> None:
-        """At shutdown: give back everything available (what runs still hold stays leased)."""
+        """At shutdown: give back everything available (what runs still hold stays leased), once the leases
+        being taken ahead are in."""
+        await self.leased_ahead()
         for key, lease in list(self._leases.items()):
             await self._give_back(key, lease, now_ms)
 

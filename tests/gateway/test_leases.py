@@ -55,7 +55,13 @@ async def test_a_dry_lease_leases_more_and_the_cap_defers_what_no_lease_can_hold
     tmp_path: Path, database_url: str | None
 ) -> None:
     async with leased_gateway(
-        tmp_path, database_url, cap=5 * RUN, holder="g", chunk_tokens=2 * RUN, share_bp=10_000
+        tmp_path,
+        database_url,
+        cap=5 * RUN,
+        holder="g",
+        chunk_tokens=2 * RUN,
+        share_bp=10_000,
+        refill_below_bp=0,
     ) as gateway:
         leased = []
         runs = []
@@ -90,6 +96,37 @@ async def test_a_dry_lease_leases_more_and_the_cap_defers_what_no_lease_can_hold
         assert (spend.reserved_tokens, spend.leased_tokens, spend.consumed_tokens) == (0, 0, used)
         assert used == await gateway.store.audited_tokens()
         assert await gateway.store.lease_tokens() == 0
+
+
+async def test_a_lease_running_low_leases_ahead_until_the_cap_is_tight(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    async with leased_gateway(
+        tmp_path, database_url, cap=10 * RUN, holder="g", chunk_tokens=4 * RUN, share_bp=5_000
+    ) as gateway:
+
+        async def admitted_then_leased() -> int:
+            assert await _admit(gateway) is not None
+            await gateway.leases.leased_ahead()
+            return (await _spend(gateway)).leased_tokens
+
+        # The first run leases a chunk. Once admissions leave less than half a chunk (refill_below_bp,
+        # 5,000 by default), more is leased behind the admission that went below, before a run needs it:
+        # here half of the 6 runs' worth left (share_bp), short of a chunk, so nothing more is leased
+        # ahead while the lease drains to nothing (the cap is getting tight).
+        leased = [await admitted_then_leased() for _ in range(7)]
+        assert leased == [4 * RUN, 4 * RUN, 7 * RUN, 7 * RUN, 7 * RUN, 7 * RUN, 7 * RUN]
+        # Then each run that does not fit leases what it can, until the cap is full, never past it.
+        admitted = 7
+        while await _admit(gateway) is not None:
+            admitted += 1
+        assert admitted == 10
+        spend = await _spend(gateway)
+        assert (spend.reserved_tokens, spend.leased_tokens, spend.blocked_by_world_cap) == (
+            10 * RUN,
+            10 * RUN,
+            1,
+        )
 
 
 @pytest.mark.postgres
@@ -257,7 +294,14 @@ async def test_a_store_from_before_leases_migrates_and_its_runs_release_to_the_l
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("chunk_tokens", 0), ("share_bp", 0), ("share_bp", 10_001), ("idle_return_seconds", 0)],
+    [
+        ("chunk_tokens", 0),
+        ("share_bp", 0),
+        ("share_bp", 10_001),
+        ("refill_below_bp", -1),
+        ("refill_below_bp", 10_001),
+        ("idle_return_seconds", 0),
+    ],
 )
 def test_bad_lease_settings_are_refused_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ValidationError) as refused:
