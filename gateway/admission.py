@@ -179,7 +179,7 @@ class CognitionGateway:
             except EgbeError as exc:  # the store is down (the next sweep retries) or never wrote the run
                 log.warning("timed-out run not ended", run_id=run_id, error=str(exc))
         expired = await self.store.expire_runs(now_ms=self._now_ms())
-        self.metrics.runs_ended.labels(status=RunStatus.TIMED_OUT.value).inc(expired)
+        self.metrics.count(self.metrics.runs_ended, RunStatus.TIMED_OUT.value, amount=expired)
         return expired
 
     def _probe_soon(self) -> None:
@@ -396,13 +396,13 @@ class CognitionGateway:
         elif not (admitted and with_finish):
             self.store.post_admission(item)
         if admitted:
-            self.metrics.admissions.labels(tier=tier_name).inc()
+            self.metrics.count(self.metrics.admissions, tier_name)
             self.inflight.track(spec).unwritten = None if spec.request_id or not with_finish else item
             return AdmitResult(spec, True, spec.max_tokens, "admitted")
         if blocking is not None:
-            self.metrics.blocked.labels(tier=tier_name, reason="control").inc()
+            self.metrics.count(self.metrics.blocked, tier_name, "control")
             return AdmitResult(spec, False, 0, f"refused: {blocking.describe()}: {blocking.reason}", blocking)
-        self.metrics.blocked.labels(tier=tier_name, reason="world_cap").inc()
+        self.metrics.count(self.metrics.blocked, tier_name, "world_cap")
         return AdmitResult(
             spec,
             False,
@@ -427,7 +427,7 @@ class CognitionGateway:
         killed (its reservation released) and the boundary answers ABORTED naming the control."""
         if run.stopped_by is not None:
             error = _aborted(run.stopped_by)
-            self.metrics.kills.labels(scope=run.stopped_by.scope.name.lower()).inc()
+            self.metrics.count(self.metrics.kills, run.stopped_by.scope.name.lower())
             await self._end_after(run.spec.run_id, error)
             raise error
 
@@ -581,7 +581,7 @@ class CognitionGateway:
             self._write_row(run)
             await asyncio.shield(self._end_after(spec.run_id, error))
             raise
-        self.metrics.runs_ended.labels(status=RunStatus.COMPLETED.value).inc(int(ended.ended_now))
+        self.metrics.count(self.metrics.runs_ended, RunStatus.COMPLETED.value, amount=int(ended.ended_now))
         return FusedRun(admission, call, ended)
 
     def _write_row(self, run: InFlightRun) -> None:
@@ -631,13 +631,13 @@ class CognitionGateway:
             raise
         except ProviderError as error:
             run.provider_errors[error.error_class.value] += 1
-            self.metrics.provider_errors.labels(error_class=error.error_class.value).inc()
+            self.metrics.count(self.metrics.provider_errors, error.error_class.value)
             raise to_gateway_error(error) from error
         finally:
             run.tasks.discard(task)
         for error_class in reply.retried_errors:
             run.provider_errors[error_class] += 1
-            self.metrics.provider_errors.labels(error_class=error_class).inc()
+            self.metrics.count(self.metrics.provider_errors, error_class)
         return reply
 
     async def check_tool_call(self, run_id: str, tool_name: str) -> tuple[int, int]:
@@ -677,7 +677,7 @@ class CognitionGateway:
             raise
         self.leases.release(run_id, ended.lease_return)
         if ended.ended_now:
-            self.metrics.runs_ended.labels(status=status.value).inc()
+            self.metrics.count(self.metrics.runs_ended, status.value)
         return ended
 
     # -- operator controls --------------------------------------------------------------------------
@@ -696,7 +696,7 @@ class CognitionGateway:
         control, ended = await self.store.add_control(
             kind, scope, target, reason=reason, operator_id=operator_id, now_ms=self._now_ms()
         )
-        self.metrics.kills.labels(scope=scope.name.lower()).inc()
+        self.metrics.count(self.metrics.kills, scope.name.lower())
         return control, ended
 
     async def lift_controls(

@@ -38,6 +38,16 @@ class GatewayMetrics:
         # Each (tier, model)'s children, resolved once: a label lookup per counter per call cost about
         # as much as the rest of the call's metrics work.
         self._call_children: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._children_by_labels: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def count(self, counter: Counter, *labels: str, amount: float = 1) -> None:
+        """Add to `counter`'s child of these label values (in the counter's order), resolved once: every
+        admission and ending counts one."""
+        key = (id(counter), labels)
+        child = self._children_by_labels.get(key)
+        if child is None:
+            child = self._children_by_labels[key] = counter.labels(*labels)
+        child.inc(amount)
 
     def _children(self, tier: str, model: str) -> tuple[Any, ...]:
         """(input, output, cache_read, cache_write tokens, cost, calls) children of one tier and model."""

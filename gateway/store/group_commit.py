@@ -179,9 +179,9 @@ class _Conflict(Exception):
         self.error = error
 
 
-def _expire(future: asyncio.Future[Any], error: Unavailable) -> None:
+def _expire(future: asyncio.Future[Any], store: str, timeout_seconds: float) -> None:
     if not future.done():
-        future.set_exception(error)
+        future.set_exception(Unavailable(f"{store} did not answer within {timeout_seconds} s"))
 
 
 async def _nothing_to_tidy(connection: Any) -> None:
@@ -274,8 +274,7 @@ class GroupCommitter(Generic[C]):
         future: asyncio.Future[Any] = loop.create_future()
         self._enqueue(_Job(body, future, durable, combine, alone, reads_deferred))
         # A timer rather than asyncio.wait_for: no extra task per transaction on the hot path.
-        late = Unavailable(f"{self._writing.describe} did not answer within {timeout_seconds} s")
-        timer = loop.call_later(timeout_seconds, _expire, future, late)
+        timer = loop.call_later(timeout_seconds, _expire, future, self._writing.describe, timeout_seconds)
         try:
             return await future
         finally:

@@ -150,6 +150,31 @@ async def test_bad_admissions_name_the_field(gateway: GatewayHarness) -> None:
     assert {v.field for v in field_violations(status)} == {"tier", "ori.ori_id"}
 
 
+async def test_ori_ids_postgres_cannot_hold_or_over_long_are_refused_naming_each(
+    gateway: GatewayHarness,
+) -> None:
+    ori = common_pb2.OriRef(tenant_id="t\x00", world_id="w" * 129, ori_id="ada")
+    for request in (
+        gateway_pb2.AdmitRunRequest(ori=ori, tier=CLOTHO, cause=1),  # type: ignore[arg-type]
+        gateway_pb2.RunRequest(admit=gateway_pb2.AdmitRunRequest(ori=ori, tier=CLOTHO, cause=1)),  # type: ignore[arg-type]
+    ):
+        call = (
+            gateway.gateway.AdmitRun
+            if isinstance(request, gateway_pb2.AdmitRunRequest)
+            else gateway.gateway.Run
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await call(request, metadata=gateway.metadata(Role.SERVICE))  # type: ignore[operator]
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        status = rpc_status.from_call(refused.value)  # type: ignore[arg-type]
+        assert status is not None
+        prefix = "" if isinstance(request, gateway_pb2.AdmitRunRequest) else "admit."
+        assert [v.field for v in field_violations(status)] == [
+            f"{prefix}ori.tenant_id",
+            f"{prefix}ori.world_id",
+        ]
+
+
 async def test_only_the_service_role_may_generate(gateway: GatewayHarness) -> None:
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await gateway.gateway.Generate(
