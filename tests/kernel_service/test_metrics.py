@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from egbe.v1 import action_pb2
 from kernel_service.dispatcher import DispatchStats
 from kernel_service.metrics import KernelMetrics
+from tests.prometheus_samples import Samples, exposed_samples
 
 
-def samples(metrics: KernelMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = metrics.exposition().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+def samples(metrics: KernelMetrics) -> Samples:
+    return exposed_samples(metrics.exposition())
 
 
 def test_tick_reports_become_counters_gauges_and_a_latency_histogram() -> None:

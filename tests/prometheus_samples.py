@@ -1,0 +1,16 @@
+"""Reading a Prometheus exposition back in tests: every sample by name and labels."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def exposed_samples(exposition: bytes) -> Samples:
+    """Each sample's value, keyed by its name and its labels (sorted)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(exposition.decode())
+        for sample in family.samples
+    }
