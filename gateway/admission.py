@@ -619,21 +619,15 @@ class CognitionGateway:
             log.warning("failed model call not audited", call_id=entry.call_id, error=str(exc))
 
     async def _call_adapter(self, run: InFlightRun, request: ModelRequest) -> ModelReply:
-        """Call the adapter in the caller's task, which a pushed control cancels while the call lasts (the
-        task is in `run.tasks` for that long: a cancellation scoped to the call, as `asyncio.timeout`
-        scopes one); the control's cancellation becomes ABORTED naming it, a caller's own stays one.
-        Provider errors become gateway errors. (A task of its own per call cost a task and two turns of
-        the loop.)"""
-        self._raise_if_stopped(run)
-        task = asyncio.current_task()
-        assert task is not None
+        """Run the adapter as a task a pushed control can cancel; provider errors become gateway errors."""
+        task: asyncio.Task[Any] = asyncio.create_task(self.adapter.generate(request))
         run.tasks.add(task)
         try:
-            reply: ModelReply = await self.adapter.generate(request)
+            reply: ModelReply = await task
         except asyncio.CancelledError:
-            # The control stopped the run and cancelled this task once; any other cancellation stands.
-            if run.stopped_by is not None and task.uncancel() == 0:
+            if run.stopped_by is not None and task.cancelled():
                 raise _aborted(run.stopped_by) from None
+            task.cancel()
             raise
         except ProviderError as error:
             run.provider_errors[error.error_class.value] += 1
