@@ -630,13 +630,13 @@ class CognitionGateway:
             task.cancel()
             raise
         except ProviderError as error:
-            run.provider_errors[error.error_class.value] += 1
+            run.met(error.error_class.value)
             self.metrics.count(self.metrics.provider_errors, error.error_class.value)
             raise to_gateway_error(error) from error
         finally:
             run.tasks.discard(task)
         for error_class in reply.retried_errors:
-            run.provider_errors[error_class] += 1
+            run.met(error_class)
             self.metrics.count(self.metrics.provider_errors, error_class)
         return reply
 

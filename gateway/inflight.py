@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import Counter
 from dataclasses import dataclass, field
 
 from gateway.cost import Usage
@@ -27,13 +26,17 @@ class InFlightRun:
     tasks: set[asyncio.Task[object]] = field(default_factory=set)
     stopped_by: Control | None = None
     schemas: dict[str, SchemaStats] = field(default_factory=dict)
-    provider_errors: Counter[str] = field(default_factory=Counter)
+    provider_errors: dict[str, int] = field(default_factory=dict)  # by error class
     usage: Usage = field(default_factory=Usage)
     micro_usd: int = 0
     cost_estimated: bool = False
     # A fused run's admission row, not written yet: its finish writes it in the same transaction, and
     # any other ending (or a failed call's audit record) writes it first (`CognitionGateway._write_row`).
     unwritten: AdmissionItem | None = None
+
+    def met(self, error_class: str) -> None:
+        """A provider error of this class met by one of the run's calls (retried past, or its end)."""
+        self.provider_errors[error_class] = self.provider_errors.get(error_class, 0) + 1
 
     def add_usage(self, usage: Usage, micro_usd: int, *, estimated: bool) -> None:
         self.usage = Usage(

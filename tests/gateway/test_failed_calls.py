@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import json_format
 
 from egbe.v1 import common_pb2, gateway_pb2
 from gateway.audit import audit_problems
@@ -201,5 +202,24 @@ async def test_a_store_from_before_the_kernel_call_id_gains_its_columns(tmp_path
         await harness.generate(run.run_id)
         [record] = await harness.audit_records(kernel_call_id="")
         assert (record.kernel_call_id, record.error_class) == ("", "")
+    finally:
+        await harness.stop()
+
+
+async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats(
+    tmp_path: Path, database_url: str | None, fake: FakeAnthropic
+) -> None:
+    harness = await _anthropic_gateway(tmp_path, database_url)
+    try:
+        run = await harness.admit("ada")
+        fake.script.append(Scripted(529, error_body("overloaded_error", "Overloaded")))
+        answered = await harness.generate(run.run_id)  # the second attempt is answered
+        assert answered.provider_attempts == 2
+        await harness.end(run.run_id)
+        reply = await harness.operator.GetRetryStats(
+            gateway_pb2.GetRetryStatsRequest(), metadata=harness.metadata(Role.OPERATOR)
+        )
+        stats = json_format.MessageToDict(reply.stats)
+        assert stats["providerErrors"] == {"overloaded": 1.0, "total": 1.0, "runsPresent": 1.0}
     finally:
         await harness.stop()
