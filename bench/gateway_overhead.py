@@ -49,17 +49,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-import psycopg
-from psycopg import sql
 
-from bench.biography_append import process_cpu_seconds
+from bench.biography_append import fresh_database, process_cpu_seconds
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.adapters.offline import OfflineAdapter
@@ -112,21 +109,6 @@ async def adapter_seconds(samples: int) -> float:
         await adapter.generate(request)
         timings.append(time.perf_counter() - started)
     return statistics.median(timings)
-
-
-def _fresh_database(dsn: str) -> str:
-    name = f"egbe_bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)
-
-
-def _drop_database(server_dsn: str, dsn: str) -> None:
-    name = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 class _BareServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer):
@@ -449,11 +431,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     server_dsn = args.postgres_dsn or os.environ.get("EGBE_TEST_POSTGRES_DSN")
     if server_dsn:
-        dsn = _fresh_database(server_dsn)
+        dsn, drop = fresh_database(server_dsn)
         try:
             report["postgres"] = await bench_backend(dsn, args, adapter_s, {})
         finally:
-            _drop_database(server_dsn, dsn)
+            drop()
     else:
         report["postgres"] = "not measured: give --postgres-dsn or EGBE_TEST_POSTGRES_DSN"
     return report

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from bench.biography_append import process_cpu_seconds
+from bench.biography_append import fresh_database, process_cpu_seconds
 from gateway.records import new_run_id
 
 RUNS_DDL = (
@@ -39,6 +39,7 @@ AUDIT_INDEXES = (
 AUDIT_COLUMNS = "call_id TEXT NOT NULL UNIQUE, run_id TEXT, ori_id TEXT, input_context TEXT"
 RUN_ROW = "INSERT INTO r_runs VALUES (?, NULL, 'w', 'completed', ?, ?, ?)"
 AUDIT_ROW = "INSERT INTO r_audit (call_id, run_id, ori_id, input_context) VALUES (?, ?, ?, ?)"
+PG_RUN_ROW, PG_AUDIT_ROW = (sql.replace("?", "%s").encode() for sql in (RUN_ROW, AUDIT_ROW))
 STATS, CONTEXT = "s" * 200, "c" * 500
 COPY_EVERY = 75
 Ids = Callable[[int], str]
@@ -87,17 +88,25 @@ def sqlite_run(ids: Ids, preload: int, runs: int) -> dict[str, float]:
     return {"us_per_run": round(elapsed / runs * 1e6, 1)}
 
 
-def postgres_run(dsn: str, ids: Ids, preload: int, runs: int) -> dict[str, float]:
+def postgres_run(server_dsn: str, ids: Ids, preload: int, runs: int) -> dict[str, float]:
+    """On a database of its own (`fresh_database`), dropped afterwards."""
+    dsn, drop = fresh_database(server_dsn)
+    try:
+        return _postgres_run(dsn, ids, preload, runs)
+    finally:
+        drop()
+
+
+def _postgres_run(dsn: str, ids: Ids, preload: int, runs: int) -> dict[str, float]:
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("SET synchronous_commit TO off")
-        db.execute("DROP TABLE IF EXISTS r_runs, r_audit")
         audit = f"CREATE TABLE r_audit (seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, {AUDIT_COLUMNS})"
         for statement in (*RUNS_DDL, audit, *AUDIT_INDEXES):
             db.execute(statement.encode())
         with db.cursor() as cursor:
             preloaded = [_rows(ids(index), index) for index in range(-preload, 0)]
-            cursor.executemany(RUN_ROW.replace("?", "%s").encode(), [run for run, _ in preloaded])
-            cursor.executemany(AUDIT_ROW.replace("?", "%s").encode(), [a for _, a in preloaded])
+            cursor.executemany(PG_RUN_ROW, [run for run, _ in preloaded])
+            cursor.executemany(PG_AUDIT_ROW, [a for _, a in preloaded])
         db.execute("CHECKPOINT")
         row = db.execute("SELECT pg_backend_pid()").fetchone()
         assert row is not None
@@ -106,10 +115,9 @@ def postgres_run(dsn: str, ids: Ids, preload: int, runs: int) -> dict[str, float
         for index in range(runs):
             run, audit_row = _rows(ids(index), index)
             with db.transaction():
-                db.execute(RUN_ROW.replace("?", "%s").encode(), run)
-                db.execute(AUDIT_ROW.replace("?", "%s").encode(), audit_row)
+                db.execute(PG_RUN_ROW, run)
+                db.execute(PG_AUDIT_ROW, audit_row)
         elapsed, cpu = time.perf_counter() - started, process_cpu_seconds(backend) - cpu
-        db.execute("DROP TABLE r_runs, r_audit")
     return {
         "us_per_run": round(elapsed / runs * 1e6, 1),
         "backend_cpu_us_per_run": round(cpu / runs * 1e6, 1),
