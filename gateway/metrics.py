@@ -69,15 +69,13 @@ class GatewayMetrics(Collector):
         counts[labels] = counts.get(labels, 0) + amount
 
     def record_call(self, tier: str, model: str, usage: Usage, micro_usd: int) -> None:
-        tokens = self._counts[self.tokens]
         for kind, value in (
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
             ("cache_read", usage.cache_read_tokens),
             ("cache_write", usage.cache_write_tokens),
         ):
-            key = (tier, model, kind)
-            tokens[key] = tokens.get(key, 0) + value
+            self.count(self.tokens, tier, model, kind, amount=value)
         self.count(self.cost, tier, model, amount=micro_usd)
         self.count(self.calls, tier, model)
         self._prompt_tokens += usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens

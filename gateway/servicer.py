@@ -190,13 +190,10 @@ def check_texts(limit: int, **fields: str) -> None:
 
 def _check_ori(prefix: str, ori: common_pb2.OriRef) -> Who:
     """The Ori a request names, checked (every admission names one: the names are made only to refuse)."""
-    who = Who(tenant_id=ori.tenant_id, world_id=ori.world_id, ori_id=ori.ori_id)
-    texts = (who.tenant_id, who.world_id, who.ori_id)
-    if any("\x00" in text or len(text) > ID_CHARS for text in texts):
-        check_texts(
-            ID_CHARS, **{f"{prefix}ori__{k}": getattr(ori, k) for k in ("tenant_id", "world_id", "ori_id")}
-        )
-    return who
+    ids = {"tenant_id": ori.tenant_id, "world_id": ori.world_id, "ori_id": ori.ori_id}
+    if any("\x00" in text or len(text) > ID_CHARS for text in ids.values()):
+        check_texts(ID_CHARS, **{f"{prefix}ori__{name}": text for name, text in ids.items()})
+    return Who(**ids)
 
 
 def _model_request(request: gateway_pb2.GenerateRequest) -> ModelRequest:
