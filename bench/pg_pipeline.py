@@ -3,8 +3,11 @@ against psycopg's own `AsyncPipeline` (the baseline, what the writer used before
 
 Prints one JSON object. Each way sends the same statement (two parameters, a CTE, one row back) and
 syncs, one round trip at a time on uvloop, as the writer does for a lone batch: the process's CPU per
-round trip (user + system, what the gateway's one event-loop thread pays) and its wall time. Needs a
-PostgreSQL server: `--postgres-dsn` or EGBE_TEST_POSTGRES_DSN.
+round trip (user + system, what the gateway's one event-loop thread pays) and its wall time. The
+gateway's `Pipeline` is measured twice: sleeping at once while it waits for the answer (`poll_wait_us`
+0, like the baseline) and keeping the loop polling for the gateway's default `postgres_poll_wait_us`
+(`polling_*`: what that saves in wall time and costs in CPU). Needs a PostgreSQL server:
+`--postgres-dsn` or EGBE_TEST_POSTGRES_DSN.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from gateway.config import GatewayConfig
 from gateway.store.pg_pipeline import Pipeline
 from services.runtime import run_event_loop
 
@@ -57,8 +61,8 @@ async def psycopg_pipeline(dsn: str, count: int) -> dict[str, float]:
         return await _timed(round_trip, count)
 
 
-async def gateway_pipeline(dsn: str, count: int) -> dict[str, float]:
-    pipeline = await Pipeline.open(dsn, timeout_seconds=5)
+async def gateway_pipeline(dsn: str, count: int, poll_wait_us: int) -> dict[str, float]:
+    pipeline = await Pipeline.open(dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
     try:
 
         async def round_trip(index: int) -> None:
@@ -72,8 +76,10 @@ async def gateway_pipeline(dsn: str, count: int) -> dict[str, float]:
 
 
 async def main_async(dsn: str, count: int) -> dict[str, Any]:
+    poll_wait_us = GatewayConfig().postgres_poll_wait_us
     baseline = await psycopg_pipeline(dsn, count)
-    ours = await gateway_pipeline(dsn, count)
+    ours = await gateway_pipeline(dsn, count, poll_wait_us=0)
+    polling = await gateway_pipeline(dsn, count, poll_wait_us=poll_wait_us)
     return {
         "benchmark": "pg_pipeline",
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -82,6 +88,14 @@ async def main_async(dsn: str, count: int) -> dict[str, Any]:
         "gateway_pipeline": ours,
         "cpu_saved_us_per_round_trip": round(
             baseline["cpu_us_per_round_trip"] - ours["cpu_us_per_round_trip"], 1
+        ),
+        "poll_wait_us": poll_wait_us,
+        "gateway_pipeline_polling": polling,
+        "polling_wall_saved_us_per_round_trip": round(
+            ours["wall_us_per_round_trip"] - polling["wall_us_per_round_trip"], 1
+        ),
+        "polling_cpu_added_us_per_round_trip": round(
+            polling["cpu_us_per_round_trip"] - ours["cpu_us_per_round_trip"], 1
         ),
     }
 

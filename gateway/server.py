@@ -33,6 +33,7 @@ def build_store(settings: EgbeSettings) -> GatewayStore:
         return PostgresGatewayStore(
             settings.database_url,
             timeout_seconds=config.store_timeout_seconds,
+            poll_wait_us=config.postgres_poll_wait_us,
         )
     return SqliteGatewayStore(
         settings.data_dir / config.sqlite_file,

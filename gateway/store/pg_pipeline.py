@@ -11,6 +11,14 @@ The connection is always in pipeline mode and non-blocking. `send` queues a stat
 and wait for the answers, which arrive through a reader registered on the socket for the connection's
 life. As in any pipeline, the first error since the last sync aborts every statement after it until the
 next sync; it is raised by the read or sync that waits past it, and the sync clears it.
+
+While it waits for an answer, the pipeline keeps the event loop polling for up to `poll_wait_us`
+(`GatewayConfig.postgres_poll_wait_us`): a callback re-queued each turn, so the loop's poll does not block
+and its thread does not sleep in the kernel. On a virtual machine, waking a sleeping thread when the
+answer lands costs about 100 µs, as much as PostgreSQL's work on a small statement: a round trip took
+372 µs sleeping and 187 µs polling, for no more CPU (`bench/pg_pipeline.py`; docs/performance.md,
+twelfth session). Other callbacks and sockets are served as usual meanwhile; past the budget the loop
+sleeps until the answer wakes it.
 """
 
 from __future__ import annotations
@@ -58,8 +66,9 @@ class Reply:
 class Pipeline:
     """One connection held in libpq's pipeline mode; see the module docstring."""
 
-    def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
+    def __init__(self, connection: psycopg.AsyncConnection[Any], poll_wait_us: int) -> None:
         self._connection = connection
+        self._poll_wait = poll_wait_us / 1e6
         self._pgconn = connection.pgconn
         self._encoding = connection.info.encoding
         self._dumper = Transformer(connection)
@@ -78,14 +87,14 @@ class Pipeline:
         self._reading = True  # (until the socket fails or the connection closes)
 
     @classmethod
-    async def open(cls, dsn: str, timeout_seconds: float) -> Pipeline:
+    async def open(cls, dsn: str, timeout_seconds: float, *, poll_wait_us: int) -> Pipeline:
         # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
         # for the WAL flush unless a batch is durable (`_PostgresTx.begin`).
         connection = await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=max(1, int(timeout_seconds))
         )
         await connection.execute(b"SET synchronous_commit TO off")
-        return cls(connection)
+        return cls(connection, poll_wait_us)
 
     async def close(self) -> None:
         self._stop_reading()
@@ -158,17 +167,28 @@ class Pipeline:
             self._raise_if_lost()
 
     async def _until(self, reply: Reply) -> None:
-        """Take in the answers owed, in order, until `reply`'s has come."""
+        """Take in the answers owed, in order, until `reply`'s has come; the loop kept polling for the
+        first `poll_wait_us` of the wait."""
+        polling_until = None
         while True:
             self._take()
             if reply.done:
                 return
             self._raise_if_lost()
             self._waiter = self._loop.create_future()
+            if self._poll_wait > 0:
+                polling_until = polling_until or self._loop.time() + self._poll_wait
+                self._loop.call_soon(self._keep_polling, self._waiter, polling_until)
             try:
                 await self._waiter
             finally:
                 self._waiter = None
+
+    def _keep_polling(self, waiter: asyncio.Future[None], until: float) -> None:
+        """Queued each turn of the loop until the answer comes or `until`: with a callback ready, the
+        loop's poll returns at once rather than sleeping."""
+        if not waiter.done() and self._loop.time() < until:
+            self._loop.call_soon(self._keep_polling, waiter, until)
 
     def _readable(self) -> None:
         """The socket's callback: take in what arrived (so the poll does not report the same bytes

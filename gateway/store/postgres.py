@@ -174,14 +174,14 @@ class _PostgresTx:
 class PostgresGatewayStore(GatewayStore):
     _writer: GroupCommitter[Pipeline]
 
-    def __init__(self, dsn: str, *, timeout_seconds: float) -> None:
+    def __init__(self, dsn: str, *, timeout_seconds: float, poll_wait_us: int) -> None:
         super().__init__(for_update=" FOR UPDATE")
         self._dsn = dsn
         self._timeout = timeout_seconds
         self._writer = GroupCommitter(
             Writing(
                 name="gateway-postgres",
-                connect=lambda: Pipeline.open(dsn, timeout_seconds),
+                connect=lambda: Pipeline.open(dsn, timeout_seconds, poll_wait_us=poll_wait_us),
                 close_connection=Pipeline.close,
                 make_tx=_PostgresTx,
                 lost=_LOST,

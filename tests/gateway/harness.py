@@ -20,7 +20,7 @@ import grpc
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.offline import OfflineAdapter
 from gateway.admission import CognitionGateway
-from gateway.config import BudgetConfig, LeaseConfig
+from gateway.config import BudgetConfig, GatewayConfig, LeaseConfig
 from gateway.server import build_bundle, build_store
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
@@ -46,7 +46,9 @@ def backend_store(data_dir: Path, database_url: str | None) -> GatewayStore:
     """The store a `database_url` fixture names (None: SQLite in `data_dir`), not opened yet."""
     if database_url is None:
         return SqliteGatewayStore(data_dir / "gateway.db", timeout_seconds=5)
-    return PostgresGatewayStore(database_url, timeout_seconds=5)
+    return PostgresGatewayStore(
+        database_url, timeout_seconds=5, poll_wait_us=GatewayConfig().postgres_poll_wait_us
+    )
 
 
 def gateway_settings(data_dir: Path, database_url: str | None = None, **gateway: Any) -> EgbeSettings:

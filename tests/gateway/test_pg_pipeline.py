@@ -1,29 +1,35 @@
 """The PostgreSQL writer's connection (libpq's pipeline mode driven directly) against a real server:
 values both ways as psycopg's cursors give them, an error aborting its segment until the sync and
-nothing after, prepared statements bounded and prepared again when an error undid their PREPARE, and a
-connection killed under it reported lost (which the store's writer answers by reconnecting)."""
+nothing after, prepared statements bounded and prepared again when an error undid their PREPARE, a wait
+for an answer keeping the event loop polling for its budget and no longer, and a connection killed under
+it reported lost (which the store's writer answers by reconnecting)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from gateway.config import GatewayConfig
+from gateway.server import build_store
 from gateway.store import pg_pipeline
 from gateway.store.base import GatewayStore, Tx
 from gateway.store.pg_pipeline import Pipeline, native_sql
 from services.errors import Unavailable
-from tests.gateway.harness import backend_store
+from tests.gateway.harness import backend_store, gateway_settings
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 async def pipeline(postgres_dsn: str) -> AsyncIterator[Pipeline]:
-    opened = await Pipeline.open(postgres_dsn, timeout_seconds=5)
+    opened = await Pipeline.open(
+        postgres_dsn, timeout_seconds=5, poll_wait_us=GatewayConfig().postgres_poll_wait_us
+    )
     yield opened
     await opened.close()
 
@@ -87,6 +93,45 @@ async def test_a_statement_whose_prepare_an_error_aborted_is_prepared_again(pipe
     with pytest.raises(psycopg.errors.DivisionByZero):
         await pipeline.sync()
     assert await _rows_of(pipeline, "SELECT ?::int * 7", 6) == [(42,)]
+
+
+async def _loop_cpu_seconds_waiting(postgres_dsn: str, *, poll_wait_us: int, answer_after_s: float) -> float:
+    """The event loop thread's CPU time while a pipeline waits for an answer `answer_after_s` away."""
+    pipeline = await Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
+    try:
+        await _rows_of(pipeline, "SELECT pg_sleep(?)", 0.0)  # (prepared: the timed wait is the sleep)
+        reply = pipeline.send("SELECT pg_sleep(?)", (answer_after_s,))
+        cpu = time.thread_time()
+        await pipeline.rows(reply)
+        spent = time.thread_time() - cpu
+        await pipeline.sync()
+        return spent
+    finally:
+        await pipeline.close()
+
+
+async def test_a_wait_keeps_the_loop_polling_for_its_budget_then_sleeps(postgres_dsn: str) -> None:
+    # Polling, the thread stays on the CPU for the budget (0.1 s), then sleeps for the rest of the 0.4 s.
+    polling = await _loop_cpu_seconds_waiting(postgres_dsn, poll_wait_us=100_000, answer_after_s=0.4)
+    assert 0.05 < polling < 0.25
+    # With no budget it sleeps at once.
+    assert await _loop_cpu_seconds_waiting(postgres_dsn, poll_wait_us=0, answer_after_s=0.4) < 0.05
+
+
+async def test_the_gateway_setting_reaches_the_writer(tmp_path: Path, postgres_dsn: str) -> None:
+    async def sleep(tx: Tx) -> float:
+        await tx.one("SELECT pg_sleep(?)", (0.0,))
+        cpu = time.thread_time()
+        await tx.one("SELECT pg_sleep(?)", (0.4,))
+        return time.thread_time() - cpu
+
+    for poll_wait_us, least, most in ((100_000, 0.05, 0.25), (0, 0.0, 0.05)):
+        store = build_store(gateway_settings(tmp_path, postgres_dsn, postgres_poll_wait_us=poll_wait_us))
+        await store.open()
+        try:
+            assert least <= await store.transact(sleep, durable=False) < most
+        finally:
+            await store.close()
 
 
 async def test_a_killed_connection_is_lost_and_the_writer_reconnects(

@@ -43,6 +43,8 @@ async def test_a_down_routed_config_is_refused_before_anything_opens(tmp_path: P
         ),
         ("[gateway]\nno_such_setting = 1\n", "no_such_setting"),
         ("[gateway.budget]\nworld_cap_tokens_per_hour = 0\n", "world_cap_tokens_per_hour"),
+        ("[gateway]\npostgres_poll_wait_us = -1\n", "postgres_poll_wait_us"),
+        ("[gateway]\npostgres_poll_wait_us = 100001\n", "postgres_poll_wait_us"),
     ],
 )
 def test_malformed_gateway_config_names_the_field(tmp_path: Path, toml: str, field: str) -> None:
