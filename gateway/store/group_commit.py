@@ -69,8 +69,9 @@ Combine = Callable[[Any, list[Any]], Awaitable[Sequence[Any]]]
 class BatchTx(Protocol):
     """What the committer needs of a backend's transaction object (the bodies use more of it)."""
 
-    def begin(self, durable: bool) -> None:
-        """Open the batch's transaction; `durable`: its COMMIT must reach the disk."""
+    def begin(self, durable: bool, waited: bool) -> None:
+        """Open the batch's transaction; `durable`: its COMMIT must reach the disk; `waited`: a caller
+        waits for the batch (the backend may spend CPU to shorten its waits on the database)."""
 
     def execute(self, sql: str, params: Any = ...) -> None: ...
 
@@ -336,7 +337,11 @@ class GroupCommitter(Generic[C]):
         outcomes: list[tuple[bool, Any]] = []
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
-                outcomes = await self._run_groups(groups, any(job.durable for job in batch))
+                outcomes = await self._run_groups(
+                    groups,
+                    durable=any(job.durable for job in batch),
+                    waited=any(job.future is not None for job in batch),
+                )
                 self.healthy = True
                 break
             except _Conflict as conflict:
@@ -360,12 +365,14 @@ class GroupCommitter(Generic[C]):
             if value is not _APPLIED:  # (after a lost connection, answered jobs ignore the failure)
                 self._deliver(job, ok, value)
 
-    async def _run_groups(self, groups: list[list[_Job]], durable: bool) -> list[tuple[bool, Any]]:
+    async def _run_groups(
+        self, groups: list[list[_Job]], *, durable: bool, waited: bool
+    ) -> list[tuple[bool, Any]]:
         """The batch in one transaction: each group's outcomes, in order. Raises `_Conflict` once the
         transaction is rolled back for a conflict."""
         tx = self._writing.make_tx(await self._connected())
         start = tx.mark()
-        tx.begin(durable)
+        tx.begin(durable, waited)
         try:
             if len(groups) == 1:
                 return await self._run_alone(tx, groups[0], start)

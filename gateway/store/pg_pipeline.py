@@ -18,7 +18,8 @@ and its thread does not sleep in the kernel. On a virtual machine, waking a slee
 answer lands costs about 100 µs, as much as PostgreSQL's work on a small statement: a round trip took
 372 µs sleeping and 187 µs polling, for no more CPU (`bench/pg_pipeline.py`; docs/performance.md,
 twelfth session). Other callbacks and sockets are served as usual meanwhile; past the budget the loop
-sleeps until the answer wakes it.
+sleeps until the answer wakes it. A wait asked not to `poll` sleeps at once: the store's writer polls
+only for a batch somebody waits for.
 """
 
 from __future__ import annotations
@@ -111,12 +112,13 @@ class Pipeline:
         self._owed.append(reply)
         return reply
 
-    async def rows(self, reply: Reply) -> list[Row]:
-        """The rows of a statement sent: what was queued goes out with a request to answer at once."""
+    async def rows(self, reply: Reply, *, poll: bool = True) -> list[Row]:
+        """The rows of a statement sent: what was queued goes out with a request to answer at once.
+        `poll`: keep the loop polling while waiting (for up to `poll_wait_us`)."""
         if not reply.done:
             self._pgconn.send_flush_request()
             await self._flush()
-            await self._until(reply)
+            await self._until(reply, poll)
         if self._error is not None:
             raise self._error
         result = reply.result
@@ -126,15 +128,15 @@ class Pipeline:
         rows: list[Row] = self._loader.load_rows(0, result.ntuples, tuple)
         return rows
 
-    async def sync(self) -> None:
+    async def sync(self, *, poll: bool = True) -> None:
         """End the pipeline's segment: every statement queued runs, and (outside a transaction block)
-        commits. Raises the segment's first error, and clears it."""
+        commits. Raises the segment's first error, and clears it. `poll` as for `rows`."""
         self._raise_if_lost()
         self._pgconn.pipeline_sync()
         synced = Reply()
         self._owed.append(synced)
         await self._flush()
-        await self._until(synced)
+        await self._until(synced, poll)
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -166,9 +168,9 @@ class Pipeline:
                 self._loop.remove_writer(self._socket)
             self._raise_if_lost()
 
-    async def _until(self, reply: Reply) -> None:
-        """Take in the answers owed, in order, until `reply`'s has come; the loop kept polling for the
-        first `poll_wait_us` of the wait."""
+    async def _until(self, reply: Reply, poll: bool) -> None:
+        """Take in the answers owed, in order, until `reply`'s has come; with `poll`, the loop kept
+        polling for the first `poll_wait_us` of the wait."""
         polling_until = None
         while True:
             self._take()
@@ -176,7 +178,7 @@ class Pipeline:
                 return
             self._raise_if_lost()
             self._waiter = self._loop.create_future()
-            if self._poll_wait > 0:
+            if poll and self._poll_wait > 0:
                 polling_until = polling_until or self._loop.time() + self._poll_wait
                 self._loop.call_soon(self._keep_polling, self._waiter, polling_until)
             try:

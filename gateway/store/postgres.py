@@ -69,11 +69,15 @@ class _PostgresTx:
 
     def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
+        self._poll = False  # keep the loop polling while it waits for answers (`begin`)
         self._queued: list[tuple[str, Sequence[Any]]] = []
         self._sent = 0  # statements handed to the connection so far (whether or not they succeeded)
         self._failed = False
 
-    def begin(self, durable: bool) -> None:
+    def begin(self, durable: bool, waited: bool) -> None:
+        # Polling for answers costs CPU that others sharing the machine could use: spent only where a
+        # caller waits (a batch of posted admissions is nobody's latency).
+        self._poll = waited
         self.execute("BEGIN")
         if durable:  # (the connection's commits otherwise do not wait for the WAL flush)
             self.execute("SET LOCAL synchronous_commit TO on")
@@ -90,7 +94,7 @@ class _PostgresTx:
         reply = await self._send()
         assert reply is not None
         try:
-            return await self._pipeline.rows(reply)
+            return await self._pipeline.rows(reply, poll=self._poll)
         except psycopg.Error:
             self._failed = True
             raise
@@ -137,7 +141,7 @@ class _PostgresTx:
     async def sync(self) -> None:
         await self._send()
         try:
-            await self._pipeline.sync()
+            await self._pipeline.sync(poll=self._poll)
         except psycopg.Error:
             self._failed = True
             raise
@@ -156,7 +160,7 @@ class _PostgresTx:
         if self._failed:
             self._failed = False
             with contextlib.suppress(psycopg.Error):  # (a lost connection fails the statements below)
-                await self._pipeline.sync()
+                await self._pipeline.sync(poll=self._poll)
         queued, self._queued = self._queued, []
         self._sent += len(queued)
         if len(queued) == 3 and queued[0][0] == "BEGIN" and queued[2][0] == "COMMIT":

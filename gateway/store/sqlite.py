@@ -56,7 +56,7 @@ class _SqliteTx:
         self._connection = connection
         self._sqlite = connection.sqlite
 
-    def begin(self, durable: bool) -> None:
+    def begin(self, durable: bool, waited: bool) -> None:
         """BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes."""
         mode = self._connection.synchronous if durable else "NORMAL"
         if mode != self._connection.mode:

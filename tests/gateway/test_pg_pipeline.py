@@ -1,11 +1,13 @@
 """The PostgreSQL writer's connection (libpq's pipeline mode driven directly) against a real server:
 values both ways as psycopg's cursors give them, an error aborting its segment until the sync and
 nothing after, prepared statements bounded and prepared again when an error undid their PREPARE, a wait
-for an answer keeping the event loop polling for its budget and no longer, and a connection killed under
-it reported lost (which the store's writer answers by reconnecting)."""
+for an answer keeping the event loop polling for its budget and no longer (and only where a caller
+waits), and a connection killed under it reported lost (which the store's writer answers by
+reconnecting)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -18,7 +20,9 @@ from gateway.config import GatewayConfig
 from gateway.server import build_store
 from gateway.store import pg_pipeline
 from gateway.store.base import GatewayStore, Tx
+from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.pg_pipeline import Pipeline, native_sql
+from gateway.store.postgres import _PostgresTx
 from services.errors import Unavailable
 from tests.gateway.harness import backend_store, gateway_settings
 
@@ -132,6 +136,39 @@ async def test_the_gateway_setting_reaches_the_writer(tmp_path: Path, postgres_d
             assert least <= await store.transact(sleep, durable=False) < most
         finally:
             await store.close()
+
+
+async def test_only_a_batch_somebody_waits_for_keeps_the_loop_polling(postgres_dsn: str) -> None:
+    writer: GroupCommitter[Pipeline] = GroupCommitter(
+        Writing(
+            name="test-writer",
+            connect=lambda: Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=100_000),
+            close_connection=Pipeline.close,
+            make_tx=_PostgresTx,
+            lost=(psycopg.OperationalError,),
+            describe="test writer",
+        )
+    )
+    spent: dict[str, float] = {}
+    written = asyncio.Event()
+
+    async def sleep(tx: Tx, items: list[str]) -> list[str]:
+        await tx.one("SELECT pg_sleep(?)", (0.0,))
+        cpu = time.thread_time()
+        await tx.one("SELECT pg_sleep(?)", (0.4,))
+        spent[items[0]] = time.thread_time() - cpu
+        written.set()
+        return items
+
+    await writer.start()
+    try:
+        writer.post("posted", combine=sleep)  # nobody waits: the loop sleeps at once
+        await written.wait()
+        await writer.submit("waited", timeout_seconds=5, combine=sleep)
+    finally:
+        await writer.close()
+    assert spent["posted"] < 0.05
+    assert 0.05 < spent["waited"] < 0.25
 
 
 async def test_a_killed_connection_is_lost_and_the_writer_reconnects(
