@@ -57,7 +57,8 @@ class _SqliteTx:
         self._sqlite = connection.sqlite
 
     def begin(self, durable: bool, waited: bool) -> None:
-        """BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes."""
+        """BEGIN IMMEDIATE takes the write lock up front, which also guards against other processes.
+        (`waited` changes nothing here: statements run in place; a durable COMMIT waits for the disk.)"""
         mode = self._connection.synchronous if durable else "NORMAL"
         if mode != self._connection.mode:
             self._sqlite.execute(f"PRAGMA synchronous={mode}")
