@@ -173,6 +173,11 @@ ID_CHARS = 128
 TEXT_CHARS = 1_000
 
 
+def _refused_text(limit: int, value: str) -> bool:
+    """Whether `check_texts` refuses this value."""
+    return "\x00" in value or 0 < limit < len(value)
+
+
 def check_texts(limit: int, **fields: str) -> None:
     """Refuse NUL characters (PostgreSQL text cannot hold them) and values over `limit` (0 = no limit).
 
@@ -180,10 +185,13 @@ def check_texts(limit: int, **fields: str) -> None:
     """
     violations = []
     for name, value in fields.items():
+        if not _refused_text(limit, value):
+            continue
+        field = name.replace("__", ".")
         if "\x00" in value:
-            violations.append(FieldViolation(name.replace("__", "."), "must not contain NUL characters"))
-        if limit and len(value) > limit:
-            violations.append(FieldViolation(name.replace("__", "."), f"must be at most {limit} characters"))
+            violations.append(FieldViolation(field, "must not contain NUL characters"))
+        if 0 < limit < len(value):
+            violations.append(FieldViolation(field, f"must be at most {limit} characters"))
     if violations:
         raise InvalidArgument(violations)
 
@@ -191,7 +199,7 @@ def check_texts(limit: int, **fields: str) -> None:
 def _check_ori(prefix: str, ori: common_pb2.OriRef) -> Who:
     """The Ori a request names, checked (every admission names one: the names are made only to refuse)."""
     ids = {"tenant_id": ori.tenant_id, "world_id": ori.world_id, "ori_id": ori.ori_id}
-    if any("\x00" in text or len(text) > ID_CHARS for text in ids.values()):
+    if any(_refused_text(ID_CHARS, text) for text in ids.values()):
         check_texts(ID_CHARS, **{f"{prefix}ori__{name}": text for name, text in ids.items()})
     return Who(**ids)
 

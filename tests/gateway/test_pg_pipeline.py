@@ -8,9 +8,10 @@ reconnecting)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -99,41 +100,47 @@ async def test_a_statement_whose_prepare_an_error_aborted_is_prepared_again(pipe
     assert await _rows_of(pipeline, "SELECT ?::int * 7", 6) == [(42,)]
 
 
-async def _loop_cpu_seconds_waiting(postgres_dsn: str, *, poll_wait_us: int, answer_after_s: float) -> float:
-    """The event loop thread's CPU time while a pipeline waits for an answer `answer_after_s` away."""
-    pipeline = await Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
-    try:
-        await _rows_of(pipeline, "SELECT pg_sleep(?)", 0.0)  # (prepared: the timed wait is the sleep)
-        reply = pipeline.send("SELECT pg_sleep(?)", (answer_after_s,))
-        cpu = time.thread_time()
-        await pipeline.rows(reply)
-        spent = time.thread_time() - cpu
-        await pipeline.sync()
-        return spent
-    finally:
-        await pipeline.close()
+# The polling tests: PostgreSQL sleeps ASLEEP_S before answering. A budget of POLL_US keeps the event
+# loop's thread on the CPU for a quarter of that, then it sleeps; without one it sleeps at once.
+SLEEP = "SELECT pg_sleep(?)"
+ASLEEP_S = 0.4
+POLL_US = 100_000
+
+
+async def _cpu_seconds_asleep(query: Callable[[float], Awaitable[object]]) -> float:
+    """The loop thread's CPU time while `query(seconds)` waits for PostgreSQL's answer after ASLEEP_S."""
+    await query(0.0)  # (prepared: the timed wait is the sleep)
+    cpu = time.thread_time()
+    await query(ASLEEP_S)
+    return time.thread_time() - cpu
+
+
+def _polled(cpu_seconds: float) -> bool:
+    return 0.05 < cpu_seconds < 0.25
+
+
+def _slept(cpu_seconds: float) -> bool:
+    return cpu_seconds < 0.05
 
 
 async def test_a_wait_keeps_the_loop_polling_for_its_budget_then_sleeps(postgres_dsn: str) -> None:
-    # Polling, the thread stays on the CPU for the budget (0.1 s), then sleeps for the rest of the 0.4 s.
-    polling = await _loop_cpu_seconds_waiting(postgres_dsn, poll_wait_us=100_000, answer_after_s=0.4)
-    assert 0.05 < polling < 0.25
-    # With no budget it sleeps at once.
-    assert await _loop_cpu_seconds_waiting(postgres_dsn, poll_wait_us=0, answer_after_s=0.4) < 0.05
+    for poll_wait_us, expected in ((POLL_US, _polled), (0, _slept)):
+        pipeline = await Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
+        try:
+            assert expected(await _cpu_seconds_asleep(functools.partial(_rows_of, pipeline, SLEEP)))
+        finally:
+            await pipeline.close()
 
 
 async def test_the_gateway_setting_reaches_the_writer(tmp_path: Path, postgres_dsn: str) -> None:
-    async def sleep(tx: Tx) -> float:
-        await tx.one("SELECT pg_sleep(?)", (0.0,))
-        cpu = time.thread_time()
-        await tx.one("SELECT pg_sleep(?)", (0.4,))
-        return time.thread_time() - cpu
+    async def asleep(tx: Tx) -> float:
+        return await _cpu_seconds_asleep(lambda s: tx.one(SLEEP, (s,)))
 
-    for poll_wait_us, least, most in ((100_000, 0.05, 0.25), (0, 0.0, 0.05)):
+    for poll_wait_us, expected in ((POLL_US, _polled), (0, _slept)):
         store = build_store(gateway_settings(tmp_path, postgres_dsn, postgres_poll_wait_us=poll_wait_us))
         await store.open()
         try:
-            assert least <= await store.transact(sleep, durable=False) < most
+            assert expected(await store.transact(asleep, durable=False))
         finally:
             await store.close()
 
@@ -142,7 +149,7 @@ async def test_only_a_batch_somebody_waits_for_keeps_the_loop_polling(postgres_d
     writer: GroupCommitter[Pipeline] = GroupCommitter(
         Writing(
             name="test-writer",
-            connect=lambda: Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=100_000),
+            connect=lambda: Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=POLL_US),
             close_connection=Pipeline.close,
             make_tx=_PostgresTx,
             lost=(psycopg.OperationalError,),
@@ -152,23 +159,20 @@ async def test_only_a_batch_somebody_waits_for_keeps_the_loop_polling(postgres_d
     spent: dict[str, float] = {}
     written = asyncio.Event()
 
-    async def sleep(tx: Tx, items: list[str]) -> list[str]:
-        await tx.one("SELECT pg_sleep(?)", (0.0,))
-        cpu = time.thread_time()
-        await tx.one("SELECT pg_sleep(?)", (0.4,))
-        spent[items[0]] = time.thread_time() - cpu
+    async def asleep(tx: Tx, items: list[str]) -> list[str]:
+        spent[items[0]] = await _cpu_seconds_asleep(lambda s: tx.one(SLEEP, (s,)))
         written.set()
         return items
 
     await writer.start()
     try:
-        writer.post("posted", combine=sleep)  # nobody waits: the loop sleeps at once
+        writer.post("posted", combine=asleep)  # nobody waits: the loop sleeps at once
         await written.wait()
-        await writer.submit("waited", timeout_seconds=5, combine=sleep)
+        await writer.submit("waited", timeout_seconds=5, combine=asleep)
     finally:
         await writer.close()
-    assert spent["posted"] < 0.05
-    assert 0.05 < spent["waited"] < 0.25
+    assert _slept(spent["posted"])
+    assert _polled(spent["waited"])
 
 
 async def test_a_killed_connection_is_lost_and_the_writer_reconnects(
