@@ -227,18 +227,33 @@ class GroupCommitter(Generic[C]):
         self._wake = asyncio.Event()
         self._awaited = asyncio.Event()  # set while a queued job has a caller waiting for it
         self._task: asyncio.Task[None] | None = None
+        self._death: Unavailable | None = None  # why the writer task ended before `close` (a bug)
 
     async def start(self) -> None:
         """Connect (raising when the database cannot be reached) and start the writer task."""
         await self._connected()
         self._task = asyncio.create_task(self._work(), name=self._writing.name)
+        self._task.add_done_callback(self._stopped)
+
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        """The writer task ended. Before `close`, only a bug ends it (`_work` lets nothing else escape):
+        it is logged, the store is unhealthy (admissions fail closed), and every job queued, and every one
+        submitted from now on, fails at once rather than at its deadline."""
+        if self._closed:
+            return
+        error = None if task.cancelled() else task.exception()
+        self._death = Unavailable(f"{self._writing.describe}'s writer stopped: {error!r}")
+        self.healthy = False
+        log.error("store writer stopped", store=self._writing.describe, error=repr(error))
+        while self._jobs:
+            self._deliver(self._jobs.popleft(), False, self._death)
 
     async def close(self) -> None:
         """Finish the batches already queued (for up to CLOSE_TIMEOUT_S), then close the connection."""
         self._closed = True
         self._wake.set()
         self._awaited.set()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():  # (a writer a bug stopped was reported then)
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._task, CLOSE_TIMEOUT_S)
         await self._drop_connection()
@@ -271,6 +286,8 @@ class GroupCommitter(Generic[C]):
         that item alone), so a burst costs a few statements."""
         if self._closed:
             raise Unavailable(f"{self._writing.describe} is closed")
+        if self._death is not None:
+            raise self._death
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         self._enqueue(_Job(body, future, durable, combine, alone, reads_deferred))
@@ -286,6 +303,8 @@ class GroupCommitter(Generic[C]):
         with every other job and committed without waiting for the disk."""
         if self._closed:
             raise Unavailable(f"{self._writing.describe} is closed")
+        if self._death is not None:
+            raise self._death
         self._enqueue(_Job(item, None, False, combine))
 
     def _enqueue(self, job: _Job) -> None:
@@ -322,7 +341,12 @@ class GroupCommitter(Generic[C]):
                 batch.append(jobs.popleft())
             if all(job.future is None for job in jobs):
                 self._awaited.clear()
-            await self._run_batch(batch)
+            try:
+                await self._run_batch(batch)
+            except BaseException as error:  # (a bug, or the task cancelled): its callers are told now
+                for job in batch:
+                    self._deliver(job, False, Unavailable(f"{self._writing.describe}: {error!r}"))
+                raise
             if self._connection is not None:
                 await self._tidy(self._connection)
 

@@ -20,6 +20,11 @@ answer lands costs about 100 µs, as much as PostgreSQL's work on a small statem
 twelfth session). Other callbacks and sockets are served as usual meanwhile; past the budget the loop
 sleeps until the answer wakes it. A wait asked not to `poll` sleeps at once: the store's writer polls
 only for a batch somebody waits for.
+
+No wait lasts longer than the store's timeout. A server that stops answering without closing the socket
+(a network partition, a host gone without a reset, a server that never reads) would otherwise hold the
+writer, and with it every transaction of the gateway, for ever; past the timeout the connection counts as
+lost, and the writer opens a new one for its next batch.
 """
 
 from __future__ import annotations
@@ -67,8 +72,11 @@ class Reply:
 class Pipeline:
     """One connection held in libpq's pipeline mode; see the module docstring."""
 
-    def __init__(self, connection: psycopg.AsyncConnection[Any], poll_wait_us: int) -> None:
+    def __init__(
+        self, connection: psycopg.AsyncConnection[Any], *, timeout_seconds: float, poll_wait_us: int
+    ) -> None:
         self._connection = connection
+        self._timeout = timeout_seconds
         self._poll_wait = poll_wait_us / 1e6
         self._pgconn = connection.pgconn
         self._encoding = connection.info.encoding
@@ -94,8 +102,12 @@ class Pipeline:
         connection = await psycopg.AsyncConnection.connect(
             dsn, autocommit=True, connect_timeout=max(1, int(timeout_seconds))
         )
-        await connection.execute(b"SET synchronous_commit TO off")
-        return cls(connection, poll_wait_us)
+        try:
+            await asyncio.wait_for(connection.execute(b"SET synchronous_commit TO off"), timeout_seconds)
+        except BaseException:
+            await connection.close()
+            raise
+        return cls(connection, timeout_seconds=timeout_seconds, poll_wait_us=poll_wait_us)
 
     async def close(self) -> None:
         self._stop_reading()
@@ -159,11 +171,12 @@ class Pipeline:
 
     async def _flush(self) -> None:
         """Hand libpq's buffer to the socket, waiting while the socket is full."""
+        gives_up = self._loop.time() + self._timeout
         while self._pgconn.flush():
             writable = self._loop.create_future()
-            self._loop.add_writer(self._socket, writable.set_result, None)
+            self._loop.add_writer(self._socket, _wake, writable)
             try:
-                await writable
+                await self._wait(writable, gives_up)
             finally:
                 self._loop.remove_writer(self._socket)
             self._raise_if_lost()
@@ -171,7 +184,8 @@ class Pipeline:
     async def _until(self, reply: Reply, poll: bool) -> None:
         """Take in the answers owed, in order, until `reply`'s has come; with `poll`, the loop kept
         polling for the first `poll_wait_us` of the wait."""
-        polling_until = None
+        started = self._loop.time()
+        gives_up, polling_until = started + self._timeout, started + self._poll_wait
         while True:
             self._take()
             if reply.done:
@@ -179,12 +193,26 @@ class Pipeline:
             self._raise_if_lost()
             self._waiter = self._loop.create_future()
             if poll and self._poll_wait > 0:
-                polling_until = polling_until or self._loop.time() + self._poll_wait
                 self._loop.call_soon(self._keep_polling, self._waiter, polling_until)
             try:
-                await self._waiter
+                await self._wait(self._waiter, gives_up)
             finally:
                 self._waiter = None
+
+    async def _wait(self, waiter: asyncio.Future[None], gives_up: float) -> None:
+        """Await `waiter`, or until the loop's clock reaches `gives_up`: then the connection counts as
+        lost (the module docstring says why), so `_raise_if_lost` raises."""
+        timer = self._loop.call_at(gives_up, self._give_up, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+
+    def _give_up(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.done():
+            self._lost = psycopg.OperationalError(f"PostgreSQL did not answer within {self._timeout} s")
+            self._stop_reading()
+            waiter.set_result(None)
 
     def _keep_polling(self, waiter: asyncio.Future[None], until: float) -> None:
         """Queued each turn of the loop until the answer comes or `until`: with a callback ready, the
@@ -200,8 +228,8 @@ class Pipeline:
         except psycopg.OperationalError as lost:
             self._lost = lost
             self._stop_reading()
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
+        if self._waiter is not None:
+            _wake(self._waiter)
 
     def _stop_reading(self) -> None:
         if self._reading:
@@ -238,3 +266,9 @@ class Pipeline:
         if self._pgconn.status == pq.ConnStatus.BAD:
             self._lost = psycopg.OperationalError("the connection to the server was lost")
             raise self._lost
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    """Resolve a wait, unless its timeout resolved it first."""
+    if not waiter.done():
+        waiter.set_result(None)

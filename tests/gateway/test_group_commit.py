@@ -1,18 +1,23 @@
 """How the writer splits a batch into groups (`group_commit._groups`): an order a serial run of the jobs
-could have had, with as few groups as that allows, for any mix of posted and waited jobs."""
+could have had, with as few groups as that allows, for any mix of posted and waited jobs; and a writer
+task stopped by a bug failing its jobs closed at once."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.store.base import Row, Tx
 from gateway.store.group_commit import _groups, _Job
+from gateway.store.sqlite import SqliteGatewayStore
+from services.errors import Unavailable
 
 
 async def ending(tx: Any, items: list[Any]) -> list[Any]:
@@ -83,3 +88,32 @@ def test_endings_interleaved_with_other_writes_are_one_group(loop: asyncio.Abstr
         [("ending", False), (None, False), ("ending", False), ("admission", True), ("ending", False)],
     )
     assert [[job.body for job in group] for group in _groups(batch)] == [[0, 2], [1], [3], [4]]
+
+
+class _Escaped(BaseException):
+    """Not an Exception: nothing in the writer catches it, as nothing would catch a bug of that kind."""
+
+
+async def test_a_writer_that_stops_fails_its_jobs_closed_at_once(tmp_path: Path) -> None:
+    """The store's deadline is far off: the callers hear of the stopped writer from it, not from a
+    timeout; and the store stays closed to new work (unhealthy, so admissions fail closed too)."""
+    store = SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=600)
+    await store.open()
+    try:
+
+        async def escape(tx: Tx) -> None:
+            raise _Escaped
+
+        async def select_one(tx: Tx) -> Row | None:
+            return await tx.one("SELECT 1")
+
+        stopping = asyncio.ensure_future(store.transact(escape, durable=False))
+        queued = asyncio.ensure_future(store.transact(select_one, durable=False))
+        for caller in (stopping, queued):
+            with pytest.raises(Unavailable, match="_Escaped"):
+                await asyncio.wait_for(caller, 60)
+        assert not store.healthy
+        with pytest.raises(Unavailable, match="writer stopped: _Escaped"):
+            await asyncio.wait_for(store.transact(select_one, durable=False), 60)
+    finally:
+        await store.close()

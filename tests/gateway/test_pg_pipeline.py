@@ -2,8 +2,8 @@
 values both ways as psycopg's cursors give them, an error aborting its segment until the sync and
 nothing after, prepared statements bounded and prepared again when an error undid their PREPARE, a wait
 for an answer keeping the event loop polling for its budget and no longer (and only where a caller
-waits), and a connection killed under it reported lost (which the store's writer answers by
-reconnecting)."""
+waits), and a connection killed under it, or a server that stops answering, reported lost (which the
+store's writer answers by reconnecting)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from gateway.store import pg_pipeline
 from gateway.store.base import GatewayStore, Tx
 from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.pg_pipeline import Pipeline, native_sql
-from gateway.store.postgres import _PostgresTx
+from gateway.store.postgres import PostgresGatewayStore, _PostgresTx
 from services.errors import Unavailable
 from tests.gateway.harness import backend_store, gateway_settings
 
@@ -181,20 +181,20 @@ async def test_a_killed_connection_is_lost_and_the_writer_reconnects(
     store: GatewayStore = backend_store(tmp_path, postgres_dsn)
     await store.open()
     try:
-
-        async def pid(tx: Tx) -> int:
-            row = await tx.one("SELECT pg_backend_pid()")
-            assert row is not None
-            return int(row[0])
-
-        writer = await store.transact(pid, durable=False)
+        writer = await store.transact(_backend_pid, durable=False)
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (writer,))
         with pytest.raises(Unavailable, match="unavailable"):
-            await store.transact(pid, durable=False)
-        assert await store.transact(pid, durable=False) != writer  # a new connection
+            await store.transact(_backend_pid, durable=False)
+        assert await store.transact(_backend_pid, durable=False) != writer  # a new connection
     finally:
         await store.close()
+
+
+async def _backend_pid(tx: Tx) -> int:
+    row = await tx.one("SELECT pg_backend_pid()")
+    assert row is not None
+    return int(row[0])
 
 
 async def _rows_of(pipeline: Pipeline, sql: str, *params: object) -> list[tuple[object, ...]]:
@@ -202,3 +202,34 @@ async def _rows_of(pipeline: Pipeline, sql: str, *params: object) -> list[tuple[
     rows = await pipeline.rows(reply)
     await pipeline.sync()
     return rows
+
+
+# A server that stops answering: PostgreSQL sleeps far past the writer's timeout before it answers.
+TIMEOUT_S = 1.0
+SILENT_S = 8.0
+
+
+async def test_an_answer_that_never_comes_loses_the_connection_at_the_timeout(postgres_dsn: str) -> None:
+    pipeline = await Pipeline.open(postgres_dsn, timeout_seconds=TIMEOUT_S, poll_wait_us=0)
+    try:
+        reply = pipeline.send(SLEEP, (SILENT_S,))
+        with pytest.raises(psycopg.OperationalError, match=f"did not answer within {TIMEOUT_S} s"):
+            await pipeline.rows(reply)
+        with pytest.raises(psycopg.OperationalError, match=f"did not answer within {TIMEOUT_S} s"):
+            pipeline.send("SELECT 1", ())  # lost: nothing more is sent on it
+    finally:
+        await pipeline.close()
+
+
+async def test_a_silent_server_holds_the_writer_no_longer_than_its_timeout(postgres_dsn: str) -> None:
+    """Without a bound on the wait, the writer would wait out the silence, and every transaction queued
+    behind it (here the next one) would fail for as long."""
+    store = PostgresGatewayStore(postgres_dsn, timeout_seconds=TIMEOUT_S, poll_wait_us=0)
+    await store.open()
+    try:
+        writer = await store.transact(_backend_pid, durable=False)
+        with pytest.raises(Unavailable):
+            await store.transact(lambda tx: tx.one(SLEEP, (SILENT_S,)), durable=False)
+        assert await store.transact(_backend_pid, durable=False) != writer  # answered, on a new connection
+    finally:
+        await store.close()
