@@ -1,6 +1,6 @@
 """Biography append/rehydrate benchmark over gRPC on loopback against a real `egbe serve biography`.
 
-Prints one JSON object. Run by hand: `python bench/biography_append.py --backend sqlite --json`
+Prints one JSON object. Run by hand: `python -m bench.biography_append --backend sqlite --json`
 (`--backend postgres` needs a server: --database-url, default $EGBE_TEST_POSTGRES_DSN). `--smoke`
 shrinks every phase for CI. The machine is shared: treat figures as indicative, not as a gate.
 """

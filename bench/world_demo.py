@@ -5,8 +5,8 @@ run, offline adapter unless ANTHROPIC_API_KEY is set), without the replay check.
 the same run is the naive every-agent-every-tick design: `naive_calls` = Ori x ticks, against the calls the
 kernel actually issued. The machine is shared; read the times as this machine's, today.
 
-    python bench/world_demo.py --json                    # hamlet + the full solo-ceiling game-hour
-    python bench/world_demo.py --json --solo-ticks 1200  # a shorter solo-ceiling window
+    python -m bench.world_demo --json                    # hamlet + the full solo-ceiling game-hour
+    python -m bench.world_demo --json --solo-ticks 1200  # a shorter solo-ceiling window
 """
 
 from __future__ import annotations

@@ -69,6 +69,9 @@ class ServiceProcesses:
         """The production environment every process (services and clients) shares."""
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            # gRPC core's transport as this process has it (services/__init__.py), so that a run with an
+            # operator's own setting (a benchmark's baseline, say) gives it to every process.
+            "GRPC_EXPERIMENTS": os.environ["GRPC_EXPERIMENTS"],
             "EGBE_MODE": "production",
             "EGBE_LOG_FORMAT": "json",
             "EGBE_TOKENS_FILE": str(self.root / "tokens.json"),
