@@ -242,11 +242,14 @@ class GroupCommitter(Generic[C]):
         if self._closed:
             return
         error = None if task.cancelled() else task.exception()
-        self._death = Unavailable(f"{self._writing.describe}'s writer stopped: {error!r}")
+        self._death = self._stopped_by(error)
         self.healthy = False
         log.error("store writer stopped", store=self._writing.describe, error=repr(error))
         while self._jobs:
             self._deliver(self._jobs.popleft(), False, self._death)
+
+    def _stopped_by(self, error: BaseException | None) -> Unavailable:
+        return Unavailable(f"{self._writing.describe}'s writer stopped: {error!r}")
 
     async def close(self) -> None:
         """Finish the batches already queued (for up to CLOSE_TIMEOUT_S), then close the connection."""
@@ -345,7 +348,7 @@ class GroupCommitter(Generic[C]):
                 await self._run_batch(batch)
             except BaseException as error:  # (a bug, or the task cancelled): its callers are told now
                 for job in batch:
-                    self._deliver(job, False, Unavailable(f"{self._writing.describe}: {error!r}"))
+                    self._deliver(job, False, self._stopped_by(error))
                 raise
             if self._connection is not None:
                 await self._tidy(self._connection)

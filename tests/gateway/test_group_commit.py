@@ -100,14 +100,18 @@ async def test_a_writer_that_stops_fails_its_jobs_closed_at_once(tmp_path: Path)
     store = SqliteGatewayStore(tmp_path / "gateway.db", timeout_seconds=600)
     await store.open()
     try:
+        running = asyncio.Event()
 
         async def escape(tx: Tx) -> None:
+            running.set()
+            await asyncio.sleep(0.05)  # (the next job queues behind this batch meanwhile)
             raise _Escaped
 
         async def select_one(tx: Tx) -> Row | None:
             return await tx.one("SELECT 1")
 
         stopping = asyncio.ensure_future(store.transact(escape, durable=False))
+        await running.wait()
         queued = asyncio.ensure_future(store.transact(select_one, durable=False))
         for caller in (stopping, queued):
             with pytest.raises(Unavailable, match="_Escaped"):
