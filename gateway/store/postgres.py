@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -22,6 +22,8 @@ from services.logging import get_logger
 log = get_logger(__name__)
 # How long the listener waits before reconnecting after losing its connection.
 LISTEN_RETRY_SECONDS = 0.5
+# How often the listener checks that its connection still answers (`PostgresGatewayStore._listen`).
+LISTEN_HEARTBEAT_SECONDS = 1.0
 _LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 # SQLSTATE class 40: the transaction lost a deadlock or a serialization check to another one (psycopg
 # does not derive the class's errors from TransactionRollback, its class-40 base).
@@ -246,20 +248,53 @@ class PostgresGatewayStore(GatewayStore):
         await self._writer.close()
 
     async def _listen(self) -> None:
-        """Hold one LISTEN connection; on each notification publish that control to this process."""
+        """Hold one LISTEN connection; on each notification publish that control to this process.
+
+        Every LISTEN_HEARTBEAT_SECONDS the connection must answer a query within the store's timeout. A
+        server that falls silent without closing it (a partition, a host gone without a reset) would
+        otherwise deliver nothing and fail nothing: pushes missed while the store counted as healthy.
+        Unhealthy from the moment the channel is in doubt until a new connection listens again, having
+        resynced every active control (pushes may have been missed meanwhile)."""
         while True:
+            connection: psycopg.AsyncConnection[Any] | None = None
             try:
-                async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as connection:
-                    await connection.execute(f"LISTEN {CONTROLS_CHANNEL}")
-                    active = await self.load_controls()
-                    for resync in self._resync_listeners:
-                        resync(active)
-                    self._listening.set()  # (healthy again: no push missed from here)
-                    async for notification in connection.notifies():
+                connection = await psycopg.AsyncConnection.connect(
+                    self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                )
+                await self._within(connection, connection.execute(f"LISTEN {CONTROLS_CHANNEL}"))
+                active = await self.load_controls()
+                for resync in self._resync_listeners:
+                    resync(active)
+                self._listening.set()  # (healthy again: no push missed from here)
+                while True:
+                    async for notification in connection.notifies(timeout=LISTEN_HEARTBEAT_SECONDS):
                         control = await self.get_control(notification.payload)
                         if control is not None:
                             self._publish([control])
-            except (psycopg.Error, EgbeError) as exc:
+                    # (a notification arriving meanwhile waits in psycopg's backlog for the next round)
+                    await self._within(connection, connection.execute("SELECT 1"))
+            except (psycopg.Error, EgbeError, TimeoutError) as exc:
                 self._listening.clear()  # pushes may be missed from here: admission fails closed
                 log.warning("gateway control listener lost its connection; reconnecting", error=str(exc))
-                await asyncio.sleep(LISTEN_RETRY_SECONDS)
+            finally:
+                if connection is not None:
+                    await connection.close()
+            await asyncio.sleep(LISTEN_RETRY_SECONDS)
+
+    async def _within(self, connection: psycopg.AsyncConnection[Any], query: Awaitable[object]) -> None:
+        """`query` on the listener's connection, or past the store's timeout TimeoutError with the
+        connection closed under it. (Cancelling psycopg's query instead would have it ask a silent
+        server to cancel, and wait up to 10 s more for the answer.)"""
+        running = asyncio.ensure_future(query)
+        try:
+            await asyncio.wait({running}, timeout=self._timeout)
+        finally:
+            timed_out = not running.done()  # (or this task was cancelled: the query goes with it)
+            if timed_out:
+                await connection.close()
+                running.cancel()
+                with contextlib.suppress(BaseException):
+                    await running
+        if timed_out:
+            raise TimeoutError(f"PostgreSQL did not answer the control listener within {self._timeout} s")
+        running.result()
