@@ -8,6 +8,12 @@ gateway's `Pipeline` is measured twice: sleeping at once while it waits for the 
 0, like the baseline) and keeping the loop polling for the gateway's default `postgres_poll_wait_us`
 (`polling_*`: what that saves in wall time and costs in CPU). Needs a PostgreSQL server:
 `--postgres-dsn` or EGBE_TEST_POSTGRES_DSN.
+
+`after_idle_p50_us`: the polling round trip again, but with PostgreSQL's backend left idle for a while
+before each (this process keeps its own thread busy meanwhile, as the gateway is with a run's work when
+it sends the run's finish): the median wall time by idle milliseconds. On a virtual machine a backend
+idle for a millisecond or more costs a wake-up before it answers, which a round trip back to back never
+pays; the gateway's benchmark runs its fused runs a few milliseconds apart (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +36,7 @@ from services.runtime import run_event_loop
 
 STATEMENT = "WITH a AS (SELECT ?::bigint AS x), b AS (SELECT ?::text AS y) SELECT x, y FROM a, b"
 WARM_UP = 300
+IDLE_MS = (0, 1, 5)
 
 
 def _cpu_seconds() -> float:
@@ -75,6 +83,28 @@ async def gateway_pipeline(dsn: str, count: int, poll_wait_us: int) -> dict[str,
         await pipeline.close()
 
 
+async def after_idle(dsn: str, count: int, poll_wait_us: int) -> dict[str, float]:
+    """The median round trip after PostgreSQL's backend idled each of IDLE_MS, this thread busy."""
+    pipeline = await Pipeline.open(dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
+    medians = {}
+    try:
+        for idle_ms in IDLE_MS:
+            walls = []
+            for index in range(count):
+                busy_until = time.perf_counter() + idle_ms / 1000
+                while time.perf_counter() < busy_until:
+                    pass
+                started = time.perf_counter()
+                reply = pipeline.send(STATEMENT, (index, "ori-1"))
+                await pipeline.sync()
+                walls.append(time.perf_counter() - started)
+                assert await pipeline.rows(reply) == [(index, "ori-1")]
+            medians[f"idle_{idle_ms}_ms"] = round(statistics.median(walls) * 1e6, 1)
+    finally:
+        await pipeline.close()
+    return medians
+
+
 async def main_async(dsn: str, count: int) -> dict[str, Any]:
     poll_wait_us = GatewayConfig().postgres_poll_wait_us
     baseline = await psycopg_pipeline(dsn, count)
@@ -97,6 +127,7 @@ async def main_async(dsn: str, count: int) -> dict[str, Any]:
         "polling_cpu_added_us_per_round_trip": round(
             polling["cpu_us_per_round_trip"] - ours["cpu_us_per_round_trip"], 1
         ),
+        "after_idle_p50_us": await after_idle(dsn, min(count, 1_000), poll_wait_us),
     }
 
 
