@@ -19,6 +19,7 @@ pays; the gateway's benchmark runs its fused runs a few milliseconds apart (docs
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -69,16 +70,16 @@ async def psycopg_pipeline(dsn: str, count: int) -> dict[str, float]:
         return await _timed(round_trip, count)
 
 
+async def _round_trip(pipeline: Pipeline, index: int) -> None:
+    reply = pipeline.send(STATEMENT, (index, "ori-1"))
+    await pipeline.sync()
+    assert await pipeline.rows(reply) == [(index, "ori-1")]
+
+
 async def gateway_pipeline(dsn: str, count: int, poll_wait_us: int) -> dict[str, float]:
     pipeline = await Pipeline.open(dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
     try:
-
-        async def round_trip(index: int) -> None:
-            reply = pipeline.send(STATEMENT, (index, "ori-1"))
-            await pipeline.sync()
-            assert await pipeline.rows(reply) == [(index, "ori-1")]
-
-        return await _timed(round_trip, count)
+        return await _timed(functools.partial(_round_trip, pipeline), count)
     finally:
         await pipeline.close()
 
@@ -95,10 +96,8 @@ async def after_idle(dsn: str, count: int, poll_wait_us: int) -> dict[str, float
                 while time.perf_counter() < busy_until:
                     pass
                 started = time.perf_counter()
-                reply = pipeline.send(STATEMENT, (index, "ori-1"))
-                await pipeline.sync()
+                await _round_trip(pipeline, index)
                 walls.append(time.perf_counter() - started)
-                assert await pipeline.rows(reply) == [(index, "ori-1")]
             medians[f"idle_{idle_ms}_ms"] = round(statistics.median(walls) * 1e6, 1)
     finally:
         await pipeline.close()

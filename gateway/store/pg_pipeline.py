@@ -57,6 +57,11 @@ def native_sql(sql: str) -> bytes:
     return ("".join(numbered) + parts[-1]).encode()
 
 
+def connect_timeout(timeout_seconds: float) -> int:
+    """libpq's `connect_timeout` for a store timeout: whole seconds, at least one."""
+    return max(1, int(timeout_seconds))
+
+
 class Reply:
     """What the server owes for one message sent: a statement's result, a PREPARE's, or a sync."""
 
@@ -100,7 +105,7 @@ class Pipeline:
         # Autocommit: the group committer issues BEGIN, SAVEPOINT and COMMIT itself. Commits do not wait
         # for the WAL flush unless a batch is durable (`_PostgresTx.begin`).
         connection = await psycopg.AsyncConnection.connect(
-            dsn, autocommit=True, connect_timeout=max(1, int(timeout_seconds))
+            dsn, autocommit=True, connect_timeout=connect_timeout(timeout_seconds)
         )
         try:
             await asyncio.wait_for(connection.execute(b"SET synchronous_commit TO off"), timeout_seconds)

@@ -14,7 +14,7 @@ import psycopg
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, DeferredLedger, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter, Writing
-from gateway.store.pg_pipeline import Pipeline, Reply
+from gateway.store.pg_pipeline import Pipeline, Reply, connect_timeout
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
@@ -210,9 +210,10 @@ class PostgresGatewayStore(GatewayStore):
 
     def _create_schema(self) -> None:
         """On a connection of its own (the writer's is asynchronous and held in pipeline mode)."""
-        timeout = max(1, int(self._timeout))
         with (
-            psycopg.connect(self._dsn, autocommit=True, connect_timeout=timeout) as connection,
+            psycopg.connect(
+                self._dsn, autocommit=True, connect_timeout=connect_timeout(self._timeout)
+            ) as connection,
             connection.transaction(),
         ):
             # Serializes schema creation between gateways starting together.
@@ -259,7 +260,7 @@ class PostgresGatewayStore(GatewayStore):
             connection: psycopg.AsyncConnection[Any] | None = None
             try:
                 connection = await psycopg.AsyncConnection.connect(
-                    self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                    self._dsn, autocommit=True, connect_timeout=connect_timeout(self._timeout)
                 )
                 await self._within(connection, connection.execute(f"LISTEN {CONTROLS_CHANNEL}"))
                 active = await self.load_controls()

@@ -24,14 +24,13 @@ TIMEOUT_S = 1.0
 NOTICED_WITHIN_S = LISTEN_HEARTBEAT_SECONDS + TIMEOUT_S + 8.0
 
 
-async def _eventually(condition: Callable[[], bool], within_s: float) -> float:
-    """Seconds until `condition` held; fails past `within_s`."""
+async def _eventually(condition: Callable[[], bool], within_s: float) -> None:
+    """Wait until `condition` holds; fail past `within_s`."""
     started = time.monotonic()
     while not condition():
         if time.monotonic() - started > within_s:
             raise AssertionError(f"not within {within_s} s")
         await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 async def test_a_silent_listener_counts_unhealthy_then_reconnects_and_hears_again(postgres_dsn: str) -> None:
