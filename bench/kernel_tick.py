@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from bench.kernel_population import WORLD, frames, registrations
-from kernel_service.behavior import PersonalityBehaviorLayer
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core

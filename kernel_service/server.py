@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import start_http_server
 
 from egbe.v1 import kernel_pb2_grpc
-from kernel_service.behavior import PersonalityBehaviorLayer
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics

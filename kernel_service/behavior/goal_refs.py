@@ -8,11 +8,13 @@ reserved for goals the Ori surfaced itself from its needs.
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, cast
 
 from kernel_service.behavior.vocabulary import GoalFamily
+
+if TYPE_CHECKING:  # the layout itself needs no numpy: htn (and the gateway through it) import it
+    import numpy as np
+    from numpy.typing import NDArray
 
 FAMILY_SHIFT = 28
 TAG_SHIFT = 12
@@ -52,8 +54,9 @@ def tag_mask_of(tags: Iterable[str], vocabulary: tuple[str, ...]) -> int:
 
 
 def goal_families(goal_refs: NDArray[np.uint32]) -> NDArray[np.uint32]:
-    return goal_refs >> np.uint32(FAMILY_SHIFT)
+    # A Python int operand keeps the array's uint32 (NEP 50); numpy's stubs say a signed result.
+    return cast("NDArray[np.uint32]", goal_refs >> FAMILY_SHIFT)
 
 
 def goal_tag_masks(goal_refs: NDArray[np.uint32]) -> NDArray[np.uint32]:
-    return (goal_refs >> np.uint32(TAG_SHIFT)) & np.uint32(TAG_MASK)
+    return cast("NDArray[np.uint32]", (goal_refs >> TAG_SHIFT) & TAG_MASK)

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import COUNT_CANDIDATES
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.config import BehaviorConfig
 from kernel_service.behavior.goal_refs import encode_goal_ref
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.vocabulary import THREAT_FLAG, GoalFamily
 from kernel_service.behavior_seam import Escalations
 from kernel_service.config import KernelConfig

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2
 from kernel_service.agent_state import AgentArrays
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.config import BehaviorConfig
 from kernel_service.behavior.emotion import EmotionalEpisode
 from kernel_service.behavior.goal_refs import encode_goal_ref
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.vocabulary import MINOR_PRESENT_FLAG, THREAT_FLAG, TRAIT_FIELDS, GoalFamily
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2
-from kernel_service.behavior import PersonalityBehaviorLayer
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from egbe.v1 import common_pb2, kernel_pb2
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.emotion import EmotionalEpisode
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from egbe.v1 import action_pb2, kernel_pb2
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.config import BehaviorConfig
 from kernel_service.behavior.goal_refs import encode_goal_ref
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.vocabulary import GoalFamily
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.goal_refs import encode_goal_ref
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.tree_kernel import ROUTINE_KIND
 from kernel_service.behavior.vocabulary import TRAIT_FIELDS, GoalFamily
 from kernel_service.config import GAME_MINUTE_TICKS, KernelConfig

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from egbe.v1 import kernel_pb2
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.htn import DEFAULT_METHODS_PATH, load_method_library
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core

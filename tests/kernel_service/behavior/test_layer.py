@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, kernel_pb2
-from kernel_service.behavior import PersonalityBehaviorLayer
 from kernel_service.behavior.emotion import EmotionalEpisode, Mood, evaluate_emotion
 from kernel_service.behavior.goal_refs import encode_goal_ref
+from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.personality_tree import TreeInputs, evaluate_personality_tree
 from kernel_service.behavior.profile import profile_from_registration
 from kernel_service.behavior.vocabulary import (
