@@ -1,5 +1,12 @@
 """Gateway overhead: a run of one model call over gRPC on loopback, minus the offline adapter's own time.
 
+The adapter's own time is each run's, as the gateway timed its model call (`model_latency_us` on the
+answer: inside the task that runs the adapter, so the hop to that task and everything around the call
+stay in the overhead; so does the input-token count before it). `adapter_in_situ_p50_ms` is its median
+over the primary runs; `adapter_alone_median_ms` the same adapter timed in a warm loop of its own (the
+figure subtracted before the gateway timed its calls: in place, with the caches the rest of the run
+left, it takes longer).
+
 Prints one JSON object. The gateway runs as its own process (`egbe serve gateway`) on SQLite and, when a
 PostgreSQL DSN is given (`--postgres-dsn` or EGBE_TEST_POSTGRES_DSN), on a fresh PostgreSQL database.
 SQLite is measured with synchronous=FULL (the default: every commit fsynced) and NORMAL.
@@ -8,7 +15,7 @@ The primary figures are the streams', the shape a world server's dispatcher uses
 connection, a message per run):
 - overhead_p50_ms / overhead_p99_ms: sequential fused runs (admission, the one model call and the
   ending; what `Run` does) as messages on one open RunStream, one in flight: each message's write to
-  its answer's read, minus the adapter's median. `overhead_beyond_bare_stream_floor_*` also subtracts a
+  its answer's read, minus the run's adapter time. `overhead_beyond_bare_stream_floor_*` also subtracts a
   bare grpc.aio stream round trip measured just before it: the gateway's own work without the transport;
 - back_to_back_overhead_*: the same runs on the same stream, but after the interleaved ones and with
   nothing between them: each message is written as soon as the last was answered, so the gateway never
@@ -100,7 +107,8 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 async def adapter_seconds(samples: int) -> float:
-    """The offline adapter's own median time for the benchmark prompt (subtracted from the overhead)."""
+    """The offline adapter's median time for the benchmark prompt in a warm loop of its own (a comparison
+    for the time it takes in place, which is what the overhead figures subtract)."""
     adapter = OfflineAdapter()
     request = ModelRequest(
         PROMPT.system_policy,
@@ -237,6 +245,18 @@ async def _timed(call: Awaitable[Any]) -> float:
     return time.perf_counter() - started
 
 
+async def _timed_run(call: Awaitable[float], model_seconds: list[float]) -> float:
+    """A run's round trip; the model call's own time in it (as the gateway timed it) goes on
+    `model_seconds`."""
+    started = time.perf_counter()
+    model_seconds.append(await call)
+    return time.perf_counter() - started
+
+
+def _model_seconds(generation: gateway_pb2.GenerateResponse) -> float:
+    return generation.model_latency_us / 1e6
+
+
 class Client:
     """The bench client of one gateway and the bare server: each way of running a run, timed."""
 
@@ -261,13 +281,21 @@ class Client:
     async def end(self, run_id: str) -> None:
         await self.stub.EndRun(_end_request(run_id), metadata=self.service)
 
-    async def fused(self, ori: str) -> None:
-        await self.stub.Run(_run_request(ori), metadata=self.service)
+    async def fused(self, ori: str) -> float:
+        """A `Run`; the model call's own time in it."""
+        reply = await self.stub.Run(_run_request(ori), metadata=self.service)
+        return _model_seconds(reply.generation)
 
-    async def three_rpcs(self, ori: str) -> None:
+    async def three_rpcs(self, ori: str) -> float:
         run = await self.admit(ori)
-        await self.stub.Generate(_generate_request(run.run_id), metadata=self.service)
+        generated = await self.stub.Generate(_generate_request(run.run_id), metadata=self.service)
         await self.end(run.run_id)
+        return _model_seconds(generated)
+
+    @staticmethod
+    async def stream_run(stream: Streamed, ori: str) -> float:
+        reply = await stream.ask(run_message(ori))
+        return _model_seconds(reply.run.generation)
 
     async def admit_and_end(self, ori: str) -> None:
         await self.end((await self.admit(ori)).run_id)
@@ -279,8 +307,9 @@ class Client:
             return [Streamed(self.bare.RunStream(metadata=self.service)) for _ in range(count)]  # type: ignore[call-arg]
         return [Streamed(getattr(self.stub, method)(metadata=self.service)) for _ in range(count)]
 
-    async def latency(self, runs: int) -> dict[str, list[float]]:
-        """Sequential round trips, interleaved run by run: the floors, and a run each way."""
+    async def latency(self, runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """Sequential round trips, interleaved run by run: the floors, and a run each way; and each
+        run's model call's own time (by the same names)."""
         [run_stream], [bare_stream] = self.streams("RunStream", 1), self.streams("bare", 1)
         for _ in range(100):  # both servers warm (connections, caches, the streams) before timing
             await self.floor()
@@ -291,22 +320,29 @@ class Client:
             name: []
             for name in ("floor", "bare_floor", "bare_stream", "stream_run", "fused_run", "three_rpc")
         }
+        model: dict[str, list[float]] = {
+            name: [] for name in ("stream_run", "fused_run", "three_rpc", "back_to_back_stream_run")
+        }
         for n in range(runs):
             ori = f"ori-{n % 256}"
             timings["bare_floor"].append(await _timed(self.bare_floor()))
             timings["bare_stream"].append(await _timed(bare_stream.ask(echo)))
             timings["floor"].append(await _timed(self.floor()))
-            timings["stream_run"].append(await _timed(run_stream.ask(run_message(ori))))
-            timings["fused_run"].append(await _timed(self.fused(ori)))
-            timings["three_rpc"].append(await _timed(self.three_rpcs(ori)))
+            for name, call in (
+                ("stream_run", self.stream_run(run_stream, ori)),
+                ("fused_run", self.fused(ori)),
+                ("three_rpc", self.three_rpcs(ori)),
+            ):
+                timings[name].append(await _timed_run(call, model[name]))
         # Then each stream on its own, a message as soon as the last was answered: the servers never idle.
         timings["back_to_back_stream_run"] = [
-            await _timed(run_stream.ask(run_message(f"ori-{n % 256}"))) for n in range(runs)
+            await _timed_run(self.stream_run(run_stream, f"ori-{n % 256}"), model["back_to_back_stream_run"])
+            for n in range(runs)
         ]
         timings["back_to_back_bare_stream"] = [await _timed(bare_stream.ask(echo)) for _ in range(runs)]
         await run_stream.close()
         await bare_stream.close()
-        return timings
+        return timings, model
 
     async def rates(self, clients: int, seconds: float, pids: tuple[int, int]) -> dict[str, Phase]:
         """Each phase: `clients` concurrent clients, one call (or message) in flight each."""
@@ -326,7 +362,7 @@ class Client:
         phases["bare_stream"] = await rate(lambda index: bare[index].ask(echo), pids[1])
         runs = self.streams("RunStream", clients)
         phases["stream_fused_runs"] = await rate(
-            lambda index: runs[index].ask(run_message(f"ori-{index}")), pids[0]
+            lambda index: self.stream_run(runs[index], f"ori-{index}"), pids[0]
         )
         cycles = self.streams("AdmitStream", clients)
 
@@ -355,13 +391,13 @@ async def measure(
         grpc.aio.insecure_channel(bare_target) as bare_channel,
     ):
         client = Client(channel, bare_channel, tokens["service"])
-        latency = await client.latency(args.runs)
+        latency, model = await client.latency(args.runs)
         phases = await client.rates(args.clients, args.seconds, pids)
-    return {"latency": latency, "phases": phases}
+    return {"latency": latency, "model": model, "phases": phases}
 
 
 async def bench_backend(
-    database_url: str | None, args: argparse.Namespace, adapter_s: float, extra_env: dict[str, str]
+    database_url: str | None, args: argparse.Namespace, extra_env: dict[str, str]
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as folder:
         # Room for every admission of the measurement: the cap must not be what is measured.
@@ -377,19 +413,18 @@ async def bench_backend(
             bare.wait()
             served.stop_all()
     latency: dict[str, list[float]] = figures["latency"]
+    model: dict[str, list[float]] = figures["model"]
     phases: dict[str, Phase] = figures["phases"]
 
     def ms(name: str, fraction: float, times: float = 1.0) -> float:
         return round(times * _percentile([t * 1000 for t in latency[name]], fraction), 3)
 
     def overhead(runs: str, floor: str, rpcs: int, prefix: str, floor_name: str) -> dict[str, float]:
-        """Each run minus the adapter; and (beyond the floor) minus `rpcs` round trips of `floor`
-        measured right before it (the transport and event loop every message pays, store or not)."""
-        total = [max(0.0, (t - adapter_s) * 1000) for t in latency[runs]]
-        beyond = [
-            max(0.0, (t - adapter_s - rpcs * f) * 1000)
-            for t, f in zip(latency[runs], latency[floor], strict=True)
-        ]
+        """Each run minus its model call's own time; and (beyond the floor) minus `rpcs` round trips of
+        `floor` measured right before it (the transport and event loop every message pays, store or not)."""
+        own = [t - m for t, m in zip(latency[runs], model[runs], strict=True)]
+        total = [max(0.0, t * 1000) for t in own]
+        beyond = [max(0.0, (t - rpcs * f) * 1000) for t, f in zip(own, latency[floor], strict=True)]
         return {
             f"{prefix}overhead_p50_ms": round(_percentile(total, 0.50), 3),
             f"{prefix}overhead_p99_ms": round(_percentile(total, 0.99), 3),
@@ -401,6 +436,7 @@ async def bench_backend(
         return round(phases[name].per_s, 1)
 
     return {
+        "adapter_in_situ_p50_ms": round(_percentile([m * 1000 for m in model["stream_run"]], 0.50), 4),
         **overhead("stream_run", "bare_stream", 1, "", "bare_stream_floor"),
         **overhead(
             "back_to_back_stream_run", "back_to_back_bare_stream", 1, "back_to_back_", "bare_stream_floor"
@@ -432,24 +468,23 @@ async def bench_backend(
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    adapter_s = await adapter_seconds(200)
     report: dict[str, Any] = {
         "benchmark": "gateway_overhead",
         "load_average_1m": round(os.getloadavg()[0], 2),
         "runs": args.runs,
         "clients": args.clients,
-        "adapter_median_ms": round(adapter_s * 1000, 4),
+        "adapter_alone_median_ms": round(await adapter_seconds(200) * 1000, 4),
         "targets": {"overhead_p50_ms": 1.0, "overhead_p99_ms": 5.0, "admissions_per_s": 5_000},
-        "sqlite": await bench_backend(None, args, adapter_s, {}),
+        "sqlite": await bench_backend(None, args, {}),
         "sqlite_synchronous_normal": await bench_backend(
-            None, args, adapter_s, {"EGBE_GATEWAY__SQLITE_SYNCHRONOUS": "NORMAL"}
+            None, args, {"EGBE_GATEWAY__SQLITE_SYNCHRONOUS": "NORMAL"}
         ),
     }
     server_dsn = args.postgres_dsn or os.environ.get("EGBE_TEST_POSTGRES_DSN")
     if server_dsn:
         dsn, drop = fresh_database(server_dsn)
         try:
-            report["postgres"] = await bench_backend(dsn, args, adapter_s, {})
+            report["postgres"] = await bench_backend(dsn, args, {})
         finally:
             drop()
     else:

@@ -76,6 +76,24 @@ class GenerateResult:
     model_ref: str
     micro_usd: int
     cost_estimated: bool
+    model_latency_us: int  # the adapter's own time for the call (`AdapterTiming`)
+
+
+class AdapterTiming:
+    """How long one adapter call took, timed inside the task that runs it (so not the hop to the task): what
+    the model's answer cost, apart from the gateway's own work around it; kept when the call fails."""
+
+    __slots__ = ("latency_us",)
+
+    def __init__(self) -> None:
+        self.latency_us = 0
+
+    async def timed(self, call: Awaitable[ModelReply]) -> ModelReply:
+        started = time.perf_counter_ns()
+        try:
+            return await call
+        finally:
+            self.latency_us = (time.perf_counter_ns() - started) // 1_000
 
 
 @dataclass(frozen=True)
@@ -503,8 +521,9 @@ class CognitionGateway:
                 **outcome,
             )
 
+        timing = AdapterTiming()
         try:
-            reply = await self._call_adapter(run, request)
+            reply = await self._call_adapter(run, timing.timed(self.adapter.generate(request)))
         except BaseException as error:
             self._write_row(run)
             await self._record_failed_call(
@@ -514,6 +533,7 @@ class CognitionGateway:
                     micro_usd=0,
                     cost_estimated=self.adapter.offline,
                     error_class=failure_class(error),
+                    model_latency_us=timing.latency_us,
                 )
             )
             raise
@@ -523,8 +543,15 @@ class CognitionGateway:
             micro_usd = billed_micro_usd(cost, route.model_class, reply.usage, batched=reply.batched)
         else:
             micro_usd = estimated_micro_usd(self.config.cost, route.model_class, reply.usage.total)
-        entry = audit(output=reply.text, usage=reply.usage, micro_usd=micro_usd, cost_estimated=not exact)
-        return GenerateResult(call_id, reply, model_ref, micro_usd, not exact), entry
+        latency_us = timing.latency_us
+        entry = audit(
+            output=reply.text,
+            usage=reply.usage,
+            micro_usd=micro_usd,
+            cost_estimated=not exact,
+            model_latency_us=latency_us,
+        )
+        return GenerateResult(call_id, reply, model_ref, micro_usd, not exact, latency_us), entry
 
     async def run_once(
         self,
@@ -606,7 +633,9 @@ class CognitionGateway:
         """A recorded call's usage, on the run (for its answer and stats) and in the metrics."""
         usage = result.reply.usage
         run.add_usage(usage, result.micro_usd, estimated=result.cost_estimated)
-        self.metrics.record_call(TIER_NAMES[run.spec.tier], result.model_ref, usage, result.micro_usd)
+        self.metrics.record_call(
+            TIER_NAMES[run.spec.tier], result.model_ref, usage, result.micro_usd, result.model_latency_us
+        )
 
     async def _record_failed_call(self, entry: AuditEntry) -> None:
         """A call that got no answer is audited too, in the same transaction as its ledger update (zero
@@ -618,9 +647,10 @@ class CognitionGateway:
         except Exception as exc:  # the store is down: the caller's own error is the one to report
             log.warning("failed model call not audited", call_id=entry.call_id, error=str(exc))
 
-    async def _call_adapter(self, run: InFlightRun, request: ModelRequest) -> ModelReply:
-        """Run the adapter as a task a pushed control can cancel; provider errors become gateway errors."""
-        task: asyncio.Task[Any] = asyncio.create_task(self.adapter.generate(request))
+    async def _call_adapter(self, run: InFlightRun, call: Coroutine[Any, Any, ModelReply]) -> ModelReply:
+        """Run the adapter's call as a task a pushed control can cancel; provider errors become gateway
+        errors."""
+        task: asyncio.Task[Any] = asyncio.create_task(call)
         run.tasks.add(task)
         try:
             reply: ModelReply = await task

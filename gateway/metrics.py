@@ -1,4 +1,5 @@
-"""Prometheus metrics of one gateway: tokens and cost by tier and model, admissions, blocks, kills, errors.
+"""Prometheus metrics of one gateway: tokens and cost by tier and model, admissions, blocks, kills, errors,
+and how long model calls take.
 
 Counted into plain numbers and turned into metric families only when scraped (as the kernel's are):
 prometheus_client's metric objects take a lock and check their state on every update, and a fused run
@@ -7,14 +8,20 @@ made eight of them, about 50 Python calls of the gateway's hot path (one in ten 
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.cost import Usage
+
+# Upper bounds (seconds) of the model-call latency buckets: from the offline adapter's tens of
+# microseconds to a long Atropos summary.
+LATENCY_BUCKETS_S = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_LATENCY_BUCKETS_US = tuple(round(bound * 1_000_000) for bound in LATENCY_BUCKETS_S)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +61,9 @@ class GatewayMetrics(Collector):
         self._counts: dict[CounterSpec, dict[tuple[str, ...], float]] = {spec: {} for spec in self._specs}
         self._prompt_tokens = 0
         self._cache_read_tokens = 0
+        # (tier, model) -> count per bucket (the last one past every bound), and the sum in microseconds
+        self._latency_buckets: dict[tuple[str, str], list[int]] = {}
+        self._latency_sum_us: dict[tuple[str, str], int] = {}
         self.store_conflicts = Gauge(
             "egbe_gateway_store_conflicts",
             "Store transactions the database rolled back for a conflict with another gateway's (run again)",
@@ -68,7 +78,8 @@ class GatewayMetrics(Collector):
         counts = self._counts[counter]
         counts[labels] = counts.get(labels, 0) + amount
 
-    def record_call(self, tier: str, model: str, usage: Usage, micro_usd: int) -> None:
+    def record_call(self, tier: str, model: str, usage: Usage, micro_usd: int, latency_us: int) -> None:
+        """A model call that answered: its tokens, cost and the adapter's time (`AdapterTiming`)."""
         for kind, value in (
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
@@ -80,6 +91,12 @@ class GatewayMetrics(Collector):
         self.count(self.calls, tier, model)
         self._prompt_tokens += usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens
         self._cache_read_tokens += usage.cache_read_tokens
+        key = (tier, model)
+        buckets = self._latency_buckets.get(key)
+        if buckets is None:
+            buckets = self._latency_buckets[key] = [0] * (len(_LATENCY_BUCKETS_US) + 1)
+        buckets[bisect.bisect_left(_LATENCY_BUCKETS_US, latency_us)] += 1
+        self._latency_sum_us[key] = self._latency_sum_us.get(key, 0) + latency_us
 
     def collect(self) -> Iterator[Metric]:
         for spec in self._specs:
@@ -88,10 +105,25 @@ class GatewayMetrics(Collector):
             for labels, value in sorted(self._counts[spec].items()):
                 family.add_metric(labels, value)
             yield family
+        yield self._latency_family()
         ratio = self._cache_read_tokens / self._prompt_tokens if self._prompt_tokens else 0.0
         yield GaugeMetricFamily(
             "egbe_gateway_cache_read_ratio", "Cache-read share of prompt tokens since start", value=ratio
         )
+
+    def _latency_family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "egbe_gateway_model_latency_seconds",
+            "How long the model adapter took for a call that answered",
+            labels=("tier", "model"),
+        )
+        for key, buckets in sorted(self._latency_buckets.items()):  # (copied in one step, as above)
+            cumulative, total = [], 0
+            for bound, count in zip((*LATENCY_BUCKETS_S, float("inf")), buckets, strict=True):
+                total += count
+                cumulative.append((str(bound) if bound != float("inf") else "+Inf", total))
+            family.add_metric(key, cumulative, self._latency_sum_us[key] / 1_000_000)
+        return family
 
     def exposition(self) -> bytes:
         """The Prometheus text exposition format."""

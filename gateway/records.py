@@ -151,6 +151,8 @@ class AuditEntry:
     kernel_call_id: str = ""
     # Empty when the model answered; else why the call failed (provider error class, killed, cancelled).
     error_class: str = ""
+    # How long the adapter took (until it answered or failed), timed by the gateway's monotonic clock.
+    model_latency_us: int = 0
     seq: int = 0
 
 

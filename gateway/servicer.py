@@ -130,6 +130,7 @@ def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
         recorded_at=_timestamp(entry.recorded_at_ms),
         kernel_call_id=entry.kernel_call_id,
         error_class=entry.error_class,
+        model_latency_us=entry.model_latency_us,
     )
 
 
@@ -251,6 +252,7 @@ def _generate_response(result: GenerateResult) -> gateway_pb2.GenerateResponse:
         offline=result.reply.offline,
         call_id=result.call_id,
         provider_attempts=result.reply.provider_attempts,
+        model_latency_us=result.model_latency_us,
     )
 
 

@@ -825,6 +825,7 @@ class GenerateResponse(_message.Message):
     CALL_ID_FIELD_NUMBER: _builtins.int
     PROVIDER_ATTEMPTS_FIELD_NUMBER: _builtins.int
     QUALITY_STATUS_FIELD_NUMBER: _builtins.int
+    MODEL_LATENCY_US_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     model_ref: _builtins.str
     offline: _builtins.bool
@@ -832,6 +833,11 @@ class GenerateResponse(_message.Message):
     provider_attempts: _builtins.int
     quality_status: _builtins.str
     """Dialogue-quality verdict of a judged run: "passed", "needs-refinement" or "blocked"; empty = not judged."""
+    model_latency_us: _builtins.int
+    """How long the model adapter took for this call, in microseconds, as the gateway timed it: the provider's
+    answer including the adapter's own retries (the offline adapter's own work when offline). The rest of
+    a call's time is the gateway's.
+    """
     @_builtins.property
     def usage(self) -> _common_pb2.TokenUsage: ...
     @_builtins.property
@@ -847,10 +853,11 @@ class GenerateResponse(_message.Message):
         call_id: _builtins.str = ...,
         provider_attempts: _builtins.int = ...,
         quality_status: _builtins.str = ...,
+        model_latency_us: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "quality_status", b"quality_status", "text", b"text", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_latency_us", b"model_latency_us", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "quality_status", b"quality_status", "text", b"text", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1536,6 +1543,7 @@ class AuditRecord(_message.Message):
     RECORDED_AT_FIELD_NUMBER: _builtins.int
     KERNEL_CALL_ID_FIELD_NUMBER: _builtins.int
     ERROR_CLASS_FIELD_NUMBER: _builtins.int
+    MODEL_LATENCY_US_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     run_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
@@ -1554,6 +1562,10 @@ class AuditRecord(_message.Message):
     """Empty when the model answered. Otherwise why the call failed (a provider error class such as
     "rate_limit" or "timeout" after the retries, or "killed", "cancelled"); `output` is then empty and
     `usage` holds what the provider reported (zero when nothing is known).
+    """
+    model_latency_us: _builtins.int
+    """How long the model adapter took for this call, in microseconds (GenerateResponse.model_latency_us); for a
+    failed call, until it failed. 0 in records written before the gateway timed its calls.
     """
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
@@ -1588,10 +1600,11 @@ class AuditRecord(_message.Message):
         recorded_at: _timestamp_pb2.Timestamp | None = ...,
         kernel_call_id: _builtins.str = ...,
         error_class: _builtins.str = ...,
+        model_latency_us: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_fingerprint", b"config_fingerprint", "cost", b"cost", "input_context", b"input_context", "ori", b"ori", "recorded_at", b"recorded_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cause", b"cause", "config_fingerprint", b"config_fingerprint", "cost", b"cost", "error_class", b"error_class", "input_context", b"input_context", "kernel_call_id", b"kernel_call_id", "model_class", b"model_class", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "output", b"output", "policy_decision", b"policy_decision", "recorded_at", b"recorded_at", "retention_policy_id", b"retention_policy_id", "run_id", b"run_id", "tier", b"tier", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cause", b"cause", "config_fingerprint", b"config_fingerprint", "cost", b"cost", "error_class", b"error_class", "input_context", b"input_context", "kernel_call_id", b"kernel_call_id", "model_class", b"model_class", "model_latency_us", b"model_latency_us", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "output", b"output", "policy_decision", b"policy_decision", "recorded_at", b"recorded_at", "retention_policy_id", b"retention_policy_id", "run_id", b"run_id", "tier", b"tier", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -96,7 +96,7 @@ _AUDIT_COLUMNS = (
     "call_id, run_id, tenant_id, world_id, ori_id, tier, cause, model_ref, model_class, input_context,"
     " output, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, micro_usd,"
     " cost_estimated, policy_decision, retention_policy_id, config_fingerprint, offline, recorded_at_ms,"
-    " kernel_call_id, error_class"
+    " kernel_call_id, error_class, model_latency_us"
 )
 
 
@@ -139,6 +139,7 @@ def _audit_row(entry: AuditEntry) -> tuple[Any, ...]:
         entry.recorded_at_ms,
         entry.kernel_call_id,
         entry.error_class,
+        entry.model_latency_us,
     )
 
 
@@ -575,6 +576,7 @@ def _audit_from(row: Row) -> AuditEntry:
         recorded_at_ms=row[22],
         kernel_call_id=row[23],
         error_class=row[24],
+        model_latency_us=row[25],
     )
 
 

@@ -116,6 +116,8 @@ ADDED_COLUMNS = (
     # handed back to that lease.
     ("gateway_runs", "lease_holder", "TEXT NOT NULL DEFAULT ''"),
     ("gateway_runs", "released_tokens", "BIGINT NOT NULL DEFAULT 0"),
+    # How long the model adapter took for the call (0 for calls audited before it was timed).
+    ("gateway_audit", "model_latency_us", "BIGINT NOT NULL DEFAULT 0"),
 )
 # Indexes over added columns, created once the columns exist.
 LATER_INDEXES = (

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.gateway.fake_anthropic import FakeAnthropic
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
 
@@ -36,3 +37,14 @@ async def gateway(tmp_path: Path, database_url: str | None) -> AsyncIterator[Gat
     harness = await start_gateway(gateway_settings(tmp_path, database_url))
     yield harness
     await harness.stop()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    """The local fake of the Messages API, and the environment that makes a gateway use it (Anthropic
+    adapter, real SDK, real HTTP)."""
+    server = FakeAnthropic().start()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+    yield server
+    server.stop()

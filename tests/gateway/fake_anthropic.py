@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -9,6 +10,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# A model that answers later than any test waits: its calls end by a kill, a cancel or a deadline.
+SLOW_MODEL_SECONDS = 30.0
 
 
 @dataclass
@@ -141,6 +145,14 @@ class FakeAnthropic:
 
     def message_requests(self) -> list[dict[str, Any]]:
         return [body for method, path, body in self.requests if method == "POST" and path == "/v1/messages"]
+
+    async def until_requests(self, count: int) -> None:
+        """Wait (up to 5 s) until `count` model calls reached the fake: the adapter is waiting on them."""
+        for _ in range(500):
+            if len(self.message_requests()) >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"the fake API never saw {count} model calls")
 
     def _create_batch(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = payload["requests"][0]

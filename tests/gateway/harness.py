@@ -20,7 +20,7 @@ import grpc
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.offline import OfflineAdapter
 from gateway.admission import CognitionGateway
-from gateway.config import BudgetConfig, GatewayConfig, LeaseConfig
+from gateway.config import AnthropicConfig, BudgetConfig, GatewayConfig, LeaseConfig
 from gateway.server import build_bundle, build_store
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
@@ -40,6 +40,13 @@ CAUSE_FOR_TIER = {
     LACHESIS: 2,
     ATROPOS: 3,
 }
+
+
+async def anthropic_gateway(data_dir: Path, database_url: str | None) -> GatewayHarness:
+    """A gateway on the Anthropic adapter (the environment `fake` sets): two attempts and a short backoff,
+    so a transient error gives up quickly."""
+    anthropic = AnthropicConfig(max_attempts=2, backoff_base_seconds=0.01, backoff_max_seconds=0.05)
+    return await start_gateway(gateway_settings(data_dir, database_url, anthropic=anthropic))
 
 
 def backend_store(data_dir: Path, database_url: str | None) -> GatewayStore:

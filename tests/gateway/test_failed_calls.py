@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -13,29 +12,11 @@ from google.protobuf import json_format
 
 from egbe.v1 import common_pb2, gateway_pb2
 from gateway.audit import audit_problems
-from gateway.config import AnthropicConfig
 from gateway.store.schema import ADDED_COLUMNS
 from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role
-from tests.gateway.fake_anthropic import FakeAnthropic, Scripted, error_body
-from tests.gateway.harness import CLOTHO, GatewayHarness, gateway_settings, start_gateway
-
-SLOW_MODEL_SECONDS = 30.0
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
-    server = FakeAnthropic().start()
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
-    yield server
-    server.stop()
-
-
-async def _anthropic_gateway(tmp_path: Path, database_url: str | None) -> GatewayHarness:
-    # Two attempts, short backoff: a transient error gives up quickly.
-    anthropic = AnthropicConfig(max_attempts=2, backoff_base_seconds=0.01, backoff_max_seconds=0.05)
-    return await start_gateway(gateway_settings(tmp_path, database_url, anthropic=anthropic))
+from tests.gateway.fake_anthropic import SLOW_MODEL_SECONDS, FakeAnthropic, Scripted, error_body
+from tests.gateway.harness import CLOTHO, GatewayHarness, anthropic_gateway, gateway_settings, start_gateway
 
 
 async def _ledger_equals_audit(harness: GatewayHarness, world: str = "world-1") -> None:
@@ -80,7 +61,7 @@ async def test_a_failed_provider_call_writes_an_audit_record_with_its_error_clas
     case: tuple[list[Scripted], str, grpc.StatusCode],
 ) -> None:
     script, error_class, status = case
-    harness = await _anthropic_gateway(tmp_path, database_url)
+    harness = await anthropic_gateway(tmp_path, database_url)
     try:
         run = await harness.admit("ada")
         fake.script.extend(script)
@@ -109,7 +90,7 @@ async def test_a_killed_and_a_cancelled_call_are_audited(
     tmp_path: Path, database_url: str | None, fake: FakeAnthropic
 ) -> None:
     fake.default_delay_seconds = SLOW_MODEL_SECONDS
-    harness = await _anthropic_gateway(tmp_path, database_url)
+    harness = await anthropic_gateway(tmp_path, database_url)
     try:
         cancelled_run = await harness.admit("bram")
         call = harness.gateway.Generate(
@@ -120,14 +101,14 @@ async def test_a_killed_and_a_cancelled_call_are_audited(
             ),
             metadata=harness.metadata(Role.SERVICE),
         )
-        await _until_requests(fake, 1)
+        await fake.until_requests(1)
         call.cancel()
         [cancelled] = await _records_when_written(harness, 1)
         assert (cancelled.run_id, cancelled.error_class) == (cancelled_run.run_id, "cancelled")
 
         killed_run = await harness.admit("ada")
         pending = asyncio.ensure_future(harness.generate(killed_run.run_id))
-        await _until_requests(fake, 2)
+        await fake.until_requests(2)
         await harness.operator.KillOri(
             gateway_pb2.KillOriRequest(ori_id="ada", reason="stop now"), metadata=harness.metadata_operator()
         )
@@ -145,18 +126,10 @@ async def test_a_killed_and_a_cancelled_call_are_audited(
         await harness.stop()
 
 
-async def _until_requests(fake: FakeAnthropic, count: int) -> None:
-    for _ in range(500):
-        if len(fake.message_requests()) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"the fake API never saw {count} model calls")
-
-
 async def test_failed_records_pass_the_validator_and_carry_the_kernel_call_id(
     tmp_path: Path, fake: FakeAnthropic
 ) -> None:
-    harness = await _anthropic_gateway(tmp_path, None)
+    harness = await anthropic_gateway(tmp_path, None)
     try:
         run = await harness.gateway.AdmitRun(
             gateway_pb2.AdmitRunRequest(
@@ -202,6 +175,7 @@ async def test_a_store_from_before_the_kernel_call_id_gains_its_columns(tmp_path
         await harness.generate(run.run_id)
         [record] = await harness.audit_records(kernel_call_id="")
         assert (record.kernel_call_id, record.error_class) == ("", "")
+        assert record.model_latency_us > 0  # the offline adapter's time, in the added column
     finally:
         await harness.stop()
 
@@ -209,7 +183,7 @@ async def test_a_store_from_before_the_kernel_call_id_gains_its_columns(tmp_path
 async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats(
     tmp_path: Path, database_url: str | None, fake: FakeAnthropic
 ) -> None:
-    harness = await _anthropic_gateway(tmp_path, database_url)
+    harness = await anthropic_gateway(tmp_path, database_url)
     try:
         run = await harness.admit("ada")
         fake.script.append(Scripted(529, error_body("overloaded_error", "Overloaded")))

@@ -11,10 +11,15 @@ import pytest
 from egbe.v1 import common_pb2, gateway_pb2
 from gateway.config import RunBudget
 from services.auth import Role
-from tests.gateway.harness import CLOTHO, GatewayHarness, gateway_settings, generate_request, start_gateway
-from tests.gateway.test_failed_calls import SLOW_MODEL_SECONDS, _anthropic_gateway, _until_requests, fake
-
-__all__ = ["fake"]  # the fake Anthropic fixture, shared with the failed-call tests
+from tests.gateway.fake_anthropic import SLOW_MODEL_SECONDS, FakeAnthropic
+from tests.gateway.harness import (
+    CLOTHO,
+    GatewayHarness,
+    anthropic_gateway,
+    gateway_settings,
+    generate_request,
+    start_gateway,
+)
 
 CLOTHO_RESERVATION = 4_000
 
@@ -149,13 +154,13 @@ async def test_bad_input_names_the_nested_field(
 
 
 async def test_a_kill_during_the_call_aborts_the_run_and_releases_it(
-    tmp_path: Path, database_url: str | None, fake: object
+    tmp_path: Path, database_url: str | None, fake: FakeAnthropic
 ) -> None:
-    fake.default_delay_seconds = SLOW_MODEL_SECONDS  # type: ignore[attr-defined]
-    harness = await _anthropic_gateway(tmp_path, database_url)
+    fake.default_delay_seconds = SLOW_MODEL_SECONDS
+    harness = await anthropic_gateway(tmp_path, database_url)
     try:
         pending = asyncio.ensure_future(harness.run("ada"))
-        await _until_requests(fake, 1)  # type: ignore[arg-type]
+        await fake.until_requests(1)
         await harness.operator.KillOri(
             gateway_pb2.KillOriRequest(ori_id="ada", reason="stop now"), metadata=harness.metadata_operator()
         )

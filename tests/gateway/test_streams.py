@@ -14,11 +14,15 @@ import pytest
 from egbe.v1 import gateway_pb2
 from gateway.streams import MAX_IN_FLIGHT, serve_stream
 from services.auth import Role
-from tests.gateway.fake_anthropic import FakeAnthropic
-from tests.gateway.harness import GatewayHarness, admit_request, gateway_settings, run_request, start_gateway
-from tests.gateway.test_failed_calls import SLOW_MODEL_SECONDS, _anthropic_gateway, _until_requests, fake
-
-__all__ = ["fake"]  # the fake Anthropic fixture, shared with the failed-call tests
+from tests.gateway.fake_anthropic import SLOW_MODEL_SECONDS, FakeAnthropic
+from tests.gateway.harness import (
+    GatewayHarness,
+    admit_request,
+    anthropic_gateway,
+    gateway_settings,
+    run_request,
+    start_gateway,
+)
 
 CLOTHO_RESERVATION = 4_000
 INVALID_ARGUMENT = grpc.StatusCode.INVALID_ARGUMENT.value[0]
@@ -65,7 +69,7 @@ async def slow_model(
 ) -> AsyncIterator[GatewayHarness]:
     """A gateway whose model (the fake Anthropic API) takes SLOW_MODEL_SECONDS to answer."""
     fake.default_delay_seconds = SLOW_MODEL_SECONDS
-    harness = await _anthropic_gateway(tmp_path, database_url)
+    harness = await anthropic_gateway(tmp_path, database_url)
     yield harness
     await harness.stop()
 
@@ -74,7 +78,7 @@ async def run_at_the_model(harness: GatewayHarness, fake: FakeAnthropic) -> Any:
     """A RunStream whose message 1 (a run for "ada") is waiting for the model."""
     call = harness.gateway.RunStream(metadata=harness.metadata(Role.SERVICE))
     await call.write(run_message(1, "ada"))
-    await _until_requests(fake, 1)
+    await fake.until_requests(1)
     return call
 
 
