@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.base import ModelAdapter, ModelReply, ModelRequest
+from gateway.budget import resolve_world_cap
 from gateway.config import TIER_NAMES, GatewayConfig
 from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd
 from gateway.inflight import InFlight, InFlightRun, SchemaStats
@@ -140,6 +141,7 @@ class CognitionGateway:
         self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._routes: dict[int, ModelRoute] = {}  # each tier's, resolved once: the config never changes
+        self._world_cap_tokens = resolve_world_cap(config.budget)
         self.metrics.store_conflicts.set_function(lambda: store.conflicts)
         store.on_control_change(self._on_control)
         resync = getattr(store, "on_resync", None)
@@ -268,8 +270,8 @@ class CognitionGateway:
         return now_ms - now_ms % window
 
     def world_cap_tokens(self) -> int:
-        budget = self.config.budget
-        return budget.world_cap_tokens_per_hour * budget.homestead_rest_bp // 10_000
+        """This gateway's per-world cap: the configured one, lowered by the configured homestead rest."""
+        return self._world_cap_tokens
 
     def _on_control(self, control: Control) -> None:
         """A control was added or lifted: stop matching in-flight work, and end the matching runs this
@@ -445,7 +447,7 @@ class CognitionGateway:
         killed (its reservation released) and the boundary answers ABORTED naming the control."""
         if run.stopped_by is not None:
             error = _aborted(run.stopped_by)
-            self.metrics.count(self.metrics.kills, run.stopped_by.scope.name.lower())
+            self.metrics.count(self.metrics.runs_stopped, run.stopped_by.scope.name.lower())
             await self._end_after(run.spec.run_id, error)
             raise error
 
@@ -726,7 +728,7 @@ class CognitionGateway:
         control, ended = await self.store.add_control(
             kind, scope, target, reason=reason, operator_id=operator_id, now_ms=self._now_ms()
         )
-        self.metrics.count(self.metrics.kills, scope.name.lower())
+        self.metrics.count(self.metrics.controls, scope.name.lower())
         return control, ended
 
     async def lift_controls(

@@ -62,11 +62,12 @@ class BudgetEvaluation:
 
 
 def resolve_world_cap(config: BudgetConfig, homestead_rest_bp: int = 0, override_tokens: int = 0) -> int:
-    """The effective cap: an override or the configured cap, lowered (never raised) by homestead rest."""
+    """The effective cap: an override or the configured cap, lowered (never raised) by homestead rest:
+    the configured multiplier, and a request's own (0: none) only where it is lower still."""
     if homestead_rest_bp < 0:
         raise InvalidArgument.field("homestead_rest_bp", "must be >= 0")
     base = override_tokens or config.world_cap_tokens_per_hour
-    multiplier = min(homestead_rest_bp or BASIS_POINTS, BASIS_POINTS)
+    multiplier = min(homestead_rest_bp or BASIS_POINTS, config.homestead_rest_bp, BASIS_POINTS)
     return base * multiplier // BASIS_POINTS
 
 

@@ -43,7 +43,12 @@ class GatewayMetrics(Collector):
         self.calls = CounterSpec("egbe_gateway_model_calls", "Model calls audited", ("tier", "model"))
         self.admissions = CounterSpec("egbe_gateway_admissions", "Runs admitted", ("tier",))
         self.blocked = CounterSpec("egbe_gateway_blocked", "Runs refused", ("tier", "reason"))
-        self.kills = CounterSpec("egbe_gateway_controls", "Operator controls applied", ("scope",))
+        self.controls = CounterSpec(
+            "egbe_gateway_controls", "Operator controls this gateway committed", ("scope",)
+        )
+        self.runs_stopped = CounterSpec(
+            "egbe_gateway_runs_stopped", "Runs a control stopped at a model or tool boundary", ("scope",)
+        )
         self.runs_ended = CounterSpec("egbe_gateway_runs_ended", "Runs ended", ("status",))
         self.provider_errors = CounterSpec(
             "egbe_gateway_provider_errors", "Provider errors by class", ("error_class",)
@@ -54,7 +59,8 @@ class GatewayMetrics(Collector):
             self.calls,
             self.admissions,
             self.blocked,
-            self.kills,
+            self.controls,
+            self.runs_stopped,
             self.runs_ended,
             self.provider_errors,
         )

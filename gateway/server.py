@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
@@ -77,12 +78,18 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         lambda: tokens.token_for(Role.SERVICE),
         channel_opener(settings),
     )
+    metrics_server = None
     if settings.gateway.metrics_port:
-        start_http_server(settings.gateway.metrics_port, registry=gateway.metrics.registry)
+        metrics_server, _ = start_http_server(
+            settings.gateway.metrics_port, registry=gateway.metrics.registry
+        )
 
     async def close() -> None:
         await cognition.close()
         await gateway.stop()
+        if metrics_server is not None:  # the port is free again for the gateway's next start
+            await asyncio.to_thread(metrics_server.shutdown)  # (waits out its serving loop's poll)
+            metrics_server.server_close()
 
     return ServiceBundle(
         name="gateway",

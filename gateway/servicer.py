@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import grpc
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -35,6 +36,7 @@ from services.grpc_types import Context
 _GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
 _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 _OPERATOR_ONLY = frozenset({Role.OPERATOR})
+T = TypeVar("T")
 # Operators name themselves in this metadata key (the CLI sends $USER); the audit records it.
 OPERATOR_ID_METADATA = "x-egbe-operator"
 # The role recorded for a refused operator attempt that presented no known token.
@@ -344,11 +346,17 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             return gateway_pb2.SubmitResponse.FromString(
                 _earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
             )
-        route = select_route(self._gateway.config.routing, candidate.tier)
+        adapter = self._gateway.adapter
+        # What answers: the offline adapter names itself, never the model it stands in for.
+        answering = (
+            adapter.name
+            if adapter.offline
+            else select_route(self._gateway.config.routing, candidate.tier).model_ref
+        )
         reply = gateway_pb2.SubmitResponse(
             run_id=admission.run.run_id,
-            model_ref=route.model_ref,
-            offline=self._gateway.adapter.offline,
+            model_ref=answering,
+            offline=adapter.offline,
             config_fingerprint=self._fingerprint(),
             reserved_tokens=admission.reserved_tokens,
             detail=admission.detail,
@@ -625,14 +633,40 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     def __init__(self, gateway: CognitionGateway) -> None:
         self._gateway = gateway
 
+    async def _refusals_audited(self, method: str, context: Context, operation: Awaitable[T]) -> T:
+        """A control request; one its checks refuse is an attempt too, audited as refused (naming the RPC,
+        and why) before its INVALID_ARGUMENT answers. An allowed one the store audits with its change."""
+        try:
+            return await operation
+        except InvalidArgument as error:
+            await self._gateway.record_operator_attempt(
+                method,
+                role=Role.OPERATOR.value,
+                operator_id=_operator_id(context),
+                allowed=False,
+                detail=error.message,
+            )
+            raise
+
     async def _control(
-        self, kind: ControlKind, scope: ControlScope, target: str, reason: str, context: Context
+        self,
+        method: str,
+        kind: ControlKind,
+        target: Callable[[], tuple[ControlScope, str]],
+        reason: str,
+        context: Context,
     ) -> tuple[Control, int]:
-        check_texts(ID_CHARS, target=target)
-        check_texts(TEXT_CHARS, reason=reason)
-        return await self._gateway.add_control(
-            kind, scope, target, reason=reason, operator_id=_operator_id(context)
-        )
+        """Add a control: `target` gives its scope and target (refusing a bad one)."""
+
+        async def add() -> tuple[Control, int]:
+            scope, name = target()
+            check_texts(ID_CHARS, target=name)
+            check_texts(TEXT_CHARS, reason=reason)
+            return await self._gateway.add_control(
+                kind, scope, name, reason=reason, operator_id=_operator_id(context)
+            )
+
+        return await self._refusals_audited(method, context, add())
 
     async def _audited_read(self, method: str, context: Context, detail: str = "") -> None:
         await self._gateway.record_operator_attempt(
@@ -643,7 +677,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         self, request: gateway_pb2.KillOriRequest, context: Context
     ) -> gateway_pb2.KillOriResponse:
         control, ended = await self._control(
-            ControlKind.KILL, ControlScope.ORI, request.ori_id, request.reason, context
+            "KillOri", ControlKind.KILL, lambda: (ControlScope.ORI, request.ori_id), request.reason, context
         )
         return gateway_pb2.KillOriResponse(control=control_message(control), runs_aborted=ended)
 
@@ -651,7 +685,11 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         self, request: gateway_pb2.KillTierRequest, context: Context
     ) -> gateway_pb2.KillTierResponse:
         control, ended = await self._control(
-            ControlKind.KILL, ControlScope.TIER, _tier_name(request.tier), request.reason, context
+            "KillTier",
+            ControlKind.KILL,
+            lambda: (ControlScope.TIER, _tier_name(request.tier)),
+            request.reason,
+            context,
         )
         return gateway_pb2.KillTierResponse(control=control_message(control), runs_aborted=ended)
 
@@ -659,31 +697,49 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         self, request: gateway_pb2.KillTenantRequest, context: Context
     ) -> gateway_pb2.KillTenantResponse:
         control, ended = await self._control(
-            ControlKind.KILL, ControlScope.TENANT, request.tenant_id, request.reason, context
+            "KillTenant",
+            ControlKind.KILL,
+            lambda: (ControlScope.TENANT, request.tenant_id),
+            request.reason,
+            context,
         )
         return gateway_pb2.KillTenantResponse(control=control_message(control), runs_aborted=ended)
 
     async def Pause(self, request: gateway_pb2.PauseRequest, context: Context) -> gateway_pb2.PauseResponse:
         control, _ = await self._control(
-            ControlKind.PAUSE, _scope(request.scope), request.target, request.reason, context
+            "Pause",
+            ControlKind.PAUSE,
+            lambda: (_scope(request.scope), request.target),
+            request.reason,
+            context,
         )
         return gateway_pb2.PauseResponse(control=control_message(control))
 
     async def Resume(
         self, request: gateway_pb2.ResumeRequest, context: Context
     ) -> gateway_pb2.ResumeResponse:
-        check_texts(ID_CHARS, target=request.target)
-        check_texts(TEXT_CHARS, reason=request.reason)
-        lifted = await self._gateway.lift_controls(
-            _scope(request.scope), request.target, reason=request.reason, operator_id=_operator_id(context)
-        )
+        async def lift() -> list[Control]:
+            check_texts(ID_CHARS, target=request.target)
+            check_texts(TEXT_CHARS, reason=request.reason)
+            return await self._gateway.lift_controls(
+                _scope(request.scope),
+                request.target,
+                reason=request.reason,
+                operator_id=_operator_id(context),
+            )
+
+        lifted = await self._refusals_audited("Resume", context, lift())
         return gateway_pb2.ResumeResponse(lifted=[control_message(c) for c in lifted])
 
     async def Quarantine(
         self, request: gateway_pb2.QuarantineRequest, context: Context
     ) -> gateway_pb2.QuarantineResponse:
         control, _ = await self._control(
-            ControlKind.QUARANTINE, _scope(request.scope), request.target, request.reason, context
+            "Quarantine",
+            ControlKind.QUARANTINE,
+            lambda: (_scope(request.scope), request.target),
+            request.reason,
+            context,
         )
         return gateway_pb2.QuarantineResponse(control=control_message(control))
 

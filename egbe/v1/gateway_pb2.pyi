@@ -896,7 +896,9 @@ class EvaluateBudgetRequest(_message.Message):
     HOMESTEAD_REST_BP_FIELD_NUMBER: _builtins.int
     WORLD_CAP_TOKENS_FIELD_NUMBER: _builtins.int
     homestead_rest_bp: _builtins.int
-    """Homestead-rest pace multiplier in basis points; 0 = 10000 (no change); can only lower the cap."""
+    """Homestead-rest pace multiplier in basis points; 0 = none; can only lower the cap, and below the
+    gateway's configured multiplier (budget.homestead_rest_bp) only.
+    """
     world_cap_tokens: _builtins.int
     """Optional cap override; 0 = the configured world cap."""
     @_builtins.property

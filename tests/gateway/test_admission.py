@@ -13,9 +13,10 @@ from psycopg import sql
 
 from cognition_service.output_schemas import DialogueReply
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
+from gateway.config import BudgetConfig
 from services.auth import Role
 from services.errors import field_violations
-from tests.gateway.harness import ATROPOS, CLOTHO, GatewayHarness, gateway_settings, start_gateway
+from tests.gateway.harness import ATROPOS, CLOTHO, LACHESIS, GatewayHarness, gateway_settings, start_gateway
 
 
 def _reason(error: grpc.aio.AioRpcError) -> str:
@@ -59,6 +60,8 @@ async def test_a_run_is_admitted_called_audited_and_released(gateway: GatewayHar
     assert record.input_context["task_instruction"].startswith("Objective: open the bakery")
     assert record.retention_policy_id == "v1:audit-platform:retention:cognition-call"
     assert record.policy_decision.startswith("v1:isis-behavior-policy")
+    # The fingerprint of the config that admitted the run, stamped on its record.
+    assert record.config_fingerprint.fnv1a64 == admitted.config_fingerprint.fnv1a64
     assert len(record.config_fingerprint.fnv1a64) == 16
     assert record.cost.estimated
     assert record.cost.micro_usd == -(-used * 1_500 // 1_000)
@@ -80,6 +83,37 @@ async def test_a_clotho_run_gets_two_model_calls(gateway: GatewayHarness) -> Non
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "max_model_calls" in _reason(refused.value)
     assert len(await gateway.audit_records(run_id=run.run_id)) == 2
+
+
+async def test_each_tier_gets_its_default_run_budget(gateway: GatewayHarness) -> None:
+    budgets = {}
+    for tier in (CLOTHO, LACHESIS, ATROPOS):
+        run = await gateway.admit("ada", tier)
+        budgets[tier] = (run.budget.max_model_calls, run.budget.max_tool_calls, run.budget.max_tokens)
+        assert run.reserved_tokens == run.budget.max_tokens
+    assert budgets == {CLOTHO: (2, 2, 4_000), LACHESIS: (6, 8, 16_000), ATROPOS: (16, 24, 64_000)}
+
+
+async def test_a_configured_homestead_rest_lowers_the_cap_admission_and_reports_use(
+    tmp_path: Path, database_url: str | None
+) -> None:
+    # 10,000 tokens an hour at half pace: one Clotho reservation (4,000) fits, two do not.
+    budget = BudgetConfig(world_cap_tokens_per_hour=10_000, homestead_rest_bp=5_000)
+    harness = await start_gateway(gateway_settings(tmp_path, database_url, budget=budget))
+    try:
+        first = await harness.admit("ada")
+        second = await harness.admit("bram")
+        spend = await harness.spend("world-1")
+        evaluated = await harness.gateway.EvaluateBudget(
+            gateway_pb2.EvaluateBudgetRequest(), metadata=harness.metadata(Role.SERVICE)
+        )
+    finally:
+        await harness.stop()
+    assert first.admitted
+    assert not second.admitted
+    assert "world cap of 5000 tokens" in second.detail
+    assert spend.world_cap_tokens == 5_000
+    assert evaluated.world_cap_tokens == 5_000
 
 
 async def test_tool_calls_are_counted_against_the_run_budget(gateway: GatewayHarness) -> None:
@@ -293,3 +327,28 @@ async def test_every_cause_the_protocol_names_is_admitted_and_audited_by_its_lab
         (record,) = await gateway.audit_records(run_id=admitted.run_id)
         name = action_pb2.CognitionCause.Name(cause)
         assert record.cause == name.removeprefix("COGNITION_CAUSE_").lower().replace("_", "-")
+
+
+async def test_audit_records_page_in_order_and_filter_by_tier(gateway: GatewayHarness) -> None:
+    calls = []
+    for ori, tier in (("ada", CLOTHO), ("bram", LACHESIS), ("cole", ATROPOS), ("dana", CLOTHO)):
+        run = await gateway.admit(ori, tier)
+        calls.append((ori, tier, (await gateway.generate(run.run_id)).call_id))
+    pages: list[list[str]] = []
+    token = ""
+    for _ in range(10):
+        page = await gateway.operator.ListAuditRecords(
+            gateway_pb2.ListAuditRecordsRequest(page_size=3, page_token=token),
+            metadata=gateway.metadata(Role.OPERATOR),
+        )
+        pages.append([record.call_id for record in page.records])
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages == [[call_id for _, _, call_id in calls[:3]], [calls[3][2]]]
+    clotho = await gateway.audit_records(tier=CLOTHO)
+    assert [(r.ori.ori_id, r.tier, r.call_id) for r in clotho] == [calls[0], calls[3]]
+    with pytest.raises(grpc.aio.AioRpcError) as invalid:
+        await gateway.audit_records(tier=9)
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "tier" in (invalid.value.details() or "")

@@ -85,6 +85,17 @@ def test_homestead_rest_can_only_lower_the_cap(rest_bp: int, expected: int) -> N
     assert resolve_world_cap(CONFIG, rest_bp) == expected
 
 
+@pytest.mark.parametrize(
+    ("request_bp", "override", "expected"),
+    [(0, 0, 48_000_000), (2_500, 0, 24_000_000), (7_500, 0, 48_000_000), (0, 10_000, 5_000)],
+)
+def test_a_configured_homestead_rest_lowers_every_cap_and_a_request_only_lowers_it_further(
+    request_bp: int, override: int, expected: int
+) -> None:
+    rested = BudgetConfig(homestead_rest_bp=5_000)
+    assert resolve_world_cap(rested, request_bp, override) == expected
+
+
 def test_unspecified_tier_is_invalid() -> None:
     with pytest.raises(InvalidArgument) as caught:
         evaluate_budget([TokenRequest("a", common_pb2.COGNITION_TIER_UNSPECIFIED, 1)], CONFIG, 10)

@@ -69,3 +69,29 @@ async def test_operators_kill_list_spend_resume_and_export(
     refused = egbe(data_dir, "ops", "kill", "tier", "nonsense", "--reason", "x")
     assert refused.returncode == 1
     assert "INVALID_ARGUMENT" in refused.stderr
+
+
+def test_operators_kill_a_tier_and_a_tenant_pause_and_quarantine_then_resume_each(
+    embedded_egbe: EmbeddedEgbe,
+) -> None:
+    data_dir = embedded_egbe.data_dir
+    controls = (
+        ("kill", "tier", "atropos", "KILL", "TIER"),
+        ("kill", "tenant", "cli-tenant-k", "KILL", "TENANT"),
+        ("pause", "ori", "cli-paused", "PAUSE", "ORI"),
+        ("quarantine", "tenant", "cli-tenant-q", "QUARANTINE", "TENANT"),
+    )
+    try:
+        for command, scope, target, _, _ in controls:
+            done = egbe(data_dir, "ops", command, scope, target, "--reason", f"{command} drill")
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["control"]["target"] == target
+        listed = [json.loads(line) for line in egbe(data_dir, "ops", "list").stdout.splitlines()]
+        assert sorted((c["kind"], c["scope"], c["target"]) for c in listed) == sorted(
+            (f"CONTROL_KIND_{kind}", f"CONTROL_SCOPE_{scope}", target) for *_, target, kind, scope in controls
+        )
+        assert all(c["reason"].endswith(" drill") for c in listed)
+    finally:  # (the embedded services are shared by the session's other tests)
+        for _, scope, target, _, _ in controls:
+            egbe(data_dir, "ops", "resume", scope, target, "--reason", "drill over")
+    assert egbe(data_dir, "ops", "list").stdout == ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
@@ -12,7 +12,15 @@ import pytest
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from services.auth import Role, TokenStore
 from services.settings import Endpoint
-from tests.gateway.harness import ATROPOS, CLOTHO, LACHESIS, GatewayHarness, gateway_settings, start_gateway
+from tests.gateway.harness import (
+    ATROPOS,
+    CLOTHO,
+    LACHESIS,
+    GatewayHarness,
+    free_port,
+    gateway_settings,
+    start_gateway,
+)
 
 
 async def _kill_ori(harness: GatewayHarness, ori: str) -> gateway_pb2.KillOriResponse:
@@ -219,6 +227,66 @@ async def test_only_operators_control_and_every_attempt_is_audited_and_readable(
         assert field in (invalid.value.details() or "")
 
 
+async def test_a_control_request_its_checks_refuse_is_audited_as_refused(gateway: GatewayHarness) -> None:
+    metadata = (*gateway.metadata(Role.OPERATOR), ("x-egbe-operator", "dave"))
+    operator = gateway.operator
+    ori = gateway_pb2.CONTROL_SCOPE_ORI
+    refused_calls: tuple[tuple[str, Callable[[], Awaitable[object]]], ...] = (
+        ("KillOri", lambda: operator.KillOri(gateway_pb2.KillOriRequest(ori_id="ada"), metadata=metadata)),
+        ("KillTier", lambda: operator.KillTier(gateway_pb2.KillTierRequest(reason="r"), metadata=metadata)),
+        (
+            "KillTenant",
+            lambda: operator.KillTenant(
+                gateway_pb2.KillTenantRequest(tenant_id="t" * 200, reason="r"), metadata=metadata
+            ),
+        ),
+        (
+            "Pause",
+            lambda: operator.Pause(gateway_pb2.PauseRequest(target="ada", reason="r"), metadata=metadata),
+        ),
+        (
+            "Quarantine",
+            lambda: operator.Quarantine(
+                gateway_pb2.QuarantineRequest(scope=ori, reason="r"), metadata=metadata
+            ),
+        ),
+        (
+            "Resume",
+            lambda: operator.Resume(gateway_pb2.ResumeRequest(scope=ori, reason="r"), metadata=metadata),
+        ),
+    )
+    told = []
+    for _, call in refused_calls:  # one at a time: the attempts are recorded in this order
+        with pytest.raises(grpc.aio.AioRpcError) as invalid:
+            await call()
+        assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        told.append(invalid.value.details())
+    attempts = await _attempts(gateway, decision=gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED)
+    assert [(a.method, a.role, a.operator_id) for a in attempts] == [
+        (method, "operator", "dave") for method, _ in refused_calls
+    ]
+    assert [a.detail for a in attempts] == told  # why each was refused, as its caller was told
+    assert "reason" in attempts[0].detail
+    assert "tier" in attempts[1].detail
+    listed = await operator.ListControls(
+        gateway_pb2.ListControlsRequest(include_inactive=True), metadata=gateway.metadata(Role.OPERATOR)
+    )
+    assert list(listed.controls) == []  # none of them changed anything
+
+
+async def test_a_kill_stops_a_run_at_its_tool_boundary(gateway: GatewayHarness) -> None:
+    run = await gateway.admit("ada")
+    await gateway.generate(run.run_id, tool_grants=["biography.recall"])
+    killed = await _kill_ori(gateway, "ada")
+    with pytest.raises(grpc.aio.AioRpcError) as stopped:
+        await gateway.gateway.CheckToolCall(
+            gateway_pb2.CheckToolCallRequest(run_id=run.run_id, tool_name="biography.recall"),
+            metadata=gateway.metadata(Role.SERVICE),
+        )
+    assert stopped.value.code() == grpc.StatusCode.ABORTED
+    assert killed.control.control_id in (stopped.value.details() or "")
+
+
 async def test_a_restarted_gateway_loads_its_controls_before_serving(
     tmp_path: Path, database_url: str | None
 ) -> None:
@@ -245,11 +313,8 @@ async def test_submit_releases_its_reservation_when_think_fails(
     tmp_path: Path, database_url: str | None
 ) -> None:
     """Nothing serves the cognition endpoint here, so Think fails; the run must not keep its tokens."""
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
-        probe.bind(("127.0.0.1", 0))
-        closed_port = probe.getsockname()[1]
     settings = gateway_settings(tmp_path, database_url)
-    endpoints = {**settings.endpoints, "cognition": Endpoint(port=closed_port)}
+    endpoints = {**settings.endpoints, "cognition": Endpoint(port=free_port())}
     gateway = await start_gateway(settings.model_copy(update={"endpoints": endpoints}))
     try:
         await _submit_and_fail(gateway)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -16,7 +18,15 @@ from gateway.store.schema import ADDED_COLUMNS
 from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role
 from tests.gateway.fake_anthropic import SLOW_MODEL_SECONDS, FakeAnthropic, Scripted, error_body
-from tests.gateway.harness import CLOTHO, GatewayHarness, anthropic_gateway, gateway_settings, start_gateway
+from tests.gateway.harness import (
+    CLOTHO,
+    GatewayHarness,
+    anthropic_gateway,
+    free_port,
+    gateway_settings,
+    start_gateway,
+)
+from tests.prometheus_samples import exposed_samples
 
 
 async def _ledger_equals_audit(harness: GatewayHarness, world: str = "world-1") -> None:
@@ -183,7 +193,8 @@ async def test_a_store_from_before_the_kernel_call_id_gains_its_columns(tmp_path
 async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats(
     tmp_path: Path, database_url: str | None, fake: FakeAnthropic
 ) -> None:
-    harness = await anthropic_gateway(tmp_path, database_url)
+    metrics_port = free_port()
+    harness = await anthropic_gateway(tmp_path, database_url, metrics_port=metrics_port)
     try:
         run = await harness.admit("ada")
         fake.script.append(Scripted(529, error_body("overloaded_error", "Overloaded")))
@@ -195,5 +206,27 @@ async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats
         )
         stats = json_format.MessageToDict(reply.stats)
         assert stats["providerErrors"] == {"overloaded": 1.0, "total": 1.0, "runsPresent": 1.0}
+        # And in the metrics, scraped from the gateway's Prometheus endpoint over HTTP.
+        scraped = await asyncio.to_thread(_scrape, metrics_port)
     finally:
         await harness.stop()
+    with socket.socket() as rebind:  # the metrics endpoint closed with the gateway: its port can be bound
+        rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (as a restarted one binds it)
+        rebind.bind(("127.0.0.1", metrics_port))
+    samples = exposed_samples(scraped)
+    assert samples[("egbe_gateway_provider_errors_total", (("error_class", "overloaded"),))] == 1
+    assert (
+        samples[
+            (
+                "egbe_gateway_model_calls_total",
+                (("model", "anthropic:claude-opus-class-latest"), ("tier", "clotho")),
+            )
+        ]
+        == 1
+    )
+
+
+def _scrape(port: int) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body: bytes = response.read()
+    return body

@@ -69,6 +69,6 @@ def test_a_counter_never_goes_down() -> None:
 
 def test_each_gateway_counts_on_a_registry_of_its_own() -> None:
     first, second = GatewayMetrics(), GatewayMetrics()
-    first.count(first.kills, "ori")
+    first.count(first.controls, "ori")
     assert ("egbe_gateway_controls_total", (("scope", "ori"),)) in _samples(first)
     assert ("egbe_gateway_controls_total", (("scope", "ori"),)) not in _samples(second)

@@ -14,7 +14,7 @@ from egbe.v1 import gateway_pb2
 from gateway.config import GatewayConfig, RoutingConfig, TierRoute
 from gateway.server import build_gateway
 from services.auth import Role
-from services.errors import InvalidArgument
+from services.errors import Aborted, InvalidArgument
 from services.settings import load_settings
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
@@ -102,10 +102,14 @@ async def test_metrics_count_tokens_admissions_and_kills(tmp_path: Path) -> None
         admitted = await gateway.admit(Who("t", "w", "ada"), 1, 1)
         await gateway.generate(admitted.run.run_id, ModelRequest("p", "Objective: x", mode="dialogue"))
         await gateway.add_control(ControlKind.KILL, ControlScope.ORI, "ada", reason="r", operator_id="o")
+        with pytest.raises(Aborted):  # the kill stops the run at its next model boundary
+            await gateway.generate(admitted.run.run_id, ModelRequest("p", "Objective: x", mode="dialogue"))
         text = gateway.metrics.exposition().decode()
     finally:
         await gateway.stop()
     assert 'egbe_gateway_admissions_total{tier="clotho"} 1.0' in text
+    # One control committed; the run it stopped is counted apart from it.
     assert 'egbe_gateway_controls_total{scope="ori"} 1.0' in text
+    assert 'egbe_gateway_runs_stopped_total{scope="ori"} 1.0' in text
     assert 'egbe_gateway_model_calls_total{model="offline:deterministic-v1",tier="clotho"} 1.0' in text
     assert json.dumps("egbe_gateway_tokens_total")[1:-1] in text

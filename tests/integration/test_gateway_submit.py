@@ -22,6 +22,7 @@ async def test_submit_runs_the_pipeline_through_generate_and_releases(embedded_e
             reply.detail
         )
         assert reply.offline
+        assert reply.model_ref == "offline:deterministic-v1"  # never the model the adapter stands in for
         assert reply.usage.input_tokens > 0
         repeat = await gateway.Submit(submit, metadata=service)
         assert repeat == reply  # a repeated request id answers the first run's result
