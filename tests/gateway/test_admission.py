@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 from pathlib import Path
 
 import grpc
@@ -252,6 +254,37 @@ async def test_admission_fails_closed_when_the_store_is_unreachable(
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await call
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await harness.stop()
+
+
+async def test_admission_fails_closed_while_the_sqlite_store_cannot_be_written(tmp_path: Path) -> None:
+    harness = await start_gateway(gateway_settings(tmp_path, store_timeout_seconds=1.0))
+    try:
+        run = await harness.admit("ada")
+        # Another process holds SQLite's write lock past the store timeout.
+        blocker = sqlite3.connect(tmp_path / "gateway.sqlite3", isolation_level=None, timeout=0)
+        blocker.execute("BEGIN EXCLUSIVE")
+        try:
+            for call in (harness.generate(run.run_id), harness.admit("bram")):
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        finally:
+            blocker.rollback()
+            blocker.close()
+        codes_meanwhile = set()
+        for _ in range(100):  # admitting again once the store answers (the gateway probes it)
+            try:
+                admitted = await harness.admit("cole")
+                break
+            except grpc.aio.AioRpcError as refused:
+                codes_meanwhile.add(refused.code())
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the gateway never admitted again after the store recovered")
+        assert admitted.admitted
+        assert codes_meanwhile <= {grpc.StatusCode.UNAVAILABLE}
     finally:
         await harness.stop()
 
