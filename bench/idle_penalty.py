@@ -29,7 +29,7 @@ import os
 import time
 from pathlib import Path
 
-from bench.gateway_overhead import _run_request
+from bench.gateway_overhead import _percentile, _run_request
 from egbe.v1 import gateway_pb2
 from gateway.adapters.offline import OfflineAdapter
 from gateway.servicer import _model_request
@@ -77,7 +77,7 @@ async def _timed_units(
 
 
 def _p50_us(values: list[float]) -> float:
-    return round(sorted(values)[len(values) // 2] * 1e6, 1)
+    return round(_percentile(values, 0.5) * 1e6, 1)
 
 
 def _read(path: Path) -> str | None:

@@ -34,7 +34,8 @@ from typing import Any
 import grpc
 
 from bench.biography_append import fresh_database
-from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from bench.gateway_overhead import _percentile, admit_request
+from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 from services.runtime import run_event_loop
@@ -43,17 +44,8 @@ TARGET_MS = 1_000.0
 POLL_LIMIT_S = 10.0  # a push slower than this is reported as not propagated
 
 
-def _admission(ori: str) -> gateway_pb2.AdmitRunRequest:
-    return gateway_pb2.AdmitRunRequest(
-        ori=common_pb2.OriRef(tenant_id="bench", world_id="bench", ori_id=ori),
-        tier=common_pb2.COGNITION_TIER_CLOTHO,
-        cause=1,  # type: ignore[arg-type]
-    )
-
-
 def _ms(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] * 1000, 3)
+    return round(_percentile(values, fraction) * 1000, 3)
 
 
 def _summary(name: str, values: list[float]) -> dict[str, float]:
@@ -78,7 +70,7 @@ async def measure(a: ServiceProcesses, b: ServiceProcesses, kills: int) -> dict[
         for index in range(kills):
             ori = f"kill-bench-{index}"
             started = time.perf_counter()
-            await gateway_b.AdmitRun(_admission(ori), metadata=service_b)
+            await gateway_b.AdmitRun(admit_request(ori), metadata=service_b)
             admissions.append(time.perf_counter() - started)
             sent = time.perf_counter()
             killed = await operator.KillOri(
@@ -89,7 +81,7 @@ async def measure(a: ServiceProcesses, b: ServiceProcesses, kills: int) -> dict[
             polls = 0
             while True:
                 try:
-                    await gateway_b.AdmitRun(_admission(ori), metadata=service_b)
+                    await gateway_b.AdmitRun(admit_request(ori), metadata=service_b)
                     polls += 1
                 except grpc.aio.AioRpcError as refused:
                     if refused.code() != grpc.StatusCode.ABORTED:

@@ -1,5 +1,5 @@
-"""Prometheus metrics of one gateway: tokens and cost by tier and model, admissions, blocks, kills, errors,
-and how long model calls take.
+"""Prometheus metrics of one gateway: tokens and cost by tier and model, admissions, blocks, controls,
+runs they stopped, errors, and how long model calls take.
 
 Counted into plain numbers and turned into metric families only when scraped (as the kernel's are):
 prometheus_client's metric objects take a lock and check their state on every update, and a fused run

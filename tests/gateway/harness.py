@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -48,14 +47,6 @@ async def anthropic_gateway(data_dir: Path, database_url: str | None, **gateway:
     so a transient error gives up quickly; `gateway` sets more of its config."""
     anthropic = AnthropicConfig(max_attempts=2, backoff_base_seconds=0.01, backoff_max_seconds=0.05)
     return await start_gateway(gateway_settings(data_dir, database_url, anthropic=anthropic, **gateway))
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago (nothing listens there until a test binds it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def backend_store(data_dir: Path, database_url: str | None) -> GatewayStore:

@@ -11,13 +11,13 @@ import pytest
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from services.auth import Role, TokenStore
+from services.local_cluster import free_ports
 from services.settings import Endpoint
 from tests.gateway.harness import (
     ATROPOS,
     CLOTHO,
     LACHESIS,
     GatewayHarness,
-    free_port,
     gateway_settings,
     start_gateway,
 )
@@ -314,7 +314,7 @@ async def test_submit_releases_its_reservation_when_think_fails(
 ) -> None:
     """Nothing serves the cognition endpoint here, so Think fails; the run must not keep its tokens."""
     settings = gateway_settings(tmp_path, database_url)
-    endpoints = {**settings.endpoints, "cognition": Endpoint(port=free_port())}
+    endpoints = {**settings.endpoints, "cognition": Endpoint(port=free_ports(1)[0])}
     gateway = await start_gateway(settings.model_copy(update={"endpoints": endpoints}))
     try:
         await _submit_and_fail(gateway)

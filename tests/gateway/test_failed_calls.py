@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import sqlite3
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -17,16 +16,16 @@ from gateway.audit import audit_problems
 from gateway.store.schema import ADDED_COLUMNS
 from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role
+from services.local_cluster import free_ports
 from tests.gateway.fake_anthropic import SLOW_MODEL_SECONDS, FakeAnthropic, Scripted, error_body
 from tests.gateway.harness import (
     CLOTHO,
     GatewayHarness,
     anthropic_gateway,
-    free_port,
     gateway_settings,
     start_gateway,
 )
-from tests.prometheus_samples import exposed_samples
+from tests.prometheus_samples import exposed_samples, scrape
 
 
 async def _ledger_equals_audit(harness: GatewayHarness, world: str = "world-1") -> None:
@@ -193,7 +192,7 @@ async def test_a_store_from_before_the_kernel_call_id_gains_its_columns(tmp_path
 async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats(
     tmp_path: Path, database_url: str | None, fake: FakeAnthropic
 ) -> None:
-    metrics_port = free_port()
+    [metrics_port] = free_ports(1)
     harness = await anthropic_gateway(tmp_path, database_url, metrics_port=metrics_port)
     try:
         run = await harness.admit("ada")
@@ -207,7 +206,7 @@ async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats
         stats = json_format.MessageToDict(reply.stats)
         assert stats["providerErrors"] == {"overloaded": 1.0, "total": 1.0, "runsPresent": 1.0}
         # And in the metrics, scraped from the gateway's Prometheus endpoint over HTTP.
-        scraped = await asyncio.to_thread(_scrape, metrics_port)
+        scraped = await asyncio.to_thread(scrape, metrics_port)
     finally:
         await harness.stop()
     with socket.socket() as rebind:  # the metrics endpoint closed with the gateway: its port can be bound
@@ -224,9 +223,3 @@ async def test_errors_retried_past_are_counted_on_the_run_and_in_the_retry_stats
         ]
         == 1
     )
-
-
-def _scrape(port: int) -> bytes:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        body: bytes = response.read()
-    return body

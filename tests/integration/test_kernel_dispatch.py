@@ -3,37 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import urllib.request
 from pathlib import Path
 
 import grpc
 
 from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from services.auth import Role, bearer_metadata
+from services.local_cluster import free_ports
 from services.settings import load_settings
 from tests.kernel_service.frames import WORLD, registrations
+from tests.prometheus_samples import scrape
 from world.embedded import DemoTarget, services_for_run
 
 AGENTS = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _scrape(port: int) -> dict[str, float]:
     """The kernel's Prometheus endpoint over HTTP, as `name{labels}` -> value."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+    text = scrape(port).decode()
     samples = (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     return {name: float(value) for name, value in samples}
 
 
 async def test_candidates_go_to_the_gateway_and_results_merge_into_a_later_tick(tmp_path: Path) -> None:
-    metrics_port = _free_port()
+    [metrics_port] = free_ports(1)
     settings = load_settings(data_dir=tmp_path / "data", kernel={"metrics_port": metrics_port})
     async with services_for_run(
         settings, tmp_path / "run", snapshot_every=50, target=DemoTarget.EMBEDDED
