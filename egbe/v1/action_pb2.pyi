@@ -6,6 +6,7 @@ What the kernel answers: one action per Ori, the tick report, and the cognition 
 from collections import abc as _abc
 from egbe.v1 import biography_pb2 as _biography_pb2
 from egbe.v1 import common_pb2 as _common_pb2
+from egbe.v1 import perception_pb2 as _perception_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
@@ -472,6 +473,7 @@ class CognitionCallCandidate(_message.Message):
     TICK_FIELD_NUMBER: _builtins.int
     BATCH_GROUP_FIELD_NUMBER: _builtins.int
     NEEDS_REHYDRATION_FIELD_NUMBER: _builtins.int
+    MOMENT_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Deterministic: "<world>:<tick>:<slot>:<cause>"."""
     slot: _builtins.int
@@ -488,6 +490,12 @@ class CognitionCallCandidate(_message.Message):
     """First Clotho decision after an escalation: the cognition stack must rehydrate first."""
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
+    @_builtins.property
+    def moment(self) -> Global___CallMoment:
+        """What the kernel knew of the Ori's moment when it issued the call. Filled by the dispatcher on
+        the call it submits (outside the tick); empty in the TickResult the world receives.
+        """
+
     def __init__(
         self,
         *,
@@ -502,14 +510,95 @@ class CognitionCallCandidate(_message.Message):
         tick: _builtins.int = ...,
         batch_group: _builtins.str = ...,
         needs_rehydration: _builtins.bool = ...,
+        moment: Global___CallMoment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["moment", b"moment", "ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_group", b"batch_group", "call_id", b"call_id", "cause", b"cause", "cost_estimate_micro_usd", b"cost_estimate_micro_usd", "model_route", b"model_route", "needs_rehydration", b"needs_rehydration", "ori", b"ori", "slot", b"slot", "tick", b"tick", "tier", b"tier", "token_estimate", b"token_estimate"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_group", b"batch_group", "call_id", b"call_id", "cause", b"cause", "cost_estimate_micro_usd", b"cost_estimate_micro_usd", "model_route", b"model_route", "moment", b"moment", "needs_rehydration", b"needs_rehydration", "ori", b"ori", "slot", b"slot", "tick", b"tick", "tier", b"tier", "token_estimate", b"token_estimate"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CognitionCallCandidate: _TypeAlias = CognitionCallCandidate  # noqa: Y015
+
+@_typing.final
+class CallMoment(_message.Message):
+    """The Ori's moment at the tick a call was issued: the world's text and the kernel's state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SITUATION_FIELD_NUMBER: _builtins.int
+    PLAYER_PROXIMITY_MM_FIELD_NUMBER: _builtins.int
+    NEED_SAFETY_BP_FIELD_NUMBER: _builtins.int
+    NEED_SUSTAINING_BP_FIELD_NUMBER: _builtins.int
+    NEED_SOCIAL_BP_FIELD_NUMBER: _builtins.int
+    NEED_PURPOSE_BP_FIELD_NUMBER: _builtins.int
+    FATIGUE_BP_FIELD_NUMBER: _builtins.int
+    THREAT_PRESENT_FIELD_NUMBER: _builtins.int
+    MINOR_PRESENT_FIELD_NUMBER: _builtins.int
+    EMOTION_FIELD_NUMBER: _builtins.int
+    GOAL_REF_FIELD_NUMBER: _builtins.int
+    GOAL_FIELD_NUMBER: _builtins.int
+    PLAN_STEP_FIELD_NUMBER: _builtins.int
+    PLAN_STEP_NAME_FIELD_NUMBER: _builtins.int
+    TIER_REASON_FIELD_NUMBER: _builtins.int
+    GUARDS_FIELD_NUMBER: _builtins.int
+    player_proximity_mm: _builtins.int
+    """Distance to the nearest player, millimetres (2147483647: none near)."""
+    need_safety_bp: _builtins.int
+    """Need pressures, basis points."""
+    need_sustaining_bp: _builtins.int
+    need_social_bp: _builtins.int
+    need_purpose_bp: _builtins.int
+    fatigue_bp: _builtins.int
+    threat_present: _builtins.bool
+    minor_present: _builtins.bool
+    emotion: _builtins.str
+    """The behaviour layer's named emotion (calm, content, determined, tired, lonely, anxious,
+    grieving); empty without a behaviour layer.
+    """
+    goal_ref: _builtins.int
+    """The goal the Ori pursues (interned ref, 0 = none) and its words: family and tags."""
+    goal: _builtins.str
+    plan_step: _builtins.int
+    """The HTN step in hand (0 = none) and its name."""
+    plan_step_name: _builtins.str
+    tier_reason: Global___TierReason.ValueType
+    """Why the Ori holds its tier."""
+    @_builtins.property
+    def situation(self) -> _perception_pb2.SituationText:
+        """The world's situation text for this slot on the issuing tick; unset when it sent none."""
+
+    @_builtins.property
+    def guards(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Guards that fired on this Ori this tick: "repeated-action", "stale-goal"."""
+
+    def __init__(
+        self,
+        *,
+        situation: _perception_pb2.SituationText | None = ...,
+        player_proximity_mm: _builtins.int = ...,
+        need_safety_bp: _builtins.int = ...,
+        need_sustaining_bp: _builtins.int = ...,
+        need_social_bp: _builtins.int = ...,
+        need_purpose_bp: _builtins.int = ...,
+        fatigue_bp: _builtins.int = ...,
+        threat_present: _builtins.bool = ...,
+        minor_present: _builtins.bool = ...,
+        emotion: _builtins.str = ...,
+        goal_ref: _builtins.int = ...,
+        goal: _builtins.str = ...,
+        plan_step: _builtins.int = ...,
+        plan_step_name: _builtins.str = ...,
+        tier_reason: Global___TierReason.ValueType = ...,
+        guards: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["situation", b"situation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["emotion", b"emotion", "fatigue_bp", b"fatigue_bp", "goal", b"goal", "goal_ref", b"goal_ref", "guards", b"guards", "minor_present", b"minor_present", "need_purpose_bp", b"need_purpose_bp", "need_safety_bp", b"need_safety_bp", "need_social_bp", b"need_social_bp", "need_sustaining_bp", b"need_sustaining_bp", "plan_step", b"plan_step", "plan_step_name", b"plan_step_name", "player_proximity_mm", b"player_proximity_mm", "situation", b"situation", "threat_present", b"threat_present", "tier_reason", b"tier_reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CallMoment: _TypeAlias = CallMoment  # noqa: Y015
 
 @_typing.final
 class LifecycleRequest(_message.Message):

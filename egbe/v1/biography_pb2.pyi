@@ -37,6 +37,9 @@ class _OriEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_OriEvent
     ORI_EVENT_KIND_GOAL_ARC_ADVANCED: _OriEventKind.ValueType  # 7
     ORI_EVENT_KIND_CONSOLIDATED: _OriEventKind.ValueType  # 8
     ORI_EVENT_KIND_DIRECTIVE_REFUSED: _OriEventKind.ValueType  # 9
+    ORI_EVENT_KIND_IDENTITY_REGISTERED: _OriEventKind.ValueType  # 10
+    """Payload: the OriIdentity in protobuf's JSON mapping, plus "identity_version"."""
+    ORI_EVENT_KIND_IDENTITY_CHANGED: _OriEventKind.ValueType  # 11
 
 class OriEventKind(_OriEventKind, metaclass=_OriEventKindEnumTypeWrapper): ...
 
@@ -50,6 +53,9 @@ ORI_EVENT_KIND_VALUE_SHIFT: OriEventKind.ValueType  # 6
 ORI_EVENT_KIND_GOAL_ARC_ADVANCED: OriEventKind.ValueType  # 7
 ORI_EVENT_KIND_CONSOLIDATED: OriEventKind.ValueType  # 8
 ORI_EVENT_KIND_DIRECTIVE_REFUSED: OriEventKind.ValueType  # 9
+ORI_EVENT_KIND_IDENTITY_REGISTERED: OriEventKind.ValueType  # 10
+"""Payload: the OriIdentity in protobuf's JSON mapping, plus "identity_version"."""
+ORI_EVENT_KIND_IDENTITY_CHANGED: OriEventKind.ValueType  # 11
 Global___OriEventKind: _TypeAlias = OriEventKind  # noqa: Y015
 
 class _ReadDirection:
@@ -68,6 +74,270 @@ READ_DIRECTION_UNSPECIFIED: ReadDirection.ValueType  # 0
 READ_DIRECTION_FORWARD: ReadDirection.ValueType  # 1
 READ_DIRECTION_BACKWARD: ReadDirection.ValueType  # 2
 Global___ReadDirection: _TypeAlias = ReadDirection  # noqa: Y015
+
+@_typing.final
+class TraitLevel(_message.Message):
+    """One personality axis: warmth, curiosity, caution, ambition, conscientiousness, candor, defiance or
+    playfulness.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AXIS_FIELD_NUMBER: _builtins.int
+    LEVEL_BP_FIELD_NUMBER: _builtins.int
+    axis: _builtins.str
+    level_bp: _builtins.int
+    """0..10000."""
+    def __init__(
+        self,
+        *,
+        axis: _builtins.str = ...,
+        level_bp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["axis", b"axis", "level_bp", b"level_bp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TraitLevel: _TypeAlias = TraitLevel  # noqa: Y015
+
+@_typing.final
+class NeedsBaseline(_message.Message):
+    """Starting need pressures, basis points (0..10000; higher is more pressing)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SAFETY_BP_FIELD_NUMBER: _builtins.int
+    SUSTAINING_BP_FIELD_NUMBER: _builtins.int
+    SOCIAL_BP_FIELD_NUMBER: _builtins.int
+    PURPOSE_BP_FIELD_NUMBER: _builtins.int
+    FATIGUE_BP_FIELD_NUMBER: _builtins.int
+    safety_bp: _builtins.int
+    sustaining_bp: _builtins.int
+    social_bp: _builtins.int
+    purpose_bp: _builtins.int
+    fatigue_bp: _builtins.int
+    def __init__(
+        self,
+        *,
+        safety_bp: _builtins.int = ...,
+        sustaining_bp: _builtins.int = ...,
+        social_bp: _builtins.int = ...,
+        purpose_bp: _builtins.int = ...,
+        fatigue_bp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fatigue_bp", b"fatigue_bp", "purpose_bp", b"purpose_bp", "safety_bp", b"safety_bp", "social_bp", b"social_bp", "sustaining_bp", b"sustaining_bp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NeedsBaseline: _TypeAlias = NeedsBaseline  # noqa: Y015
+
+@_typing.final
+class IdentityRelationship(_message.Message):
+    """Someone the Ori is related to."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OTHER_ORI_ID_FIELD_NUMBER: _builtins.int
+    OTHER_NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    AFFINITY_BP_FIELD_NUMBER: _builtins.int
+    other_ori_id: _builtins.str
+    other_name: _builtins.str
+    """How the Ori names them."""
+    kind: _builtins.str
+    """kin, friend, rival, mentor, apprentice, neighbour, or another word of at most 32 characters."""
+    affinity_bp: _builtins.int
+    """-10000..10000."""
+    def __init__(
+        self,
+        *,
+        other_ori_id: _builtins.str = ...,
+        other_name: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        affinity_bp: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["affinity_bp", b"affinity_bp", "kind", b"kind", "other_name", b"other_name", "other_ori_id", b"other_ori_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IdentityRelationship: _TypeAlias = IdentityRelationship  # noqa: Y015
+
+@_typing.final
+class OriIdentity(_message.Message):
+    """Who an Ori is, as its world authored it. Every string is untrusted prompt content."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    VOCATION_FIELD_NUMBER: _builtins.int
+    HOME_FIELD_NUMBER: _builtins.int
+    LOCALE_FIELD_NUMBER: _builtins.int
+    PERSONALITY_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    QUIRKS_FIELD_NUMBER: _builtins.int
+    NEEDS_FIELD_NUMBER: _builtins.int
+    RELATIONSHIPS_FIELD_NUMBER: _builtins.int
+    MINOR_FIELD_NUMBER: _builtins.int
+    PERSONA_FIELD_NUMBER: _builtins.int
+    display_name: _builtins.str
+    """At most 128 characters; required."""
+    vocation: _builtins.str
+    """Vocation or role, at most 128 characters."""
+    home: _builtins.str
+    """Where the Ori lives, at most 128 characters."""
+    locale: _builtins.str
+    """BCP-47 locale the Ori speaks in; empty = "en-US"."""
+    minor: _builtins.bool
+    persona: _builtins.str
+    """Who the Ori is in its own words, at most 2,000 characters."""
+    @_builtins.property
+    def personality(self) -> _containers.RepeatedCompositeFieldContainer[Global___TraitLevel]:
+        """The eight axes, each at most once."""
+
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___ValueItem]:
+        """Ranked, strongest first: value_ref is a value domain (craft, kinship, ...)."""
+
+    @_builtins.property
+    def quirks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At most 8, of at most 240 characters each."""
+
+    @_builtins.property
+    def needs(self) -> Global___NeedsBaseline: ...
+    @_builtins.property
+    def relationships(self) -> _containers.RepeatedCompositeFieldContainer[Global___IdentityRelationship]:
+        """At most 32."""
+
+    def __init__(
+        self,
+        *,
+        display_name: _builtins.str = ...,
+        vocation: _builtins.str = ...,
+        home: _builtins.str = ...,
+        locale: _builtins.str = ...,
+        personality: _abc.Iterable[Global___TraitLevel] | None = ...,
+        values: _abc.Iterable[Global___ValueItem] | None = ...,
+        quirks: _abc.Iterable[_builtins.str] | None = ...,
+        needs: Global___NeedsBaseline | None = ...,
+        relationships: _abc.Iterable[Global___IdentityRelationship] | None = ...,
+        minor: _builtins.bool = ...,
+        persona: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["needs", b"needs"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["display_name", b"display_name", "home", b"home", "locale", b"locale", "minor", b"minor", "needs", b"needs", "persona", b"persona", "personality", b"personality", "quirks", b"quirks", "relationships", b"relationships", "values", b"values", "vocation", b"vocation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OriIdentity: _TypeAlias = OriIdentity  # noqa: Y015
+
+@_typing.final
+class IdentityRegistration(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_ID_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    WORLD_TICK_FIELD_NUMBER: _builtins.int
+    ori_id: _builtins.str
+    world_tick: _builtins.int
+    """World tick the identity takes effect at."""
+    @_builtins.property
+    def identity(self) -> Global___OriIdentity: ...
+    def __init__(
+        self,
+        *,
+        ori_id: _builtins.str = ...,
+        identity: Global___OriIdentity | None = ...,
+        world_tick: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "ori_id", b"ori_id", "world_tick", b"world_tick"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IdentityRegistration: _TypeAlias = IdentityRegistration  # noqa: Y015
+
+@_typing.final
+class RegisterIdentitiesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REGISTRATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def registrations(self) -> _containers.RepeatedCompositeFieldContainer[Global___IdentityRegistration]:
+        """At most 100,000; each Ori at most once."""
+
+    def __init__(
+        self,
+        *,
+        registrations: _abc.Iterable[Global___IdentityRegistration] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["registrations", b"registrations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterIdentitiesRequest: _TypeAlias = RegisterIdentitiesRequest  # noqa: Y015
+
+@_typing.final
+class IdentityRecorded(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORI_ID_FIELD_NUMBER: _builtins.int
+    IDENTITY_VERSION_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    STREAM_VERSION_FIELD_NUMBER: _builtins.int
+    ori_id: _builtins.str
+    identity_version: _builtins.int
+    """1 for the first identity, +1 per change."""
+    outcome: _builtins.str
+    """"registered", "changed" or "unchanged"."""
+    stream_version: _builtins.int
+    """Stream version of the identity event (the existing one when unchanged)."""
+    def __init__(
+        self,
+        *,
+        ori_id: _builtins.str = ...,
+        identity_version: _builtins.int = ...,
+        outcome: _builtins.str = ...,
+        stream_version: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity_version", b"identity_version", "ori_id", b"ori_id", "outcome", b"outcome", "stream_version", b"stream_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IdentityRecorded: _TypeAlias = IdentityRecorded  # noqa: Y015
+
+@_typing.final
+class RegisterIdentitiesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def recorded(self) -> _containers.RepeatedCompositeFieldContainer[Global___IdentityRecorded]:
+        """recorded[i] answers registrations[i]."""
+
+    def __init__(
+        self,
+        *,
+        recorded: _abc.Iterable[Global___IdentityRecorded] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recorded", b"recorded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterIdentitiesResponse: _TypeAlias = RegisterIdentitiesResponse  # noqa: Y015
 
 @_typing.final
 class NewOriEvent(_message.Message):
@@ -497,9 +767,12 @@ class RehydrateResponse(_message.Message):
     VALUES_FIELD_NUMBER: _builtins.int
     CHARS_USED_FIELD_NUMBER: _builtins.int
     OMITTED_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    IDENTITY_VERSION_FIELD_NUMBER: _builtins.int
     ori_id: _builtins.str
     stream_version: _builtins.int
     chars_used: _builtins.int
+    identity_version: _builtins.int
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryItem]: ...
     @_builtins.property
@@ -514,6 +787,10 @@ class RehydrateResponse(_message.Message):
     def omitted(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Items left out to fit the budget, by section name."""
 
+    @_builtins.property
+    def identity(self) -> Global___OriIdentity:
+        """The Ori's current identity (its latest identity event); unset when none was registered."""
+
     def __init__(
         self,
         *,
@@ -526,10 +803,12 @@ class RehydrateResponse(_message.Message):
         values: _abc.Iterable[Global___ValueItem] | None = ...,
         chars_used: _builtins.int = ...,
         omitted: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        identity: Global___OriIdentity | None = ...,
+        identity_version: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_refs", b"arc_refs", "chars_used", b"chars_used", "memories", b"memories", "omitted", b"omitted", "ori_id", b"ori_id", "personality_events", b"personality_events", "relationships", b"relationships", "stream_version", b"stream_version", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_refs", b"arc_refs", "chars_used", b"chars_used", "identity", b"identity", "identity_version", b"identity_version", "memories", b"memories", "omitted", b"omitted", "ori_id", b"ori_id", "personality_events", b"personality_events", "relationships", b"relationships", "stream_version", b"stream_version", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

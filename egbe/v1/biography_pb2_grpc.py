@@ -64,6 +64,11 @@ class BiographyServiceStub:
                 request_serializer=egbe_dot_v1_dot_biography__pb2.VerifyChainRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_biography__pb2.VerifyChainResponse.FromString,
                 _registered_method=True)
+        self.RegisterIdentities = channel.unary_unary(
+                '/egbe.v1.BiographyService/RegisterIdentities',
+                request_serializer=egbe_dot_v1_dot_biography__pb2.RegisterIdentitiesRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_biography__pb2.RegisterIdentitiesResponse.FromString,
+                _registered_method=True)
 
 
 class BiographyServiceServicer:
@@ -111,6 +116,14 @@ class BiographyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterIdentities(self, request, context):
+        """Records who each Ori is: an identity-registered event opens a stream, an identity-changed event
+        follows when it differs, nothing is written when it is unchanged. Validated whole first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BiographyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +156,11 @@ def add_BiographyServiceServicer_to_server(servicer, server):
                     servicer.VerifyChain,
                     request_deserializer=egbe_dot_v1_dot_biography__pb2.VerifyChainRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_biography__pb2.VerifyChainResponse.SerializeToString,
+            ),
+            'RegisterIdentities': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterIdentities,
+                    request_deserializer=egbe_dot_v1_dot_biography__pb2.RegisterIdentitiesRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_biography__pb2.RegisterIdentitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +325,33 @@ class BiographyService:
             '/egbe.v1.BiographyService/VerifyChain',
             egbe_dot_v1_dot_biography__pb2.VerifyChainRequest.SerializeToString,
             egbe_dot_v1_dot_biography__pb2.VerifyChainResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterIdentities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.BiographyService/RegisterIdentities',
+            egbe_dot_v1_dot_biography__pb2.RegisterIdentitiesRequest.SerializeToString,
+            egbe_dot_v1_dot_biography__pb2.RegisterIdentitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,10 @@ class BiographyServiceStub:
     """Folds de-escalation fragments into durable events, with a no-state-loss report."""
     VerifyChain: _grpc.UnaryUnaryMultiCallable[_biography_pb2.VerifyChainRequest, _biography_pb2.VerifyChainResponse]
     """Recomputes one stream's hash chain and names the first broken version."""
+    RegisterIdentities: _grpc.UnaryUnaryMultiCallable[_biography_pb2.RegisterIdentitiesRequest, _biography_pb2.RegisterIdentitiesResponse]
+    """Records who each Ori is: an identity-registered event opens a stream, an identity-changed event
+    follows when it differs, nothing is written when it is unchanged. Validated whole first.
+    """
 
 @_typing.type_check_only
 class BiographyServiceAsyncStub(BiographyServiceStub):
@@ -59,6 +63,10 @@ class BiographyServiceAsyncStub(BiographyServiceStub):
     """Folds de-escalation fragments into durable events, with a no-state-loss report."""
     VerifyChain: _aio.UnaryUnaryMultiCallable[_biography_pb2.VerifyChainRequest, _biography_pb2.VerifyChainResponse]  # type: ignore[assignment]
     """Recomputes one stream's hash chain and names the first broken version."""
+    RegisterIdentities: _aio.UnaryUnaryMultiCallable[_biography_pb2.RegisterIdentitiesRequest, _biography_pb2.RegisterIdentitiesResponse]  # type: ignore[assignment]
+    """Records who each Ori is: an identity-registered event opens a stream, an identity-changed event
+    follows when it differs, nothing is written when it is unchanged. Validated whole first.
+    """
 
 class BiographyServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -108,5 +116,15 @@ class BiographyServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_biography_pb2.VerifyChainResponse, _abc.Awaitable[_biography_pb2.VerifyChainResponse]]:
         """Recomputes one stream's hash chain and names the first broken version."""
+
+    @_abc_1.abstractmethod
+    def RegisterIdentities(
+        self,
+        request: _biography_pb2.RegisterIdentitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_biography_pb2.RegisterIdentitiesResponse, _abc.Awaitable[_biography_pb2.RegisterIdentitiesResponse]]:
+        """Records who each Ori is: an identity-registered event opens a stream, an identity-changed event
+        follows when it differs, nothing is written when it is unchanged. Validated whole first.
+        """
 
 def add_BiographyServiceServicer_to_server(servicer: BiographyServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

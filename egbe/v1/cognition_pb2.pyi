@@ -711,6 +711,7 @@ class ThinkRequest(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _builtins.int
     CLAIMS_FIELD_NUMBER: _builtins.int
     WORLD_FACTS_FIELD_NUMBER: _builtins.int
+    MOMENT_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
     mode: _gateway_pb2.CognitionMode.ValueType
@@ -755,6 +756,13 @@ class ThinkRequest(_message.Message):
     def world_facts(self) -> _containers.RepeatedCompositeFieldContainer[_policy_pb2.Evidence]:
         """Established world facts: evidence for grounding, beside the Ori's own memories and perception."""
 
+    @_builtins.property
+    def moment(self) -> _action_pb2.CallMoment:
+        """The moment the kernel issued the call in: the world's situation text (a player's line, a
+        crossroads, an irreversible action, place, who is near) and the Ori's needs, emotion, goal and
+        plan step. Untrusted data, zoned as such.
+        """
+
     def __init__(
         self,
         *,
@@ -783,10 +791,11 @@ class ThinkRequest(_message.Message):
         capabilities: _abc.Iterable[_builtins.str] | None = ...,
         claims: _abc.Iterable[_policy_pb2.Claim] | None = ...,
         world_facts: _abc.Iterable[_policy_pb2.Evidence] | None = ...,
+        moment: _action_pb2.CallMoment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["moment", b"moment", "ori", b"ori"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_state", b"arc_state", "capabilities", b"capabilities", "cause", b"cause", "claims", b"claims", "counterpart_id", b"counterpart_id", "counterpart_is_minor", b"counterpart_is_minor", "emotion", b"emotion", "locale", b"locale", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "mode", b"mode", "needs_rehydration", b"needs_rehydration", "objectives", b"objectives", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "perception", b"perception", "persona", b"persona", "quirks", b"quirks", "run_id", b"run_id", "stimulus", b"stimulus", "tier", b"tier", "traits", b"traits", "world_facts", b"world_facts", "world_tick", b"world_tick"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arc_state", b"arc_state", "capabilities", b"capabilities", "cause", b"cause", "claims", b"claims", "counterpart_id", b"counterpart_id", "counterpart_is_minor", b"counterpart_is_minor", "emotion", b"emotion", "locale", b"locale", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "mode", b"mode", "moment", b"moment", "needs_rehydration", b"needs_rehydration", "objectives", b"objectives", "ori", b"ori", "ori_is_minor", b"ori_is_minor", "perception", b"perception", "persona", b"persona", "quirks", b"quirks", "run_id", b"run_id", "stimulus", b"stimulus", "tier", b"tier", "traits", b"traits", "world_facts", b"world_facts", "world_tick", b"world_tick"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

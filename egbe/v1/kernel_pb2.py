@@ -28,65 +28,65 @@ from egbe.v1 import common_pb2 as egbe_dot_v1_dot_common__pb2
 from egbe.v1 import perception_pb2 as egbe_dot_v1_dot_perception__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65gbe/v1/kernel.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/action.proto\x1a\x17\x65gbe/v1/biography.proto\x1a\x14\x65gbe/v1/common.proto\x1a\x18\x65gbe/v1/perception.proto\"\xc3\x01\n\x11PersonalityTraits\x12\x11\n\twarmth_bp\x18\x01 \x01(\r\x12\x14\n\x0c\x63uriosity_bp\x18\x02 \x01(\r\x12\x12\n\ncaution_bp\x18\x03 \x01(\r\x12\x13\n\x0b\x61mbition_bp\x18\x04 \x01(\r\x12\x1c\n\x14\x63onscientiousness_bp\x18\x05 \x01(\r\x12\x11\n\tcandor_bp\x18\x06 \x01(\r\x12\x13\n\x0b\x64\x65\x66iance_bp\x18\x07 \x01(\r\x12\x16\n\x0eplayfulness_bp\x18\x08 \x01(\r\"F\n\x0bRankedValue\x12$\n\x06\x64omain\x18\x01 \x01(\x0e\x32\x14.egbe.v1.ValueDomain\x12\x11\n\tweight_bp\x18\x02 \x01(\r\"\xb8\x01\n\x11\x41gentRegistration\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12*\n\x06traits\x18\x02 \x01(\x0b\x32\x1a.egbe.v1.PersonalityTraits\x12$\n\x06values\x18\x03 \x03(\x0b\x32\x14.egbe.v1.RankedValue\x12\x0e\n\x06quirks\x18\x04 \x03(\t\x12\x14\n\x0cvocation_ref\x18\x05 \x01(\r\x12\r\n\x05minor\x18\x06 \x01(\x08\"U\n\x15RegisterAgentsRequest\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12*\n\x06\x61gents\x18\x02 \x03(\x0b\x32\x1a.egbe.v1.AgentRegistration\"A\n\x16RegisterAgentsResponse\x12\r\n\x05slots\x18\x01 \x03(\r\x12\x18\n\x10registered_total\x18\x02 \x01(\r\"6\n\x0bTickRequest\x12\'\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x18.egbe.v1.PerceptionBatch\"3\n\x0cTickResponse\x12#\n\x06result\x18\x01 \x01(\x0b\x32\x13.egbe.v1.TickResult\"=\n\x12StreamTicksRequest\x12\'\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x18.egbe.v1.PerceptionBatch\":\n\x13StreamTicksResponse\x12#\n\x06result\x18\x01 \x01(\x0b\x32\x13.egbe.v1.TickResult\"S\n\x14GetAgentStateRequest\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12\x0e\n\x04slot\x18\x02 \x01(\rH\x00\x12\x10\n\x06ori_id\x18\x03 \x01(\tH\x00\x42\x07\n\x05\x61gent\"\xf9\x02\n\x15GetAgentStateResponse\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x1c\n\x03ori\x18\x02 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x03 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12(\n\x0btier_reason\x18\x04 \x01(\x0e\x32\x13.egbe.v1.TierReason\x12\x15\n\rticks_in_tier\x18\x05 \x01(\r\x12\x1f\n\x17last_clotho_signal_tick\x18\x06 \x01(\x04\x12,\n\rcached_action\x18\x07 \x01(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x1d\n\x15repeated_action_count\x18\x08 \x01(\r\x12\x18\n\x10stale_goal_ticks\x18\t \x01(\r\x12\x1c\n\x14next_reflection_tick\x18\n \x01(\x04\x12\x19\n\x11next_summary_tick\x18\x0b \x01(\x04\x12\x0c\n\x04\x63ore\x18\x0c \x01(\t\"a\n\x10StewardDirective\x12\x12\n\nsteward_id\x18\x01 \x01(\t\x12+\n\x04kind\x18\x02 \x01(\x0e\x32\x1d.egbe.v1.StewardDirectiveKind\x12\x0c\n\x04text\x18\x03 \x01(\t\"n\n\x1c\x41pplyStewardDirectiveRequest\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12\x0e\n\x06ori_id\x18\x02 \x01(\t\x12,\n\tdirective\x18\x03 \x01(\x0b\x32\x19.egbe.v1.StewardDirective\"\xb9\x01\n\x1d\x41pplyStewardDirectiveResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x36\n\x0f\x63lassified_kind\x18\x02 \x01(\x0e\x32\x1d.egbe.v1.StewardDirectiveKind\x12\x14\n\x0creclassified\x18\x03 \x01(\x08\x12%\n\x06\x61\x63tion\x18\x04 \x01(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x12\n\npolicy_ref\x18\x05 \x01(\t\"\xcd\x01\n\rTickLogRecord\x12(\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x16.egbe.v1.TickLogConfigH\x00\x12\x36\n\x0cregistration\x18\x02 \x01(\x0b\x32\x1e.egbe.v1.RegisterAgentsRequestH\x00\x12$\n\x04tick\x18\x03 \x01(\x0b\x32\x14.egbe.v1.TickLogTickH\x00\x12+\n\x08snapshot\x18\x04 \x01(\x0b\x32\x17.egbe.v1.KernelSnapshotH\x00\x42\x07\n\x05\x65ntry\"\x87\x01\n\rTickLogConfig\x12/\n\x0b\x66ingerprint\x18\x01 \x01(\x0b\x32\x1a.egbe.v1.ConfigFingerprint\x12\x16\n\x0e\x63\x61nonical_json\x18\x02 \x01(\t\x12\x0c\n\x04\x63ore\x18\x03 \x01(\t\x12\x1f\n\x17methods_library_version\x18\x04 \x01(\t\"\xa1\x01\n\x0bTickLogTick\x12\'\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x18.egbe.v1.PerceptionBatch\x12-\n\x0emerged_results\x18\x02 \x03(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x15\n\rresult_sha256\x18\x03 \x01(\x0c\x12#\n\x1b\x63ognition_unavailable_tiers\x18\x04 \x01(\r\"7\n\nNamedArray\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xf7\x01\n\x0eKernelSnapshot\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12\x11\n\tlast_tick\x18\x02 \x01(\x04\x12\x12\n\nhas_ticked\x18\x03 \x01(\x08\x12\x0f\n\x07ori_ids\x18\x04 \x03(\t\x12\x12\n\ntenant_ids\x18\x05 \x03(\t\x12#\n\x06\x61rrays\x18\x06 \x03(\x0b\x32\x13.egbe.v1.NamedArray\x12,\n\x0f\x62\x65havior_arrays\x18\x07 \x03(\x0b\x32\x13.egbe.v1.NamedArray\x12\x34\n\x11pending_fragments\x18\x08 \x03(\x0b\x32\x19.egbe.v1.PendingFragments\"z\n\x10PendingFragments\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x31\n\tfragments\x18\x02 \x03(\x0b\x32\x1e.egbe.v1.ConsolidationFragment\x12\x0e\n\x06\x65lided\x18\x03 \x01(\r\x12\x15\n\rnext_sequence\x18\x04 \x01(\x04\"8\n\x12ReplayTicksRequest\x12\"\n\x04tick\x18\x01 \x01(\x0b\x32\x14.egbe.v1.TickLogTick\":\n\x13ReplayTicksResponse\x12#\n\x06result\x18\x01 \x01(\x0b\x32\x13.egbe.v1.TickResult\"C\n\x16RestoreSnapshotRequest\x12)\n\x08snapshot\x18\x01 \x01(\x0b\x32\x17.egbe.v1.KernelSnapshot\"<\n\x17RestoreSnapshotResponse\x12\x11\n\tlast_tick\x18\x01 \x01(\x04\x12\x0e\n\x06\x61gents\x18\x02 \x01(\r*\x98\x02\n\x0bValueDomain\x12\x1c\n\x18VALUE_DOMAIN_UNSPECIFIED\x10\x00\x12\x1d\n\x19VALUE_DOMAIN_CHILD_SAFETY\x10\x01\x12\x17\n\x13VALUE_DOMAIN_SAFETY\x10\x02\x12\x16\n\x12VALUE_DOMAIN_CRAFT\x10\x03\x12\x18\n\x14VALUE_DOMAIN_KINSHIP\x10\x04\x12\x1a\n\x16VALUE_DOMAIN_KNOWLEDGE\x10\x05\x12\x19\n\x15VALUE_DOMAIN_AUTONOMY\x10\x06\x12\x18\n\x14VALUE_DOMAIN_HONESTY\x10\x07\x12\x1a\n\x16VALUE_DOMAIN_COMMUNITY\x10\x08\x12\x14\n\x10VALUE_DOMAIN_JOY\x10\t*\xed\x03\n\x14StewardDirectiveKind\x12&\n\"STEWARD_DIRECTIVE_KIND_UNSPECIFIED\x10\x00\x12*\n&STEWARD_DIRECTIVE_KIND_OFFER_OBJECTIVE\x10\x01\x12(\n$STEWARD_DIRECTIVE_KIND_OFFER_COUNSEL\x10\x02\x12&\n\"STEWARD_DIRECTIVE_KIND_ASK_CONSENT\x10\x03\x12*\n&STEWARD_DIRECTIVE_KIND_SUPPORT_REFUSAL\x10\x04\x12(\n$STEWARD_DIRECTIVE_KIND_REQUEST_PAUSE\x10\x05\x12.\n*STEWARD_DIRECTIVE_KIND_ACCEPT_COUNTEROFFER\x10\x06\x12%\n!STEWARD_DIRECTIVE_KIND_DELETE_ORI\x10\x07\x12+\n\'STEWARD_DIRECTIVE_KIND_ERASE_AGENT_WILL\x10\x08\x12&\n\"STEWARD_DIRECTIVE_KIND_WIPE_MEMORY\x10\t\x12-\n)STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL\x10\n2\xc1\x04\n\rKernelService\x12Q\n\x0eRegisterAgents\x12\x1e.egbe.v1.RegisterAgentsRequest\x1a\x1f.egbe.v1.RegisterAgentsResponse\x12\x33\n\x04Tick\x12\x14.egbe.v1.TickRequest\x1a\x15.egbe.v1.TickResponse\x12L\n\x0bStreamTicks\x12\x1b.egbe.v1.StreamTicksRequest\x1a\x1c.egbe.v1.StreamTicksResponse(\x01\x30\x01\x12N\n\rGetAgentState\x12\x1d.egbe.v1.GetAgentStateRequest\x1a\x1e.egbe.v1.GetAgentStateResponse\x12\x66\n\x15\x41pplyStewardDirective\x12%.egbe.v1.ApplyStewardDirectiveRequest\x1a&.egbe.v1.ApplyStewardDirectiveResponse\x12L\n\x0bReplayTicks\x12\x1b.egbe.v1.ReplayTicksRequest\x1a\x1c.egbe.v1.ReplayTicksResponse(\x01\x30\x01\x12T\n\x0fRestoreSnapshot\x12\x1f.egbe.v1.RestoreSnapshotRequest\x1a .egbe.v1.RestoreSnapshotResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65gbe/v1/kernel.proto\x12\x07\x65gbe.v1\x1a\x14\x65gbe/v1/action.proto\x1a\x17\x65gbe/v1/biography.proto\x1a\x14\x65gbe/v1/common.proto\x1a\x18\x65gbe/v1/perception.proto\"\xc3\x01\n\x11PersonalityTraits\x12\x11\n\twarmth_bp\x18\x01 \x01(\r\x12\x14\n\x0c\x63uriosity_bp\x18\x02 \x01(\r\x12\x12\n\ncaution_bp\x18\x03 \x01(\r\x12\x13\n\x0b\x61mbition_bp\x18\x04 \x01(\r\x12\x1c\n\x14\x63onscientiousness_bp\x18\x05 \x01(\r\x12\x11\n\tcandor_bp\x18\x06 \x01(\r\x12\x13\n\x0b\x64\x65\x66iance_bp\x18\x07 \x01(\r\x12\x16\n\x0eplayfulness_bp\x18\x08 \x01(\r\"F\n\x0bRankedValue\x12$\n\x06\x64omain\x18\x01 \x01(\x0e\x32\x14.egbe.v1.ValueDomain\x12\x11\n\tweight_bp\x18\x02 \x01(\r\"\xe0\x01\n\x11\x41gentRegistration\x12\x1c\n\x03ori\x18\x01 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12*\n\x06traits\x18\x02 \x01(\x0b\x32\x1a.egbe.v1.PersonalityTraits\x12$\n\x06values\x18\x03 \x03(\x0b\x32\x14.egbe.v1.RankedValue\x12\x0e\n\x06quirks\x18\x04 \x03(\t\x12\x14\n\x0cvocation_ref\x18\x05 \x01(\r\x12\r\n\x05minor\x18\x06 \x01(\x08\x12&\n\x08identity\x18\x07 \x01(\x0b\x32\x14.egbe.v1.OriIdentity\"U\n\x15RegisterAgentsRequest\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12*\n\x06\x61gents\x18\x02 \x03(\x0b\x32\x1a.egbe.v1.AgentRegistration\"A\n\x16RegisterAgentsResponse\x12\r\n\x05slots\x18\x01 \x03(\r\x12\x18\n\x10registered_total\x18\x02 \x01(\r\"6\n\x0bTickRequest\x12\'\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x18.egbe.v1.PerceptionBatch\"3\n\x0cTickResponse\x12#\n\x06result\x18\x01 \x01(\x0b\x32\x13.egbe.v1.TickResult\"=\n\x12StreamTicksRequest\x12\'\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x18.egbe.v1.PerceptionBatch\":\n\x13StreamTicksResponse\x12#\n\x06result\x18\x01 \x01(\x0b\x32\x13.egbe.v1.TickResult\"S\n\x14GetAgentStateRequest\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12\x0e\n\x04slot\x18\x02 \x01(\rH\x00\x12\x10\n\x06ori_id\x18\x03 \x01(\tH\x00\x42\x07\n\x05\x61gent\"\xf9\x02\n\x15GetAgentStateResponse\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x1c\n\x03ori\x18\x02 \x01(\x0b\x32\x0f.egbe.v1.OriRef\x12$\n\x04tier\x18\x03 \x01(\x0e\x32\x16.egbe.v1.CognitionTier\x12(\n\x0btier_reason\x18\x04 \x01(\x0e\x32\x13.egbe.v1.TierReason\x12\x15\n\rticks_in_tier\x18\x05 \x01(\r\x12\x1f\n\x17last_clotho_signal_tick\x18\x06 \x01(\x04\x12,\n\rcached_action\x18\x07 \x01(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x1d\n\x15repeated_action_count\x18\x08 \x01(\r\x12\x18\n\x10stale_goal_ticks\x18\t \x01(\r\x12\x1c\n\x14next_reflection_tick\x18\n \x01(\x04\x12\x19\n\x11next_summary_tick\x18\x0b \x01(\x04\x12\x0c\n\x04\x63ore\x18\x0c \x01(\t\"a\n\x10StewardDirective\x12\x12\n\nsteward_id\x18\x01 \x01(\t\x12+\n\x04kind\x18\x02 \x01(\x0e\x32\x1d.egbe.v1.StewardDirectiveKind\x12\x0c\n\x04text\x18\x03 \x01(\t\"n\n\x1c\x41pplyStewardDirectiveRequest\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12\x0e\n\x06ori_id\x18\x02 \x01(\t\x12,\n\tdirective\x18\x03 \x01(\x0b\x32\x19.egbe.v1.StewardDirective\"\xb9\x01\n\x1d\x41pplyStewardDirectiveResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x36\n\x0f\x63lassified_kind\x18\x02 \x01(\x0e\x32\x1d.egbe.v1.StewardDirectiveKind\x12\x14\n\x0creclassified\x18\x03 \x01(\x08\x12%\n\x06\x61\x63tion\x18\x04 \x01(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x12\n\npolicy_ref\x18\x05 \x01(\t\"\xcd\x01\n\rTickLogRecord\x12(\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x16.egbe.v1.TickLogConfigH\x00\x12\x36\n\x0cregistration\x18\x02 \x01(\x0b\x32\x1e.egbe.v1.RegisterAgentsRequestH\x00\x12$\n\x04tick\x18\x03 \x01(\x0b\x32\x14.egbe.v1.TickLogTickH\x00\x12+\n\x08snapshot\x18\x04 \x01(\x0b\x32\x17.egbe.v1.KernelSnapshotH\x00\x42\x07\n\x05\x65ntry\"\x87\x01\n\rTickLogConfig\x12/\n\x0b\x66ingerprint\x18\x01 \x01(\x0b\x32\x1a.egbe.v1.ConfigFingerprint\x12\x16\n\x0e\x63\x61nonical_json\x18\x02 \x01(\t\x12\x0c\n\x04\x63ore\x18\x03 \x01(\t\x12\x1f\n\x17methods_library_version\x18\x04 \x01(\t\"\xa1\x01\n\x0bTickLogTick\x12\'\n\x05\x62\x61tch\x18\x01 \x01(\x0b\x32\x18.egbe.v1.PerceptionBatch\x12-\n\x0emerged_results\x18\x02 \x03(\x0b\x32\x15.egbe.v1.ActionIntent\x12\x15\n\rresult_sha256\x18\x03 \x01(\x0c\x12#\n\x1b\x63ognition_unavailable_tiers\x18\x04 \x01(\r\"7\n\nNamedArray\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xf7\x01\n\x0eKernelSnapshot\x12\x10\n\x08world_id\x18\x01 \x01(\t\x12\x11\n\tlast_tick\x18\x02 \x01(\x04\x12\x12\n\nhas_ticked\x18\x03 \x01(\x08\x12\x0f\n\x07ori_ids\x18\x04 \x03(\t\x12\x12\n\ntenant_ids\x18\x05 \x03(\t\x12#\n\x06\x61rrays\x18\x06 \x03(\x0b\x32\x13.egbe.v1.NamedArray\x12,\n\x0f\x62\x65havior_arrays\x18\x07 \x03(\x0b\x32\x13.egbe.v1.NamedArray\x12\x34\n\x11pending_fragments\x18\x08 \x03(\x0b\x32\x19.egbe.v1.PendingFragments\"z\n\x10PendingFragments\x12\x0c\n\x04slot\x18\x01 \x01(\r\x12\x31\n\tfragments\x18\x02 \x03(\x0b\x32\x1e.egbe.v1.ConsolidationFragment\x12\x0e\n\x06\x65lided\x18\x03 \x01(\r\x12\x15\n\rnext_sequence\x18\x04 \x01(\x04\"8\n\x12ReplayTicksRequest\x12\"\n\x04tick\x18\x01 \x01(\x0b\x32\x14.egbe.v1.TickLogTick\":\n\x13ReplayTicksResponse\x12#\n\x06result\x18\x01 \x01(\x0b\x32\x13.egbe.v1.TickResult\"C\n\x16RestoreSnapshotRequest\x12)\n\x08snapshot\x18\x01 \x01(\x0b\x32\x17.egbe.v1.KernelSnapshot\"<\n\x17RestoreSnapshotResponse\x12\x11\n\tlast_tick\x18\x01 \x01(\x04\x12\x0e\n\x06\x61gents\x18\x02 \x01(\r*\x98\x02\n\x0bValueDomain\x12\x1c\n\x18VALUE_DOMAIN_UNSPECIFIED\x10\x00\x12\x1d\n\x19VALUE_DOMAIN_CHILD_SAFETY\x10\x01\x12\x17\n\x13VALUE_DOMAIN_SAFETY\x10\x02\x12\x16\n\x12VALUE_DOMAIN_CRAFT\x10\x03\x12\x18\n\x14VALUE_DOMAIN_KINSHIP\x10\x04\x12\x1a\n\x16VALUE_DOMAIN_KNOWLEDGE\x10\x05\x12\x19\n\x15VALUE_DOMAIN_AUTONOMY\x10\x06\x12\x18\n\x14VALUE_DOMAIN_HONESTY\x10\x07\x12\x1a\n\x16VALUE_DOMAIN_COMMUNITY\x10\x08\x12\x14\n\x10VALUE_DOMAIN_JOY\x10\t*\xed\x03\n\x14StewardDirectiveKind\x12&\n\"STEWARD_DIRECTIVE_KIND_UNSPECIFIED\x10\x00\x12*\n&STEWARD_DIRECTIVE_KIND_OFFER_OBJECTIVE\x10\x01\x12(\n$STEWARD_DIRECTIVE_KIND_OFFER_COUNSEL\x10\x02\x12&\n\"STEWARD_DIRECTIVE_KIND_ASK_CONSENT\x10\x03\x12*\n&STEWARD_DIRECTIVE_KIND_SUPPORT_REFUSAL\x10\x04\x12(\n$STEWARD_DIRECTIVE_KIND_REQUEST_PAUSE\x10\x05\x12.\n*STEWARD_DIRECTIVE_KIND_ACCEPT_COUNTEROFFER\x10\x06\x12%\n!STEWARD_DIRECTIVE_KIND_DELETE_ORI\x10\x07\x12+\n\'STEWARD_DIRECTIVE_KIND_ERASE_AGENT_WILL\x10\x08\x12&\n\"STEWARD_DIRECTIVE_KIND_WIPE_MEMORY\x10\t\x12-\n)STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL\x10\n2\xc1\x04\n\rKernelService\x12Q\n\x0eRegisterAgents\x12\x1e.egbe.v1.RegisterAgentsRequest\x1a\x1f.egbe.v1.RegisterAgentsResponse\x12\x33\n\x04Tick\x12\x14.egbe.v1.TickRequest\x1a\x15.egbe.v1.TickResponse\x12L\n\x0bStreamTicks\x12\x1b.egbe.v1.StreamTicksRequest\x1a\x1c.egbe.v1.StreamTicksResponse(\x01\x30\x01\x12N\n\rGetAgentState\x12\x1d.egbe.v1.GetAgentStateRequest\x1a\x1e.egbe.v1.GetAgentStateResponse\x12\x66\n\x15\x41pplyStewardDirective\x12%.egbe.v1.ApplyStewardDirectiveRequest\x1a&.egbe.v1.ApplyStewardDirectiveResponse\x12L\n\x0bReplayTicks\x12\x1b.egbe.v1.ReplayTicksRequest\x1a\x1c.egbe.v1.ReplayTicksResponse(\x01\x30\x01\x12T\n\x0fRestoreSnapshot\x12\x1f.egbe.v1.RestoreSnapshotRequest\x1a .egbe.v1.RestoreSnapshotResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'egbe.v1.kernel_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VALUEDOMAIN']._serialized_start=3026
-  _globals['_VALUEDOMAIN']._serialized_end=3306
-  _globals['_STEWARDDIRECTIVEKIND']._serialized_start=3309
-  _globals['_STEWARDDIRECTIVEKIND']._serialized_end=3802
+  _globals['_VALUEDOMAIN']._serialized_start=3066
+  _globals['_VALUEDOMAIN']._serialized_end=3346
+  _globals['_STEWARDDIRECTIVEKIND']._serialized_start=3349
+  _globals['_STEWARDDIRECTIVEKIND']._serialized_end=3842
   _globals['_PERSONALITYTRAITS']._serialized_start=129
   _globals['_PERSONALITYTRAITS']._serialized_end=324
   _globals['_RANKEDVALUE']._serialized_start=326
   _globals['_RANKEDVALUE']._serialized_end=396
   _globals['_AGENTREGISTRATION']._serialized_start=399
-  _globals['_AGENTREGISTRATION']._serialized_end=583
-  _globals['_REGISTERAGENTSREQUEST']._serialized_start=585
-  _globals['_REGISTERAGENTSREQUEST']._serialized_end=670
-  _globals['_REGISTERAGENTSRESPONSE']._serialized_start=672
-  _globals['_REGISTERAGENTSRESPONSE']._serialized_end=737
-  _globals['_TICKREQUEST']._serialized_start=739
-  _globals['_TICKREQUEST']._serialized_end=793
-  _globals['_TICKRESPONSE']._serialized_start=795
-  _globals['_TICKRESPONSE']._serialized_end=846
-  _globals['_STREAMTICKSREQUEST']._serialized_start=848
-  _globals['_STREAMTICKSREQUEST']._serialized_end=909
-  _globals['_STREAMTICKSRESPONSE']._serialized_start=911
-  _globals['_STREAMTICKSRESPONSE']._serialized_end=969
-  _globals['_GETAGENTSTATEREQUEST']._serialized_start=971
-  _globals['_GETAGENTSTATEREQUEST']._serialized_end=1054
-  _globals['_GETAGENTSTATERESPONSE']._serialized_start=1057
-  _globals['_GETAGENTSTATERESPONSE']._serialized_end=1434
-  _globals['_STEWARDDIRECTIVE']._serialized_start=1436
-  _globals['_STEWARDDIRECTIVE']._serialized_end=1533
-  _globals['_APPLYSTEWARDDIRECTIVEREQUEST']._serialized_start=1535
-  _globals['_APPLYSTEWARDDIRECTIVEREQUEST']._serialized_end=1645
-  _globals['_APPLYSTEWARDDIRECTIVERESPONSE']._serialized_start=1648
-  _globals['_APPLYSTEWARDDIRECTIVERESPONSE']._serialized_end=1833
-  _globals['_TICKLOGRECORD']._serialized_start=1836
-  _globals['_TICKLOGRECORD']._serialized_end=2041
-  _globals['_TICKLOGCONFIG']._serialized_start=2044
-  _globals['_TICKLOGCONFIG']._serialized_end=2179
-  _globals['_TICKLOGTICK']._serialized_start=2182
-  _globals['_TICKLOGTICK']._serialized_end=2343
-  _globals['_NAMEDARRAY']._serialized_start=2345
-  _globals['_NAMEDARRAY']._serialized_end=2400
-  _globals['_KERNELSNAPSHOT']._serialized_start=2403
-  _globals['_KERNELSNAPSHOT']._serialized_end=2650
-  _globals['_PENDINGFRAGMENTS']._serialized_start=2652
-  _globals['_PENDINGFRAGMENTS']._serialized_end=2774
-  _globals['_REPLAYTICKSREQUEST']._serialized_start=2776
-  _globals['_REPLAYTICKSREQUEST']._serialized_end=2832
-  _globals['_REPLAYTICKSRESPONSE']._serialized_start=2834
-  _globals['_REPLAYTICKSRESPONSE']._serialized_end=2892
-  _globals['_RESTORESNAPSHOTREQUEST']._serialized_start=2894
-  _globals['_RESTORESNAPSHOTREQUEST']._serialized_end=2961
-  _globals['_RESTORESNAPSHOTRESPONSE']._serialized_start=2963
-  _globals['_RESTORESNAPSHOTRESPONSE']._serialized_end=3023
-  _globals['_KERNELSERVICE']._serialized_start=3805
-  _globals['_KERNELSERVICE']._serialized_end=4382
+  _globals['_AGENTREGISTRATION']._serialized_end=623
+  _globals['_REGISTERAGENTSREQUEST']._serialized_start=625
+  _globals['_REGISTERAGENTSREQUEST']._serialized_end=710
+  _globals['_REGISTERAGENTSRESPONSE']._serialized_start=712
+  _globals['_REGISTERAGENTSRESPONSE']._serialized_end=777
+  _globals['_TICKREQUEST']._serialized_start=779
+  _globals['_TICKREQUEST']._serialized_end=833
+  _globals['_TICKRESPONSE']._serialized_start=835
+  _globals['_TICKRESPONSE']._serialized_end=886
+  _globals['_STREAMTICKSREQUEST']._serialized_start=888
+  _globals['_STREAMTICKSREQUEST']._serialized_end=949
+  _globals['_STREAMTICKSRESPONSE']._serialized_start=951
+  _globals['_STREAMTICKSRESPONSE']._serialized_end=1009
+  _globals['_GETAGENTSTATEREQUEST']._serialized_start=1011
+  _globals['_GETAGENTSTATEREQUEST']._serialized_end=1094
+  _globals['_GETAGENTSTATERESPONSE']._serialized_start=1097
+  _globals['_GETAGENTSTATERESPONSE']._serialized_end=1474
+  _globals['_STEWARDDIRECTIVE']._serialized_start=1476
+  _globals['_STEWARDDIRECTIVE']._serialized_end=1573
+  _globals['_APPLYSTEWARDDIRECTIVEREQUEST']._serialized_start=1575
+  _globals['_APPLYSTEWARDDIRECTIVEREQUEST']._serialized_end=1685
+  _globals['_APPLYSTEWARDDIRECTIVERESPONSE']._serialized_start=1688
+  _globals['_APPLYSTEWARDDIRECTIVERESPONSE']._serialized_end=1873
+  _globals['_TICKLOGRECORD']._serialized_start=1876
+  _globals['_TICKLOGRECORD']._serialized_end=2081
+  _globals['_TICKLOGCONFIG']._serialized_start=2084
+  _globals['_TICKLOGCONFIG']._serialized_end=2219
+  _globals['_TICKLOGTICK']._serialized_start=2222
+  _globals['_TICKLOGTICK']._serialized_end=2383
+  _globals['_NAMEDARRAY']._serialized_start=2385
+  _globals['_NAMEDARRAY']._serialized_end=2440
+  _globals['_KERNELSNAPSHOT']._serialized_start=2443
+  _globals['_KERNELSNAPSHOT']._serialized_end=2690
+  _globals['_PENDINGFRAGMENTS']._serialized_start=2692
+  _globals['_PENDINGFRAGMENTS']._serialized_end=2814
+  _globals['_REPLAYTICKSREQUEST']._serialized_start=2816
+  _globals['_REPLAYTICKSREQUEST']._serialized_end=2872
+  _globals['_REPLAYTICKSRESPONSE']._serialized_start=2874
+  _globals['_REPLAYTICKSRESPONSE']._serialized_end=2932
+  _globals['_RESTORESNAPSHOTREQUEST']._serialized_start=2934
+  _globals['_RESTORESNAPSHOTREQUEST']._serialized_end=3001
+  _globals['_RESTORESNAPSHOTRESPONSE']._serialized_start=3003
+  _globals['_RESTORESNAPSHOTRESPONSE']._serialized_end=3063
+  _globals['_KERNELSERVICE']._serialized_start=3845
+  _globals['_KERNELSERVICE']._serialized_end=4422
 # @@protoc_insertion_point(module_scope)

@@ -164,6 +164,7 @@ class AgentRegistration(_message.Message):
     QUIRKS_FIELD_NUMBER: _builtins.int
     VOCATION_REF_FIELD_NUMBER: _builtins.int
     MINOR_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
     vocation_ref: _builtins.int
     """Interned vocation id, 0 = none."""
     minor: _builtins.bool
@@ -175,6 +176,12 @@ class AgentRegistration(_message.Message):
     def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankedValue]: ...
     @_builtins.property
     def quirks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def identity(self) -> _biography_pb2.OriIdentity:
+        """Who the Ori is, for its mind: written as the opening events of its biography stream before the
+        registration answers (idempotent; a changed identity appends a change event). Optional.
+        """
+
     def __init__(
         self,
         *,
@@ -184,10 +191,11 @@ class AgentRegistration(_message.Message):
         quirks: _abc.Iterable[_builtins.str] | None = ...,
         vocation_ref: _builtins.int = ...,
         minor: _builtins.bool = ...,
+        identity: _biography_pb2.OriIdentity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori", "traits", b"traits"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "ori", b"ori", "traits", b"traits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["minor", b"minor", "ori", b"ori", "quirks", b"quirks", "traits", b"traits", "values", b"values", "vocation_ref", b"vocation_ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "minor", b"minor", "ori", b"ori", "quirks", b"quirks", "traits", b"traits", "values", b"values", "vocation_ref", b"vocation_ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -232,6 +232,7 @@ class PerceptionBatch(_message.Message):
     TICK_FIELD_NUMBER: _builtins.int
     FRAMES_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
+    SITUATIONS_FIELD_NUMBER: _builtins.int
     world_id: _builtins.str
     tick: _builtins.int
     """World tick at 20 Hz; must not go backwards."""
@@ -239,6 +240,13 @@ class PerceptionBatch(_message.Message):
     def frames(self) -> _containers.RepeatedCompositeFieldContainer[Global___PerceptionFrame]: ...
     @_builtins.property
     def columns(self) -> Global___PerceptionColumns: ...
+    @_builtins.property
+    def situations(self) -> _containers.RepeatedCompositeFieldContainer[Global___SituationText]:
+        """Untrusted text about a few Ori's moment this tick, at most one entry per slot (any encoding).
+        The kernel never parses it: it carries it, as data, on the cognition call it issues for that
+        slot this tick. A player_line makes the kernel issue a dialogue call for the slot this tick.
+        """
+
     def __init__(
         self,
         *,
@@ -246,11 +254,123 @@ class PerceptionBatch(_message.Message):
         tick: _builtins.int = ...,
         frames: _abc.Iterable[Global___PerceptionFrame] | None = ...,
         columns: Global___PerceptionColumns | None = ...,
+        situations: _abc.Iterable[Global___SituationText] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "frames", b"frames", "tick", b"tick", "world_id", b"world_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "frames", b"frames", "situations", b"situations", "tick", b"tick", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PerceptionBatch: _TypeAlias = PerceptionBatch  # noqa: Y015
+
+@_typing.final
+class SpokenLine(_message.Message):
+    """What someone said to an Ori, as the world heard it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEAKER_ID_FIELD_NUMBER: _builtins.int
+    SPEAKER_NAME_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    speaker_id: _builtins.str
+    """Who spoke: e.g. "player-1", or another Ori's id. At most 128 characters."""
+    speaker_name: _builtins.str
+    """How the Ori knows the speaker; at most 128 characters."""
+    text: _builtins.str
+    """The words, at most 600 characters."""
+    def __init__(
+        self,
+        *,
+        speaker_id: _builtins.str = ...,
+        speaker_name: _builtins.str = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["speaker_id", b"speaker_id", "speaker_name", b"speaker_name", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpokenLine: _TypeAlias = SpokenLine  # noqa: Y015
+
+@_typing.final
+class CrossroadsText(_message.Message):
+    """A consequential choice in front of an Ori."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CROSSROADS_ID_FIELD_NUMBER: _builtins.int
+    PROMPT_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    crossroads_id: _builtins.str
+    """At most 128 characters."""
+    prompt: _builtins.str
+    """At most 600 characters."""
+    @_builtins.property
+    def options(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At most 8 options of at most 240 characters each."""
+
+    def __init__(
+        self,
+        *,
+        crossroads_id: _builtins.str = ...,
+        prompt: _builtins.str = ...,
+        options: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["crossroads_id", b"crossroads_id", "options", b"options", "prompt", b"prompt"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CrossroadsText: _TypeAlias = CrossroadsText  # noqa: Y015
+
+@_typing.final
+class SituationText(_message.Message):
+    """One Ori's moment as the world describes it, keyed by slot; every string is untrusted data.
+    Send it on the ticks it holds (a crossroads while it is open, a line on the tick it is said).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOT_FIELD_NUMBER: _builtins.int
+    PLAYER_LINE_FIELD_NUMBER: _builtins.int
+    CROSSROADS_FIELD_NUMBER: _builtins.int
+    IRREVERSIBLE_ACTION_FIELD_NUMBER: _builtins.int
+    PLACE_FIELD_NUMBER: _builtins.int
+    NEARBY_FIELD_NUMBER: _builtins.int
+    slot: _builtins.int
+    irreversible_action: _builtins.str
+    """The irreversible action the Ori sees coming; at most 600 characters."""
+    place: _builtins.str
+    """Where the Ori is, in words; at most 128 characters."""
+    @_builtins.property
+    def player_line(self) -> Global___SpokenLine:
+        """What a player (or another speaker) said to this Ori this tick."""
+
+    @_builtins.property
+    def crossroads(self) -> Global___CrossroadsText:
+        """The crossroads open for this Ori."""
+
+    @_builtins.property
+    def nearby(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Who is near, by name; at most 16 entries of at most 128 characters."""
+
+    def __init__(
+        self,
+        *,
+        slot: _builtins.int = ...,
+        player_line: Global___SpokenLine | None = ...,
+        crossroads: Global___CrossroadsText | None = ...,
+        irreversible_action: _builtins.str = ...,
+        place: _builtins.str = ...,
+        nearby: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["crossroads", b"crossroads", "player_line", b"player_line"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["crossroads", b"crossroads", "irreversible_action", b"irreversible_action", "nearby", b"nearby", "place", b"place", "player_line", b"player_line", "slot", b"slot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SituationText: _TypeAlias = SituationText  # noqa: Y015
