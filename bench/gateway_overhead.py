@@ -44,7 +44,7 @@ The baselines, in the same run:
   (`bare_grpc_aio_rpc_*`: EvaluateBudget answering an empty message; `bare_grpc_aio_three_rpc_floor_p50_ms`
   is three of those, the least any run of three RPCs can cost here) and a bidi stream
   (`bare_grpc_aio_stream_*`: RunStream echoing each message's id, one in flight per stream, 64 streams
-  for the rate): the Python gRPC floors of this machine;
+  for the rate): the Python gRPC floors of the machine it runs on;
 - per phase of 64 clients, the server process's CPU per completion (`server_cpu_us_per_call`: the
   gateway's, or the bare server's for `bare_*`; from /proc, less moved by the machine's other load than
   the wall-clock figures), the bench client's own CPU per completion and its share of one core

@@ -12,7 +12,7 @@ Prints one JSON object:
     cognition_calls, events_appended        gateway calls and biography events during the run
     cognition_calls_per_s, events_per_s     their throughput
 
-    python -m bench.system_load --json            # 60 s (the figure)
+    python -m bench.system_load --json            # 60 s (the figure docs/performance.md records)
     python -m bench.system_load --json --smoke    # 5 s (CI)
     EGBE_BENCH_DATABASE_URL=postgresql://...      # PostgreSQL for gateway and biography; else SQLite
 

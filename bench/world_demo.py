@@ -3,7 +3,7 @@
 Prints one JSON object. Each scenario runs through `egbe demo`'s own code path (services started for the
 run, offline adapter unless ANTHROPIC_API_KEY is set), without the replay check. The baseline measured in
 the same run is the naive every-agent-every-tick design: `naive_calls` = Ori x ticks, against the calls the
-kernel actually issued. The machine is shared; read the times as this machine's, today.
+kernel actually issued. Read the times as the figures of the machine that ran them.
 
     python -m bench.world_demo --json                    # hamlet + the full solo-ceiling game-hour
     python -m bench.world_demo --json --solo-ticks 1200  # a shorter solo-ceiling window

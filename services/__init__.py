@@ -11,7 +11,7 @@ import os
 # completion queue's thread: one more thread woken per message, and waking a thread is the dearest thing
 # on a virtual machine (about 100 us where this was measured). With them off, the completion queue's own
 # poller reads and writes the sockets. A bare grpc.aio stream round trip: 0.22-0.31 ms against
-# 0.37-0.48 ms, for less CPU on both sides (docs/performance.md, "Summary, thirteenth session").
+# 0.37-0.48 ms, for less CPU on both sides (docs/performance.md, "Design decisions kept").
 # An operator's own GRPC_EXPERIMENTS replaces this setting whole.
 GRPC_CORE_EXPERIMENTS = ",".join(
     f"-{experiment}"

@@ -4,7 +4,7 @@ psycopg still opens and closes the connection and adapts every value both ways (
 dumpers and loaders its cursors use), so parameters and rows are what its cursors give. What this skips
 is its cursor and pipeline machinery around each statement: a statement-and-sync round trip cost the
 gateway's one event-loop thread 67–86 µs of CPU through psycopg's `AsyncPipeline` and costs 25–36 µs
-driven directly (`bench/pg_pipeline.py`; docs/performance.md, tenth session).
+driven directly (`bench/pg_pipeline.py`; docs/performance.md, "Design decisions kept").
 
 The connection is always in pipeline mode and non-blocking. `send` queues a statement in libpq's buffer
 (prepared on first use: the same text is parsed once per connection); `rows` and `sync` flush the buffer
@@ -17,7 +17,7 @@ While it waits for an answer, the pipeline keeps the event loop polling for up t
 and its thread does not sleep in the kernel. On a virtual machine, waking a sleeping thread when the
 answer lands costs about 100 µs, as much as PostgreSQL's work on a small statement: a round trip took
 372 µs sleeping and 187 µs polling, for no more CPU (`bench/pg_pipeline.py`; docs/performance.md,
-twelfth session). Other callbacks and sockets are served as usual meanwhile; past the budget the loop
+"Design decisions kept"). Other callbacks and sockets are served as usual meanwhile; past the budget the loop
 sleeps until the answer wakes it. A wait asked not to `poll` sleeps at once: the store's writer polls
 only for a batch somebody waits for.
 
