@@ -9,9 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from biography_service.events import EventKind, JsonObject, NewEvent, canonical_json
+from biography_service.payloads import as_int
+from biography_service.projections import DEFAULT_SALIENCE_BP, memory_key
 
 # Consolidated event ids are derived from this namespace, so a repeated consolidation is idempotent.
 CONSOLIDATION_NAMESPACE = uuid.UUID("7f0c4f5e-5a43-4f0e-9a53-0b1f2c4b6e21")
+# Kinds whose fragments repeat a fact when their texts match (as rehydration folds memories); other
+# kinds' fragments repeat when their payloads are equal.
+_TEXT_KINDS = frozenset({EventKind.MEMORY_FORMED, EventKind.REFLECTED})
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,39 @@ def consolidation_key(fragments: Sequence[Fragment]) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
+def _repeat_key(fragment: Fragment) -> str:
+    if fragment.kind in _TEXT_KINDS:
+        return memory_key(str(fragment.payload.get("text", "")))
+    return canonical_json(fragment.payload)
+
+
+def _entries(group: Sequence[Fragment]) -> list[JsonObject]:
+    """The group's fragments, repeats folded: one entry per fact (first-seen order), carried by its
+    latest fragment (highest tick, then last), naming the others in `repeat_fragment_ids` with a
+    `count`; a repeated memory keeps the highest salience."""
+    repeats: dict[str, list[Fragment]] = {}
+    for fragment in group:
+        repeats.setdefault(_repeat_key(fragment), []).append(fragment)
+    entries: list[JsonObject] = []
+    for same in repeats.values():
+        latest = max(reversed(same), key=lambda f: f.world_tick)
+        entry: JsonObject = {
+            "fragment_id": latest.fragment_id,
+            "world_tick": latest.world_tick,
+            "payload": latest.payload,
+        }
+        if len(same) > 1:
+            entry["count"] = len(same)
+            entry["repeat_fragment_ids"] = [f.fragment_id for f in same if f is not latest]
+            if latest.kind in _TEXT_KINDS:
+                salience = max(as_int(f.payload.get("salience_bp"), DEFAULT_SALIENCE_BP) for f in same)
+                entry["payload"] = {**latest.payload, "salience_bp": salience}
+        entries.append(entry)
+    return entries
+
+
 def fold_by_kind(ori_id: str, request_id: str, fragments: Sequence[Fragment]) -> list[NewEvent]:
-    """One Consolidated event per fragment kind (first-seen order), carrying its fragments whole."""
+    """One Consolidated event per fragment kind (first-seen order), repeated fragments folded."""
     groups: dict[EventKind, list[Fragment]] = {}
     for fragment in fragments:
         groups.setdefault(fragment.kind, []).append(fragment)
@@ -53,10 +89,7 @@ def fold_by_kind(ori_id: str, request_id: str, fragments: Sequence[Fragment]) ->
             payload={
                 "fragment_kind": kind.value,
                 "request_id": request_id,
-                "fragments": [
-                    {"fragment_id": f.fragment_id, "world_tick": f.world_tick, "payload": f.payload}
-                    for f in group
-                ],
+                "fragments": _entries(group),
             },
             world_tick=max(f.world_tick for f in group),
             provenance_ref=f"consolidation:{request_id}",
@@ -70,6 +103,8 @@ def _fragment_ids_in(value: Any) -> Iterator[str]:
         for key, inner in value.items():
             if key == "fragment_id" and isinstance(inner, str):
                 yield inner
+            elif key == "repeat_fragment_ids" and isinstance(inner, list):
+                yield from (i for i in inner if isinstance(i, str))
             else:
                 yield from _fragment_ids_in(inner)
     elif isinstance(value, list):
@@ -78,7 +113,8 @@ def _fragment_ids_in(value: Any) -> Iterator[str]:
 
 
 def state_loss_report(fragments: Sequence[Fragment], events: Sequence[NewEvent]) -> StateLossReport:
-    """Every input fragment id must appear in some emitted event's payload; the rest are reported missing."""
+    """Every input fragment id must appear in some emitted event's payload (as a fragment's id, or among
+    the repeats it folded); the rest are reported missing."""
     carried = {fragment_id for event in events for fragment_id in _fragment_ids_in(event.payload)}
     missing = [f.fragment_id for f in fragments if f.fragment_id not in carried]
     return StateLossReport(not missing, missing)

@@ -44,6 +44,12 @@ class EventKind(StrEnum):
     GOAL_ARC_ADVANCED = "GoalArcAdvanced"
     CONSOLIDATED = "Consolidated"
     DIRECTIVE_REFUSED = "DirectiveRefused"
+    # Written only by RegisterIdentities (never by Append or Consolidate): who the Ori is.
+    IDENTITY_REGISTERED = "IdentityRegistered"
+    IDENTITY_CHANGED = "IdentityChanged"
+
+
+IDENTITY_KINDS = frozenset({EventKind.IDENTITY_REGISTERED, EventKind.IDENTITY_CHANGED})
 
 
 class ExpectedKind(Enum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from biography_service.events import EventKind, JsonObject
+from biography_service.events import IDENTITY_KINDS, EventKind, JsonObject
 
 SALIENCE_MAX_BP = 10_000
 RELATIONSHIP_BOUND = 100
@@ -75,8 +75,8 @@ def _consolidated(payload: JsonObject, problems: list[Problem]) -> None:
     except ValueError:
         problems.append(("fragment_kind", "must name an event kind"))
         return
-    if kind is EventKind.CONSOLIDATED:
-        problems.append(("fragment_kind", "a consolidation cannot fold consolidations"))
+    if kind is EventKind.CONSOLIDATED or kind in IDENTITY_KINDS:
+        problems.append(("fragment_kind", f"a consolidation cannot fold {kind.value} events"))
         return
     fragments = payload.get("fragments")
     if not isinstance(fragments, list) or not fragments:
@@ -92,12 +92,24 @@ def _consolidated(payload: JsonObject, problems: list[Problem]) -> None:
 def _fragment(kind: EventKind, fragment: JsonObject) -> list[Problem]:
     problems: list[Problem] = []
     _text(fragment, "fragment_id", problems, required=True)
+    _repeats(fragment, problems)
     inner = fragment.get("payload")
     if not isinstance(inner, dict):
         problems.append(("payload", "must be an object"))
         return problems
     problems.extend((f"payload.{field}", why) for field, why in payload_problems(kind, inner))
     return problems
+
+
+def _repeats(fragment: JsonObject, problems: list[Problem]) -> None:
+    """A folded repeat: `repeat_fragment_ids` (the other fragments it stands for) and `count`, one more."""
+    repeats = fragment.get("repeat_fragment_ids", [])
+    if not isinstance(repeats, list) or not all(isinstance(i, str) and i.strip() for i in repeats):
+        problems.append(("repeat_fragment_ids", "must be a list of non-empty strings"))
+        return
+    count = fragment.get("count", 1)
+    if isinstance(count, bool) or count != 1 + len(repeats):
+        problems.append(("count", f"must be {1 + len(repeats)} (this fragment and its repeats)"))
 
 
 def _free(payload: JsonObject, problems: list[Problem]) -> None:

@@ -6,12 +6,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from biography_service.events import EventKind, JsonObject, RecordedEvent
+from biography_service.events import IDENTITY_KINDS, EventKind, JsonObject, RecordedEvent, canonical_json
 from biography_service.payloads import as_int
 
 DEFAULT_SALIENCE_BP = 5_000
+# The key an identity event's payload carries beside the OriIdentity's own fields.
+IDENTITY_VERSION_KEY = "identity_version"
 # The read-model sections, in the order snapshot totals are reported.
 SECTIONS = ("memories", "relationships", "arc_refs", "personality_events", "values")
+
+
+def memory_key(text: str) -> str:
+    """What makes two memories the same fact: their text with whitespace runs collapsed, lower-cased."""
+    return " ".join(text.split()).lower()
 
 
 class MemoryRow(NamedTuple):
@@ -21,6 +28,10 @@ class MemoryRow(NamedTuple):
     text: str
     salience_bp: int
     world_tick: int
+    # memory_key(text): rehydration folds the rows that share it into one item.
+    text_key: str
+    # How many repeats the row stands for (a consolidated fragment that folded repeats: more than 1).
+    copies: int = 1
     # 1 for a consolidation fragment's row (ref = fragment id, which a later consolidation may fold
     # again: the row is then updated), 0 for an event's own row (ref = its event id, never repeated).
     folded: int = 0
@@ -53,12 +64,35 @@ class ValueUpsert(NamedTuple):
     value_ref: str
     weight_bp: int
     stream_version: int
+    # The stream version of the identity event that set the weight; None when a ValueShift set it.
+    identity_stream_version: int | None = None
+
+
+class IdentityValuesPrune(NamedTuple):
+    """Drop the values an earlier identity set that no ValueShift has changed since."""
+
+    identity_stream_version: int
+
+
+class IdentityUpsert(NamedTuple):
+    identity_version: int
+    # canonical_json of the identity (the event payload without "identity_version").
+    identity: str
+    stream_version: int
 
 
 # Named tuples, not frozen dataclasses: one is built per appended event, and they build far faster.
 # Each op's fields are its table's columns after ori_id, in order (store/sql.py binds them as they
 # are); RelationshipUpsert alone is bound field by field (absent values keep the stored ones).
-ProjectionOp = MemoryRow | RelationshipUpsert | ArcUpsert | PersonalityRow | ValueUpsert
+ProjectionOp = (
+    MemoryRow
+    | RelationshipUpsert
+    | ArcUpsert
+    | PersonalityRow
+    | ValueUpsert
+    | IdentityValuesPrune
+    | IdentityUpsert
+)
 
 
 def projection_ops(event: RecordedEvent) -> list[ProjectionOp]:
@@ -75,26 +109,48 @@ def projection_ops(event: RecordedEvent) -> list[ProjectionOp]:
                     event.stream_version,
                     seq,
                     as_int(fragment.get("world_tick"), event.world_tick),
-                )
+                ),
+                as_int(fragment.get("count"), 1),
             )
             for seq, fragment in enumerate(event.payload["fragments"])
         ]
+    if event.kind in IDENTITY_KINDS:
+        return _identity(event)
     build = _BUILDERS.get(event.kind)
     if build is None:
         return []
     return [build(event.payload, event.event_id, event.stream_version, 0, event.world_tick)]
 
 
-def _folded(op: ProjectionOp) -> ProjectionOp:
+def _folded(op: ProjectionOp, copies: int) -> ProjectionOp:
     """A consolidated fragment's change: its memory or personality row is marked as folded."""
-    if isinstance(op, MemoryRow | PersonalityRow):
+    if isinstance(op, MemoryRow):
+        return op._replace(folded=1, copies=copies)
+    if isinstance(op, PersonalityRow):
         return op._replace(folded=1)
     return op
 
 
+def _identity(event: RecordedEvent) -> list[ProjectionOp]:
+    """The identity itself, and its ranked values: each value's weight is set by the latest event that
+    named it (this identity or a ValueShift), and values only an earlier identity set are dropped."""
+    identity = {key: value for key, value in event.payload.items() if key != IDENTITY_VERSION_KEY}
+    version = event.stream_version
+    values: list[ProjectionOp] = [
+        ValueUpsert(value["value_ref"], as_int(value.get("weight_bp"), 0), version, version)
+        for value in identity.get("values", [])
+    ]
+    return [
+        IdentityUpsert(int(event.payload[IDENTITY_VERSION_KEY]), canonical_json(identity), version),
+        *values,
+        IdentityValuesPrune(version),
+    ]
+
+
 def _memory(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
     salience = as_int(payload.get("salience_bp"), DEFAULT_SALIENCE_BP)
-    return MemoryRow(ref, version, seq, payload["text"], salience, world_tick)
+    text = payload["text"]
+    return MemoryRow(ref, version, seq, text, salience, world_tick, memory_key(text))
 
 
 def _relationship(payload: JsonObject, ref: str, version: int, seq: int, world_tick: int) -> ProjectionOp:
@@ -136,6 +192,8 @@ _BUILDERS: dict[EventKind, Callable[[JsonObject, str, int, int, int], Projection
 
 @dataclass(frozen=True)
 class MemoryView:
+    """One memory item; repeats of one fact are folded into it and its text ends with " (×N)"."""
+
     ref: str
     text: str
     salience_bp: int
@@ -169,3 +227,6 @@ class ProjectionSnapshot:
     values: list[ValueView]
     # Section name -> how many items the projection holds in total (at least the listed ones).
     totals: dict[str, int]
+    # The latest identity (the OriIdentity as protobuf JSON) and its version; None and 0 before any.
+    identity: JsonObject | None = None
+    identity_version: int = 0

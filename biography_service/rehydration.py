@@ -1,4 +1,7 @@
-"""Fits an Ori's projections into a load budget: the working context a first Clotho decision reads."""
+"""Fits an Ori's projections into a load budget: the working context a first Clotho decision reads.
+
+The identity is not an item of the budget: who the Ori is comes with every context it is registered in.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
 
+from biography_service.events import JsonObject
 from biography_service.projections import (
     SECTIONS,
     MemoryView,
@@ -36,6 +40,9 @@ class WorkingContext:
     values: list[ValueView] = field(default_factory=list)
     chars_used: int = 0
     omitted: dict[str, int] = field(default_factory=dict)
+    # Outside the budget: present whenever an identity was registered (the OriIdentity as protobuf JSON).
+    identity: JsonObject | None = None
+    identity_version: int = 0
 
     def cited_refs(self) -> set[str]:
         """Every memory, relationship and arc ref the context carries (what a decision can cite)."""
@@ -74,7 +81,12 @@ def _round_robin(snapshot: ProjectionSnapshot) -> Iterator[tuple[str, Item]]:
 
 def rehydrate(snapshot: ProjectionSnapshot, budget: LoadBudget) -> WorkingContext:
     """Take items in priority order while both budgets allow; count everything else as omitted."""
-    context = WorkingContext(snapshot.ori_id, snapshot.stream_version)
+    context = WorkingContext(
+        snapshot.ori_id,
+        snapshot.stream_version,
+        identity=snapshot.identity,
+        identity_version=snapshot.identity_version,
+    )
     kept = dict.fromkeys(SECTIONS, 0)
     loaded = 0
     for section, item in _round_robin(snapshot):

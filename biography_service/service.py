@@ -15,8 +15,21 @@ from biography_service.consolidation import (
     fold_by_kind,
     state_loss_report,
 )
-from biography_service.errors import CorruptEvent, StateLossDetected
+from biography_service.errors import (
+    BiographyError,
+    CorruptEvent,
+    EventIdConflict,
+    StateLossDetected,
+    WrongExpectedVersion,
+)
 from biography_service.events import ALL_STREAMS, ANY, AppendResult, ExpectedVersion, NewEvent, RecordedEvent
+from biography_service.identity import (
+    IDENTITY_ATTEMPTS,
+    IdentityRecorded,
+    Registration,
+    decide,
+    recorded,
+)
 from biography_service.rehydration import LoadBudget, WorkingContext, rehydrate
 from biography_service.store.base import AppendSignal, BiographyStore
 
@@ -104,6 +117,41 @@ class Biography:
         first = result.last_version - len(events) + 1
         recorded = await self.store.read_stream(ori_id, first, len(events))
         return Consolidation(recorded, report)
+
+    async def register_identities(self, registrations: Sequence[Registration]) -> list[IdentityRecorded]:
+        """Record each Ori's identity (one Ori at most once): one read of the latest identities and one
+        transaction of appends; the Ori whose stream moved meanwhile are decided again from a new read.
+
+        Raises WrongExpectedVersion when an Ori's stream kept moving for every attempt: the others are
+        recorded by then, and repeating the call is safe (what is recorded answers unchanged).
+        """
+        answers: dict[int, IdentityRecorded] = {}
+        pending = list(range(len(registrations)))
+        for _ in range(IDENTITY_ATTEMPTS):
+            if not pending:
+                break
+            heads = await self.store.identity_heads([registrations[i].ori_id for i in pending])
+            appends = []
+            for i in pending:
+                decided = decide(registrations[i], heads.get(registrations[i].ori_id))
+                if isinstance(decided, IdentityRecorded):
+                    answers[i] = decided
+                else:
+                    appends.append((i, decided))
+            outcomes = await self.store.append_many([append for _, append in appends]) if appends else []
+            pending = []
+            for (i, append), outcome in zip(appends, outcomes, strict=True):
+                if isinstance(outcome, WrongExpectedVersion | EventIdConflict):
+                    pending.append(i)  # another writer got there first: decide again from what it wrote
+                elif isinstance(outcome, BiographyError):
+                    raise outcome
+                else:
+                    answers[i] = recorded(append, outcome)
+        if pending:
+            ori_id = registrations[pending[0]].ori_id
+            actual = await self.store.stream_version(ori_id)
+            raise WrongExpectedVersion(ori_id, "the version its identity was decided from", actual)
+        return [answers[i] for i in range(len(registrations))]
 
     async def verify_chain(self, ori_id: str) -> ChainReport:
         verifier = ChainVerifier()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
-from biography_service import wire
+from biography_service import identity_wire, wire
 from biography_service.errors import (
     BiographyError,
     ConstraintConflict,
@@ -23,6 +23,8 @@ from services.grpc_types import Context
 
 _WRITERS = frozenset({Role.SERVICE})
 _READERS = frozenset({Role.SERVICE, Role.OPERATOR})
+# The kernel registers identities on a world's behalf; a world may also register its Ori directly.
+_IDENTITY_WRITERS = frozenset({Role.SERVICE, Role.WORLD})
 
 METHOD_ROLES = {
     biography_pb2.DESCRIPTOR.services_by_name["BiographyService"].full_name: {
@@ -32,6 +34,7 @@ METHOD_ROLES = {
         "Subscribe": _READERS,
         "Rehydrate": _READERS,
         "VerifyChain": _READERS,
+        "RegisterIdentities": _IDENTITY_WRITERS,
     }
 }
 
@@ -130,3 +133,11 @@ class BiographyServicer(biography_pb2_grpc.BiographyServiceServicer):
             first_broken_version=report.first_broken_version or 0,
             detail=report.detail,
         )
+
+    async def RegisterIdentities(
+        self, request: biography_pb2.RegisterIdentitiesRequest, context: Context
+    ) -> biography_pb2.RegisterIdentitiesResponse:
+        registrations = identity_wire.register_identities_request(request, self._config)
+        with _mapped():
+            recorded = await self._biography.register_identities(registrations)
+        return identity_wire.register_identities_response(recorded)

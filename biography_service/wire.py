@@ -11,13 +11,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 
 from biography_service.config import MAX_STORED_INTEGER, BiographyConfig
 from biography_service.consolidation import Fragment
 from biography_service.events import (
     ALL_STREAMS,
     ANY,
+    IDENTITY_KINDS,
     NO_STREAM,
     STREAM_EXISTS,
     EventKind,
@@ -44,11 +45,15 @@ KINDS: dict[int, EventKind] = {
     biography_pb2.ORI_EVENT_KIND_GOAL_ARC_ADVANCED: EventKind.GOAL_ARC_ADVANCED,
     biography_pb2.ORI_EVENT_KIND_CONSOLIDATED: EventKind.CONSOLIDATED,
     biography_pb2.ORI_EVENT_KIND_DIRECTIVE_REFUSED: EventKind.DIRECTIVE_REFUSED,
+    biography_pb2.ORI_EVENT_KIND_IDENTITY_REGISTERED: EventKind.IDENTITY_REGISTERED,
+    biography_pb2.ORI_EVENT_KIND_IDENTITY_CHANGED: EventKind.IDENTITY_CHANGED,
 }
 KIND_NUMBERS = {kind: number for number, kind in KINDS.items()}
+# What Append and Consolidate accept: identity events are recorded by RegisterIdentities alone.
+_PROPOSABLE = {number: kind for number, kind in KINDS.items() if kind not in IDENTITY_KINDS}
 
 
-class _Violations:
+class Violations:
     """Collects every problem in a request, then refuses it whole."""
 
     def __init__(self) -> None:
@@ -62,7 +67,7 @@ class _Violations:
             raise InvalidArgument(self.found)
 
 
-def _ori_id(value: str, field: str, config: BiographyConfig, problems: _Violations) -> None:
+def ori_id_problems(value: str, field: str, config: BiographyConfig, problems: Violations) -> None:
     if not value:
         problems.add(field, "must not be empty")
     elif len(value) > config.max_ori_id_chars:
@@ -71,7 +76,7 @@ def _ori_id(value: str, field: str, config: BiographyConfig, problems: _Violatio
         problems.add(field, 'must not start with "$" (reserved for "$all")')
 
 
-def _in_range(value: int, field: str, problems: _Violations) -> None:
+def _in_range(value: int, field: str, problems: Violations) -> None:
     if value > MAX_STORED_INTEGER:
         problems.add(field, f"must be at most {MAX_STORED_INTEGER}")
 
@@ -127,14 +132,20 @@ def _payload(
     return payload, encoded, [(f".{inner}", why) for inner, why in payload_problems(kind, payload)]
 
 
-def _kind(number: int, field: str, problems: _Violations) -> EventKind | None:
-    kind = KINDS.get(number)
+def _kind(number: int, field: str, problems: Violations) -> EventKind | None:
+    kind = _PROPOSABLE.get(number)
     if kind is None:
-        problems.add(field, f"unknown or unspecified event kind {number}")
+        problems.add(field, _unproposable(number))
     return kind
 
 
-def _expected(message: biography_pb2.ExpectedVersion, problems: _Violations) -> ExpectedVersion:
+def _unproposable(number: int) -> str:
+    if number in KINDS:
+        return "identity events are recorded by RegisterIdentities"
+    return f"unknown or unspecified event kind {number}"
+
+
+def _expected(message: biography_pb2.ExpectedVersion, problems: Violations) -> ExpectedVersion:
     kinds = biography_pb2.ExpectedVersion
     if message.kind == kinds.KIND_EXACT:
         _in_range(message.version, "expected_version.version", problems)
@@ -148,8 +159,8 @@ def _expected(message: biography_pb2.ExpectedVersion, problems: _Violations) -> 
 def append_request(
     request: biography_pb2.AppendRequest, config: BiographyConfig
 ) -> tuple[ExpectedVersion, list[NewEvent]]:
-    problems = _Violations()
-    _ori_id(request.ori_id, "ori_id", config, problems)
+    problems = Violations()
+    ori_id_problems(request.ori_id, "ori_id", config, problems)
     expected = _expected(request.expected_version, problems)
     if not request.events:
         problems.add("events", "must hold at least one event")
@@ -166,9 +177,9 @@ def append_request(
             if event_id in seen:
                 problems.add(f"events[{i}].event_id", "repeats an earlier event id of this batch")
             seen.add(event_id)
-        kind = KINDS.get(new.kind)
+        kind = _PROPOSABLE.get(new.kind)
         if kind is None:
-            problems.add(f"events[{i}].kind", f"unknown or unspecified event kind {new.kind}")
+            problems.add(f"events[{i}].kind", _unproposable(new.kind))
         payload, encoded, found = _payload(new.payload, kind, config)
         for inner, why in found:
             problems.add(f"events[{i}].payload{inner}", why)
@@ -185,7 +196,7 @@ def append_request(
 _NORMAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def _event_id(value: str, index: int, problems: _Violations) -> str | None:
+def _event_id(value: str, index: int, problems: Violations) -> str | None:
     """An event id not in the normal form: its normal form, or a problem."""
     try:
         return str(uuid.UUID(value))
@@ -208,9 +219,9 @@ def _encode_token(ori_id: str, start: int, backward: bool) -> str:
 
 
 def read_request(request: biography_pb2.ReadRequest, config: BiographyConfig) -> ReadCursor:
-    problems = _Violations()
+    problems = Violations()
     if request.ori_id != ALL_STREAMS:
-        _ori_id(request.ori_id, "ori_id", config, problems)
+        ori_id_problems(request.ori_id, "ori_id", config, problems)
     if request.page_size < 0:
         problems.add("page_size", "must not be negative")
     backward = request.direction == biography_pb2.READ_DIRECTION_BACKWARD
@@ -228,7 +239,7 @@ def read_request(request: biography_pb2.ReadRequest, config: BiographyConfig) ->
     return ReadCursor(request.ori_id, start, page_size, backward)
 
 
-def _decode_token(token: str, ori_id: str, problems: _Violations) -> tuple[int | None, bool]:
+def _decode_token(token: str, ori_id: str, problems: Violations) -> tuple[int | None, bool]:
     try:
         body = json.loads(base64.urlsafe_b64decode(token.encode()))
         start, backward, token_ori = int(body["from"]), bool(body["backward"]), str(body["ori"])
@@ -267,17 +278,17 @@ def event_message(event: RecordedEvent) -> biography_pb2.OriEvent:
 def subscribe_request(
     request: biography_pb2.SubscribeRequest, config: BiographyConfig
 ) -> tuple[int, list[str]]:
-    problems = _Violations()
+    problems = Violations()
     _in_range(request.from_position, "from_position", problems)
     for i, ori_id in enumerate(request.ori_ids):
-        _ori_id(ori_id, f"ori_ids[{i}]", config, problems)
+        ori_id_problems(ori_id, f"ori_ids[{i}]", config, problems)
     problems.raise_if_any()
     return request.from_position, sorted(set(request.ori_ids))
 
 
 def rehydrate_request(request: biography_pb2.RehydrateRequest, config: BiographyConfig) -> LoadBudget:
-    problems = _Violations()
-    _ori_id(request.ori_id, "ori_id", config, problems)
+    problems = Violations()
+    ori_id_problems(request.ori_id, "ori_id", config, problems)
     problems.raise_if_any()
     return LoadBudget(
         max_events=request.max_events or config.rehydrate_max_events,
@@ -286,7 +297,7 @@ def rehydrate_request(request: biography_pb2.RehydrateRequest, config: Biography
 
 
 def rehydrate_response(context: WorkingContext) -> biography_pb2.RehydrateResponse:
-    return biography_pb2.RehydrateResponse(
+    response = biography_pb2.RehydrateResponse(
         ori_id=context.ori_id,
         stream_version=context.stream_version or 0,
         memories=[_memory(m) for m in context.memories],
@@ -296,7 +307,11 @@ def rehydrate_response(context: WorkingContext) -> biography_pb2.RehydrateRespon
         values=[_value(v) for v in context.values],
         chars_used=context.chars_used,
         omitted=context.omitted,
+        identity_version=context.identity_version,
     )
+    if context.identity is not None:
+        json_format.ParseDict(context.identity, response.identity)
+    return response
 
 
 def _memory(memory: MemoryView) -> biography_pb2.MemoryItem:
@@ -319,8 +334,8 @@ def _value(value: ValueView) -> biography_pb2.ValueItem:
 
 
 def consolidate_request(request: biography_pb2.ConsolidateRequest, config: BiographyConfig) -> list[Fragment]:
-    problems = _Violations()
-    _ori_id(request.ori_id, "ori_id", config, problems)
+    problems = Violations()
+    ori_id_problems(request.ori_id, "ori_id", config, problems)
     if len(request.fragments) > config.max_batch_events:
         problems.add("fragments", f"holds {len(request.fragments)}; the limit is {config.max_batch_events}")
     fragments = list(_fragments(request, config, problems))
@@ -329,7 +344,7 @@ def consolidate_request(request: biography_pb2.ConsolidateRequest, config: Biogr
 
 
 def _fragments(
-    request: biography_pb2.ConsolidateRequest, config: BiographyConfig, problems: _Violations
+    request: biography_pb2.ConsolidateRequest, config: BiographyConfig, problems: Violations
 ) -> Iterator[Fragment]:
     seen: set[str] = set()
     for i, fragment in enumerate(request.fragments[: config.max_batch_events]):
@@ -352,7 +367,7 @@ def _fragments(
 
 
 def verify_request(request: biography_pb2.VerifyChainRequest, config: BiographyConfig) -> str:
-    problems = _Violations()
-    _ori_id(request.ori_id, "ori_id", config, problems)
+    problems = Violations()
+    ori_id_problems(request.ori_id, "ori_id", config, problems)
     problems.raise_if_any()
     return request.ori_id

@@ -65,7 +65,7 @@ _INSERT_EVENTS = f"INSERT INTO events ({sql.EVENT_COLUMNS}) " + _from_rows_docum
 _STREAM_HEAD = _pg(sql.STREAM_HEAD)
 _LOCK_LOG_HEAD = _pg(sql.LOG_HEAD) + " FOR UPDATE"
 _SET_LOG_HEAD = _pg(sql.SET_LOG_HEAD)
-_MEMORY_TYPES = ("text", "text", "bigint", "bigint", "text", "bigint", "bigint", "bigint")
+_MEMORY_TYPES = ("text", "text", "bigint", "bigint", "text", "bigint", "bigint", "text", "bigint", "bigint")
 _INSERT_MEMORIES = f"INSERT INTO memories ({sql.MEMORY_COLUMNS}) " + _from_rows_document(_MEMORY_TYPES)
 # The last event of each stream, one index probe per stream.
 _STREAM_HEADS = (
@@ -89,10 +89,15 @@ async def _configure(connection: psycopg.AsyncConnection[Any]) -> None:
     connection.adapters.register_loader("uuid", TextLoader)
 
 
+Outcomes = list[AppendResult | BiographyError]
+
+
 @dataclass
 class _PendingAppend:
-    request: AppendRequest
-    future: asyncio.Future[AppendResult]
+    """One caller's appends (one, or a batch) and where its outcomes go, one per request."""
+
+    requests: Sequence[AppendRequest]
+    future: asyncio.Future[Outcomes]
 
 
 class PostgresStore(BiographyStore):
@@ -180,35 +185,49 @@ class PostgresStore(BiographyStore):
     async def append(
         self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
     ) -> AppendResult:
+        outcome = (await self._queued([AppendRequest(ori_id, expected, events)]))[0]
+        if isinstance(outcome, BiographyError):
+            raise outcome
+        return outcome
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> Outcomes:
+        return await self._queued(requests)
+
+    async def _queued(self, requests: Sequence[AppendRequest]) -> Outcomes:
+        """Hand the requests to the writer task as one entry (so one transaction) and await their outcomes."""
         if self._writer is None:
             raise StorageUnavailable("the PostgreSQL store is not open")
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_PendingAppend(AppendRequest(ori_id, expected, events), future))
-        result = await future
-        if not result.already_recorded:
+        future: asyncio.Future[Outcomes] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_PendingAppend(requests, future))
+        outcomes = await future
+        if any(isinstance(o, AppendResult) and not o.already_recorded for o in outcomes):
             self.appended.notify()
-        return result
+        return outcomes
 
     async def _write_groups(self) -> None:
         """Group commit: appends queued while a commit runs, or while a group is written, share one."""
         while True:
             group = [await self._queue.get()]
-            outcomes: list[AppendResult | BiographyError]
+            failure: BiographyError | None = None
+            outcomes: Outcomes = []
             try:
                 async with self._translated():
                     outcomes = await self._commit_group(group)
             except BiographyError as error:
-                outcomes = [error] * len(group)  # nothing of the group became durable
+                failure = error  # nothing of the group became durable
             except Exception as unexpected:  # the writer must outlive a bug; its callers get the failure
                 log.exception("biography group commit failed")
-                outcomes = [StorageUnavailable(f"group commit failed: {unexpected!r}")] * len(group)
-            for pending, outcome in zip(group, outcomes, strict=True):
+                failure = StorageUnavailable(f"group commit failed: {unexpected!r}")
+            taken = 0
+            for pending in group:
+                mine = outcomes[taken : taken + len(pending.requests)] if failure is None else []
+                taken += len(pending.requests)
                 if pending.future.done():
                     continue
-                if isinstance(outcome, AppendResult):
-                    pending.future.set_result(outcome)
+                if failure is None:
+                    pending.future.set_result(mine)
                 else:
-                    pending.future.set_exception(outcome)
+                    pending.future.set_exception(failure)
 
     def _join_queued(self, group: list[_PendingAppend]) -> list[AppendRequest]:
         """Move the appends already queued into `group` (up to its cap); their requests, in order."""
@@ -216,18 +235,18 @@ class PostgresStore(BiographyStore):
         while len(group) < self._max_group and not self._queue.empty():
             pending = self._queue.get_nowait()
             group.append(pending)
-            joined.append(pending.request)
+            joined.extend(pending.requests)
         return joined
 
-    async def _commit_group(self, group: list[_PendingAppend]) -> list[AppendResult | BiographyError]:
+    async def _commit_group(self, group: list[_PendingAppend]) -> Outcomes:
         """One transaction in rounds: each round decides what was queued and writes it in bulk.
 
         Pipelined: a round costs one round trip to read (stream heads, known event ids) and its writes
         travel with the next round's reads or the COMMIT, whatever the number of events. Appends queued
         while a round ran join the next one, so they share the COMMIT's flush instead of waiting for it.
         """
-        outcomes: list[AppendResult | BiographyError] = []
-        requests = [group[0].request, *self._join_queued(group)]
+        outcomes: Outcomes = []
+        requests = [*group[0].requests, *self._join_queued(group)]
         async with self._pool.connection() as connection, connection.pipeline(), connection.transaction():
             # Every lookup here probes a unique index; statistics lag a table that grows from empty,
             # and a sequential scan under the global write lock would stall every writer.
@@ -287,6 +306,11 @@ class PostgresStore(BiographyStore):
             cursor = await connection.execute(_pg(query), params)
             return [sql.decode_event(r) for r in await cursor.fetchall()]
 
+    async def _rows(self, query: str, params: Sequence[object]) -> list[Sequence[Any]]:
+        async with self._translated(), self._pool.connection() as connection:
+            cursor = await connection.execute(_pg(query), params)
+            return list(await cursor.fetchall())
+
     async def stream_version(self, ori_id: str) -> int | None:
         async with self._translated(), self._pool.connection() as connection:
             cursor = await connection.execute(_STREAM_HEAD, (ori_id,))
@@ -301,6 +325,7 @@ class PostgresStore(BiographyStore):
             (sql.SNAPSHOT_ARCS, (ori_id, limit)),
             (sql.SNAPSHOT_PERSONALITY, (ori_id, limit)),
             (sql.SNAPSHOT_VALUES, (ori_id, limit)),
+            (sql.SNAPSHOT_IDENTITY, (ori_id,)),
         )
         async with (
             self._translated(),
@@ -312,7 +337,7 @@ class PostgresStore(BiographyStore):
             # six queries cost one round trip to the server instead of eight (with BEGIN and COMMIT).
             await connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             cursors = [await connection.execute(_pg(query), params) for query, params in queries]
-            totals, memories, relationships, arcs, personality, values = [
+            totals, memories, relationships, arcs, personality, values, identity = [
                 await cursor.fetchall() for cursor in cursors
             ]
         return build_snapshot(
@@ -323,4 +348,5 @@ class PostgresStore(BiographyStore):
             arcs=arcs,
             personality=personality,
             values=values,
+            identity=identity,
         )

@@ -11,6 +11,8 @@ from biography_service.errors import CorruptEvent
 from biography_service.events import EventKind, RecordedEvent
 from biography_service.projections import (
     ArcUpsert,
+    IdentityUpsert,
+    IdentityValuesPrune,
     MemoryRow,
     PersonalityRow,
     ProjectionOp,
@@ -175,6 +177,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("ALTER TABLE events ALTER COLUMN event_id TYPE uuid USING event_id::uuid",),
         only="postgres",
     ),
+    Migration(
+        6,
+        "identities, values set by an identity, memories folded by their text",
+        (
+            "CREATE TABLE identities ("
+            " ori_id TEXT NOT NULL PRIMARY KEY, identity_version BIGINT NOT NULL, identity TEXT NOT NULL,"
+            f" stream_version BIGINT NOT NULL){WITHOUT_ROWID}",
+            "ALTER TABLE ori_values ADD COLUMN identity_stream_version BIGINT",
+            "ALTER TABLE memories ADD COLUMN text_key TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE memories ADD COLUMN copies BIGINT NOT NULL DEFAULT 1",
+            # Rows projected before: the nearest key SQL can compute on both backends (new rows collapse
+            # inner whitespace too, projections.memory_key).
+            "UPDATE memories SET text_key = lower(trim(text))",
+        ),
+    ),
 )
 
 # Statements below interpolate only constant column lists and placeholder counts, never input.
@@ -271,14 +288,15 @@ def _decode(row: Sequence[Any]) -> RecordedEvent:
     )
 
 
-MEMORY_COLUMNS = "ori_id, ref, stream_version, seq, text, salience_bp, world_tick, folded"
+MEMORY_COLUMNS = "ori_id, ref, stream_version, seq, text, salience_bp, world_tick, text_key, copies, folded"
 # An event's own memory: a new row (its place and its ref, the event id, are new).
-INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
+INSERT_MEMORY = f"INSERT INTO memories ({MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"  # noqa: S608
 # A consolidated fragment's: folding a fragment again moves its row to the new place.
 _UPSERT_FOLDED_MEMORY = (
     f"{INSERT_MEMORY} ON CONFLICT (ori_id, ref) WHERE folded = 1 DO UPDATE SET"
     " stream_version = excluded.stream_version, seq = excluded.seq, text = excluded.text,"
-    " salience_bp = excluded.salience_bp, world_tick = excluded.world_tick"
+    " salience_bp = excluded.salience_bp, world_tick = excluded.world_tick,"
+    " text_key = excluded.text_key, copies = excluded.copies"
 )
 # Absent bond/respect/summary keep the values already projected.
 _UPSERT_RELATIONSHIP = (
@@ -302,14 +320,27 @@ _UPSERT_FOLDED_PERSONALITY = (
     " stream_version = excluded.stream_version, seq = excluded.seq, summary = excluded.summary"
 )
 _UPSERT_VALUE = (
-    "INSERT INTO ori_values (ori_id, value_ref, weight_bp, stream_version) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT (ori_id, value_ref) DO UPDATE SET weight_bp = excluded.weight_bp,"
-    " stream_version = excluded.stream_version"
+    "INSERT INTO ori_values (ori_id, value_ref, weight_bp, stream_version, identity_stream_version)"
+    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (ori_id, value_ref) DO UPDATE SET weight_bp = excluded.weight_bp,"
+    " stream_version = excluded.stream_version, identity_stream_version = excluded.identity_stream_version"
+)
+# Runs after the group's value upserts (its statement is first seen after theirs): it removes only rows
+# an identity older than its own set, so running it late gives what running it in log order gives.
+_PRUNE_IDENTITY_VALUES = "DELETE FROM ori_values WHERE ori_id = ? AND identity_stream_version < ?"
+_UPSERT_IDENTITY = (
+    "INSERT INTO identities (ori_id, identity_version, identity, stream_version) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (ori_id) DO UPDATE SET identity_version = excluded.identity_version,"
+    " identity = excluded.identity, stream_version = excluded.stream_version"
 )
 
 
 # The ops whose parameters are the Ori id followed by the op's own fields, in column order.
-_UPSERTS: dict[type, str] = {ArcUpsert: _UPSERT_ARC, ValueUpsert: _UPSERT_VALUE}
+_UPSERTS: dict[type, str] = {
+    ArcUpsert: _UPSERT_ARC,
+    ValueUpsert: _UPSERT_VALUE,
+    IdentityValuesPrune: _PRUNE_IDENTITY_VALUES,
+    IdentityUpsert: _UPSERT_IDENTITY,
+}
 # Rows of one event or fragment each: the statement for an event's own row and for a folded fragment's.
 _ROWS: dict[type, tuple[str, str]] = {
     MemoryRow: (INSERT_MEMORY, _UPSERT_FOLDED_MEMORY),
@@ -355,17 +386,24 @@ def _relationship(ori_id: str, op: RelationshipUpsert) -> tuple[str, tuple[Any, 
 SNAPSHOT_TOTALS = (
     "SELECT"
     " (SELECT MAX(stream_version) FROM events WHERE ori_id = ?),"
-    " (SELECT COUNT(*) FROM memories WHERE ori_id = ?),"
+    " (SELECT COUNT(DISTINCT text_key) FROM memories WHERE ori_id = ?),"
     " (SELECT COUNT(*) FROM relationships WHERE ori_id = ? AND ended = 0),"
     " (SELECT COUNT(*) FROM arcs WHERE ori_id = ? AND status = 'active'),"
     " (SELECT COUNT(*) FROM personality_events WHERE ori_id = ?),"
     " (SELECT COUNT(*) FROM ori_values WHERE ori_id = ?)"
 )
+# Among the most recent rows, the rows of one fact (one text_key) fold into one: the newest row's ref,
+# text and tick, the highest salience, and how many repeats it stands for.
 SNAPSHOT_MEMORIES = (
-    "SELECT ref, text, salience_bp, world_tick FROM"
-    " (SELECT ref, text, salience_bp, world_tick, stream_version, seq FROM memories WHERE ori_id = ?"
-    "  ORDER BY stream_version DESC, seq DESC LIMIT ?) AS recent"
-    " ORDER BY salience_bp DESC, stream_version DESC, seq DESC LIMIT ?"
+    "SELECT ref, text, salience_bp, world_tick, copies FROM"
+    " (SELECT ref, text, world_tick, stream_version, seq,"
+    "  MAX(salience_bp) OVER (PARTITION BY text_key) AS salience_bp,"
+    "  SUM(copies) OVER (PARTITION BY text_key) AS copies,"
+    "  ROW_NUMBER() OVER (PARTITION BY text_key ORDER BY stream_version DESC, seq DESC) AS newest"
+    "  FROM (SELECT ref, text, salience_bp, world_tick, stream_version, seq, text_key, copies"
+    "   FROM memories WHERE ori_id = ? ORDER BY stream_version DESC, seq DESC LIMIT ?) AS recent"
+    " ) AS folded"
+    " WHERE newest = 1 ORDER BY salience_bp DESC, stream_version DESC, seq DESC LIMIT ?"
 )
 SNAPSHOT_RELATIONSHIPS = (
     "SELECT other_ori_id, bond, respect, summary FROM relationships WHERE ori_id = ? AND ended = 0"
@@ -378,6 +416,17 @@ SNAPSHOT_ARCS = (
 SNAPSHOT_PERSONALITY = (
     "SELECT summary FROM personality_events WHERE ori_id = ? ORDER BY stream_version DESC, seq DESC LIMIT ?"
 )
+SNAPSHOT_IDENTITY = "SELECT identity_version, identity FROM identities WHERE ori_id = ?"
 SNAPSHOT_VALUES = (
     "SELECT value_ref, weight_bp FROM ori_values WHERE ori_id = ? ORDER BY weight_bp DESC, value_ref LIMIT ?"
 )
+
+
+def identity_heads(ori_count: int) -> str:
+    """Each listed stream that exists: its last version and its latest identity (NULLs when none)."""
+    marks = ", ".join("?" * ori_count)
+    return (
+        "SELECT h.ori_id, h.version, i.identity_version, i.identity, i.stream_version FROM"  # noqa: S608
+        f" (SELECT ori_id, MAX(stream_version) AS version FROM events WHERE ori_id IN ({marks})"
+        " GROUP BY ori_id) AS h LEFT JOIN identities i ON i.ori_id = h.ori_id"
+    )

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from biography_service.appending import AppendPlan, StreamHead, plan_append
-from biography_service.errors import ConstraintConflict, StorageUnavailable
+from biography_service.appending import AppendPlan, AppendRequest, StreamHead, plan_group
+from biography_service.errors import BiographyError, ConstraintConflict, StorageUnavailable
 from biography_service.events import AppendResult, ExpectedVersion, NewEvent, RecordedEvent
 from biography_service.projections import ProjectionSnapshot
 from biography_service.store import sql
@@ -53,6 +53,8 @@ def _connect_writer(path: Path) -> sqlite3.Connection:
 # Stream heads kept between groups (one entry per Ori written since the last failed group); past this
 # many the writer starts over rather than grow without bound.
 MAX_CACHED_HEADS = 100_000
+# Event ids per lookup of recorded events: under SQLite's limit on bound parameters.
+IDS_PER_QUERY = 500
 
 
 class _GroupRows:
@@ -179,65 +181,84 @@ class SqliteStore(BiographyStore):
     async def append(
         self, ori_id: str, expected: ExpectedVersion, events: Sequence[NewEvent]
     ) -> AppendResult:
-        result = await self._write(
-            lambda connection, isolated: self._append(connection, isolated, ori_id, expected, events)
-        )
+        request = AppendRequest(ori_id, expected, events)
+        result = await self._write(lambda connection, isolated: self._append(connection, isolated, request))
         if not result.already_recorded:
             self.appended.notify()
         return result
 
-    def _append(
-        self,
-        connection: sqlite3.Connection,
-        isolated: bool,
-        ori_id: str,
-        expected: ExpectedVersion,
-        events: Sequence[NewEvent],
-    ) -> AppendResult:
-        """Runs on the writer thread inside the group's transaction.
+    def _append(self, connection: sqlite3.Connection, isolated: bool, request: AppendRequest) -> AppendResult:
+        outcome = self._append_many(connection, isolated, [request])[0]
+        if isinstance(outcome, BiographyError):
+            raise outcome
+        return outcome
+
+    async def append_many(self, requests: Sequence[AppendRequest]) -> list[AppendResult | BiographyError]:
+        outcomes = await self._write(
+            lambda connection, isolated: self._append_many(connection, isolated, requests)
+        )
+        if any(isinstance(o, AppendResult) and not o.already_recorded for o in outcomes):
+            self.appended.notify()
+        return outcomes
+
+    def _append_many(
+        self, connection: sqlite3.Connection, isolated: bool, requests: Sequence[AppendRequest]
+    ) -> list[AppendResult | BiographyError]:
+        """Runs on the writer thread inside the group's transaction: one write however many appends.
 
         Run bare, it plans from the writer's cached heads and defers its rows to the group's flush, and
-        looks for none of the event ids first: a repeat then fails the event_id unique constraint (or
-        the expected version) and its isolated rerun, which reads and writes the database directly,
-        finds the recorded events.
+        looks for none of the event ids first: a repeat then fails the event_id unique constraint, and
+        a refusal (perhaps decided from a head another process made stale) is raised; either way the
+        isolated rerun, which reads and writes the database directly, decides each request from what
+        is stored and answers a refusal as that request's outcome.
         """
         rows = self._group_rows
-        head = None if isolated else rows.heads.get(ori_id)
-        if head is None:
-            row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
-            head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
-        already: list[RecordedEvent] = []
+        heads: dict[str, StreamHead] = {}
+        for ori_id in {request.ori_id for request in requests}:
+            head = None if isolated else rows.heads.get(ori_id)
+            if head is None:
+                row = connection.execute(sql.STREAM_HEAD, (ori_id,)).fetchone()
+                head = StreamHead(None) if row is None else StreamHead(int(row[0]), row[1])
+            heads[ori_id] = head
+        recorded: dict[str, RecordedEvent] = {}
         if isolated:
-            ids = [event.event_id for event in events]
-            already = [sql.decode_event(r) for r in connection.execute(sql.events_by_ids(len(ids)), ids)]
+            ids = [event.event_id for request in requests for event in request.events]
+            for start in range(0, len(ids), IDS_PER_QUERY):
+                chunk = ids[start : start + IDS_PER_QUERY]
+                for row in connection.execute(sql.events_by_ids(len(chunk)), chunk):
+                    event = sql.decode_event(row)
+                    recorded[event.event_id] = event
         position = None if isolated else rows.position
         if position is None:
             position = int(connection.execute(sql.LOG_HEAD).fetchone()[0])
-        plan = plan_append(
-            ori_id,
-            expected,
-            events,
-            head=head,
-            already=already,
-            next_global_position=position + 1,
+        plan = plan_group(
+            requests,
+            heads=heads,
+            recorded=recorded,
+            last_global_position=position,
             recorded_at_us=time.time_ns() // 1000,
         )
-        if not isinstance(plan, AppendPlan):
-            return plan
+        if not isolated:
+            refused = next((o for o in plan.outcomes if isinstance(o, BiographyError)), None)
+            if refused is not None:
+                raise refused
+        # Isolated: written now, inside its savepoint, and kept out of the cache (it may still be rolled
+        # back); bare: deferred to the group's flush.
+        target = _GroupRows() if isolated else rows
+        for ori_id, append_plan in plan.writes:
+            target.add(ori_id, append_plan)
         if isolated:
-            # Written now, inside its savepoint, and kept out of the cache: it may still be rolled back.
-            alone = _GroupRows()
-            alone.add(ori_id, plan)
-            alone.flush(connection)
-        else:
-            rows.add(ori_id, plan)
-        return plan.result
+            target.flush(connection)
+        return plan.outcomes
 
     async def _read(self, query: str, params: Sequence[object]) -> list[RecordedEvent]:
         def work() -> list[RecordedEvent]:
             return [sql.decode_event(r) for r in self._read_connection().execute(query, params)]
 
         return await self._on_reader(work)
+
+    async def _rows(self, query: str, params: Sequence[object]) -> list[Sequence[Any]]:
+        return await self._on_reader(lambda: self._read_connection().execute(query, params).fetchall())
 
     async def stream_version(self, ori_id: str) -> int | None:
         def work() -> int | None:
@@ -262,6 +283,7 @@ class SqliteStore(BiographyStore):
                     arcs=connection.execute(sql.SNAPSHOT_ARCS, (ori_id, limit)).fetchall(),
                     personality=connection.execute(sql.SNAPSHOT_PERSONALITY, (ori_id, limit)).fetchall(),
                     values=connection.execute(sql.SNAPSHOT_VALUES, (ori_id, limit)).fetchall(),
+                    identity=connection.execute(sql.SNAPSHOT_IDENTITY, (ori_id,)).fetchall(),
                 )
             finally:
                 connection.execute("COMMIT")

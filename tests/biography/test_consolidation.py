@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from biography_service.consolidation import Fragment, fold_by_kind, state_loss_report
 from biography_service.errors import StateLossDetected
-from biography_service.events import EventKind, NewEvent
+from biography_service.events import IDENTITY_KINDS, EventKind, NewEvent
 from biography_service.payloads import payload_problems
 from biography_service.service import Biography
 from tests.biography.conftest import TEST_CONFIG
 
-FOLDABLE = [kind for kind in EventKind if kind is not EventKind.CONSOLIDATED]
+FOLDABLE = [kind for kind in EventKind if kind is not EventKind.CONSOLIDATED and kind not in IDENTITY_KINDS]
 PAYLOADS = {
     EventKind.MEMORY_FORMED: {"text": "a memory", "salience_bp": 4000},
     EventKind.REFLECTED: {"text": "a reflection"},

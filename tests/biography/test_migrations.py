@@ -49,7 +49,7 @@ def _v2_writes(ori_id: str, batches: Sequence[Sequence[NewEvent]]) -> list[tuple
             writes.append((sql.INSERT_EVENT, sql.event_row(recorded, payload_json)))
         for op in plan.projection_ops:
             if isinstance(op, MemoryRow):
-                writes.append((_V2_MEMORY, (ori_id, *op[:-1])))
+                writes.append((_V2_MEMORY, (ori_id, *op[:6])))  # the columns before text_key
             else:
                 assert isinstance(op, PersonalityRow)
                 writes.append((_V2_PERSONALITY, (ori_id, *op[:-1])))
