@@ -16,7 +16,8 @@ TIER_NAMES = {
     common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
     common_pb2.COGNITION_TIER_ATROPOS: "atropos",
 }
-# Reflection and summary calls are deferrable enough to coalesce; live planning never waits for a batch.
+# Reflection and summary calls are deferrable enough to coalesce; live planning and dialogue never wait
+# for a batch.
 BATCHABLE_CAUSES = frozenset(
     {
         action_pb2.COGNITION_CAUSE_LACHESIS_REFLECTION,
@@ -35,6 +36,7 @@ _ESTIMATED_CAUSES = (
     action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY,
     action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL,
     action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD,
+    action_pb2.COGNITION_CAUSE_DIALOGUE,
 )
 
 
@@ -49,6 +51,7 @@ def token_estimate(config: KernelConfig, cause: int) -> int:
         action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY: chars.escalation,
         action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL: chars.escalation,
         action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD: chars.escalation,
+        action_pb2.COGNITION_CAUSE_DIALOGUE: chars.dialogue,
     }
     return lengths[cause] // 4 + config.batch_overhead_tokens
 

@@ -39,6 +39,9 @@ class ContextChars(BaseModel):
     escalation: int = Field(
         default=12_000, ge=0, description="Chars of the decision context an arbitration escalation sends."
     )
+    dialogue: int = Field(
+        default=6_000, ge=0, description="Chars of a dialogue context: who the Ori is, the line, the moment."
+    )
 
 
 class KernelConfig(BaseModel):

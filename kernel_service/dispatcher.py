@@ -3,19 +3,29 @@
 A tick only ever calls `offer` (enqueue, never waits) and `take_results` (drain what has completed),
 so a slow or absent gateway can never delay a tick. Results re-enter the next tick as its input,
 which the tick log records, so replay does not depend on when a result happened to arrive.
+
+Each submitted call carries its moment (the Ori's situation text and the kernel's values on the
+issuing tick), taken when the tick offers its calls and written into the submitted copy only; each
+result's payload gets "dispatch_us", the monotonic microseconds from the offer to the gateway's
+answer. Registration's identities go to the biography through the same channel, before the kernel
+registers anyone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import grpc
 
 from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc
+from kernel_service.moment import Moments
 from services.auth import bearer_metadata
 from services.channels import ChannelOpener
 from services.logging import get_logger
@@ -34,6 +44,7 @@ MODES = {
     action_pb2.COGNITION_CAUSE_ESCALATION_NOVELTY: gateway_pb2.COGNITION_MODE_DECISION,
     action_pb2.COGNITION_CAUSE_ESCALATION_NO_GOAL: gateway_pb2.COGNITION_MODE_DECISION,
     action_pb2.COGNITION_CAUSE_ESCALATION_NO_METHOD: gateway_pb2.COGNITION_MODE_DECISION,
+    action_pb2.COGNITION_CAUSE_DIALOGUE: gateway_pb2.COGNITION_MODE_DIALOGUE,
 }
 
 
@@ -63,6 +74,18 @@ class DispatchStats:
     consolidations_with_loss: int = 0
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What one tick's calls share: their moments (None: none taken) and when they were offered."""
+
+    moments: Moments | None
+    offered_ns: int  # time.monotonic_ns()
+
+
+# A queued call: the candidate (inside the tick's result, never written), its offer, its index there.
+Queued = tuple[action_pb2.CognitionCallCandidate, Offer, int]
+
+
 class Dispatcher:
     """Bounded queues drained by background tasks; with no target configured it only reports."""
 
@@ -88,7 +111,10 @@ class Dispatcher:
         self._concurrency = concurrency
         self._timeout = call_timeout_seconds
         self._dial = dial  # services.channels.open_channel in a server, so TLS settings apply
-        self._candidates: deque[action_pb2.CognitionCallCandidate] = deque()
+        self._candidates: deque[Queued] = deque()
+        # A player waits on a dialogue call: it goes ahead of every queued planning, reflection and
+        # summary, which only keep an Ori's behaviour fresh.
+        self._dialogue: deque[Queued] = deque()
         self._lifecycle: deque[action_pb2.LifecycleRequest] = deque()
         self._results: list[action_pb2.ActionIntent] = []
         self._refused_tiers: set[int] = set()
@@ -96,9 +122,13 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._channels: list[grpc.aio.Channel] = []
+        self._biography: BiographyServiceAsyncStub | None = None
 
-    def offer(self, result: action_pb2.TickResult) -> None:
-        """Take a tick's candidates and lifecycle requests; never blocks; sheds the oldest past the limit."""
+    def offer(self, result: action_pb2.TickResult, moments: Callable[[], Moments] | None = None) -> None:
+        """Take a tick's candidates and lifecycle requests; never blocks; sheds the oldest past the limit.
+
+        `moments` takes the moment of each of the tick's calls; it is called only when there are calls
+        to submit (never without a gateway)."""
         self.stats.candidates_offered += len(result.candidates)
         self.stats.lifecycle_offered += len(result.lifecycle)
         if self.gateway_target is None:
@@ -106,21 +136,26 @@ class Dispatcher:
             # behaviour-tree or cached actions.
             self.stats.candidates_reported_only += len(result.candidates)
         else:
-            self._candidates.extend(result.candidates)
-            while len(self._candidates) > self._queue_limit:
-                self._candidates.popleft()
+            offer = Offer(
+                moments() if moments is not None and result.candidates else None, time.monotonic_ns()
+            )
+            for queued in zip(result.candidates, itertools.repeat(offer), itertools.count()):
+                urgent = queued[0].cause == action_pb2.COGNITION_CAUSE_DIALOGUE
+                (self._dialogue if urgent else self._candidates).append(queued)
+            while self.pending_candidates > self._queue_limit:
+                (self._candidates or self._dialogue).popleft()
                 self.stats.candidates_shed += 1
         if self.biography_target is not None:
             self._lifecycle.extend(result.lifecycle)
             while len(self._lifecycle) > self._queue_limit:
                 self._lifecycle.popleft()
-        if self._candidates or self._lifecycle:
+        if self._dialogue or self._candidates or self._lifecycle:
             self._wake.set()
 
     @property
     def pending_candidates(self) -> int:
         """Candidates queued for the gateway and not yet sent."""
-        return len(self._candidates)
+        return len(self._dialogue) + len(self._candidates)
 
     def unavailable_tiers(self) -> int:
         """Bit t set = tier t's cognition is unavailable, killed or over budget, as last observed.
@@ -149,8 +184,8 @@ class Dispatcher:
         if self.biography_target is not None:
             channel = self._open(self.biography_target)
             self._channels.append(channel)
-            biography = biography_pb2_grpc.BiographyServiceStub(channel)
-            self._tasks.append(asyncio.create_task(self._lifecycle_loop(biography)))
+            self._biography = biography_pb2_grpc.BiographyServiceStub(channel)
+            self._tasks.append(asyncio.create_task(self._lifecycle_loop(self._biography)))
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -162,40 +197,60 @@ class Dispatcher:
             await channel.close(None)
         self._tasks.clear()
         self._channels.clear()
+        self._biography = None
 
-    async def _next(
-        self, queue: deque[action_pb2.CognitionCallCandidate]
-    ) -> action_pb2.CognitionCallCandidate:
-        while not queue:
+    async def register_identities(
+        self, registrations: Sequence[biography_pb2.IdentityRegistration]
+    ) -> biography_pb2.RegisterIdentitiesResponse:
+        """Record identities in the biography (service token, call timeout); raises the call's
+        grpc.aio.AioRpcError. Only on a started dispatcher with a biography target."""
+        if self._biography is None:
+            raise RuntimeError("register_identities needs a started dispatcher with a biography target")
+        response: biography_pb2.RegisterIdentitiesResponse = await self._biography.RegisterIdentities(
+            biography_pb2.RegisterIdentitiesRequest(registrations=registrations),
+            metadata=self._metadata,
+            timeout=self._timeout,
+        )
+        return response
+
+    async def _next(self) -> Queued:
+        """The oldest dialogue call, else the oldest other call."""
+        while not (self._dialogue or self._candidates):
             self._wake.clear()
             await self._wake.wait()
-        return queue.popleft()
+        return (self._dialogue or self._candidates).popleft()
 
     async def _submit_loop(self, gateway: CognitionGatewayServiceAsyncStub) -> None:
         while True:
-            candidate = await self._next(self._candidates)
+            candidate, offer, index = await self._next()
             self.stats.candidates_sent += 1
+            request = gateway_pb2.SubmitRequest(
+                candidate=candidate, request_id=candidate.call_id, mode=MODES[candidate.cause]
+            )
+            if offer.moments is not None:
+                offer.moments.fill(index, request.candidate.moment)  # the copy, not the tick's result
             try:
-                response = await gateway.Submit(
-                    gateway_pb2.SubmitRequest(
-                        candidate=candidate, request_id=candidate.call_id, mode=MODES[candidate.cause]
-                    ),
-                    metadata=self._metadata,
-                    timeout=self._timeout,
-                )
+                response = await gateway.Submit(request, metadata=self._metadata, timeout=self._timeout)
             except grpc.aio.AioRpcError as error:
                 # The Ori keeps its cached action; the next tick learns only which tiers are refused.
                 self.stats.failures += 1
-                log.warning("gateway submit failed", call_id=candidate.call_id, code=error.code().name)
+                log.warning(
+                    "gateway submit failed",
+                    call_id=candidate.call_id,
+                    ori_name=offer.moments.display_name(index) if offer.moments is not None else "",
+                    code=error.code().name,
+                )
                 if error.code() in REFUSING_CODES:
                     self._refused_tiers.add(candidate.tier)
                 elif error.code() in UNREACHABLE_CODES:
                     self._gateway_unreachable = True
                 continue
+            dispatch_us = (time.monotonic_ns() - offer.offered_ns) // 1_000
             self._refused_tiers.discard(candidate.tier)
             self._gateway_unreachable = False
             for action in response.actions:
                 action.slot = candidate.slot
+                action.payload["dispatch_us"] = dispatch_us
                 self._results.append(action)
                 self.stats.results_received += 1
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from google.protobuf import struct_pb2
+from numpy.typing import NDArray
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import (
@@ -23,8 +24,10 @@ from kernel_service.cognition_calls import CallTables
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
 from kernel_service.fragments import FragmentStore
+from kernel_service.moment import Moments, capture_moments
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
+from kernel_service.situations import NO_SITUATIONS
 from kernel_service.tick_core import TickCore
 from kernel_service.tick_result import (
     GuardStamps,
@@ -72,17 +75,25 @@ class Kernel:
         self.arrays = AgentArrays()
         self.ori_ids: list[str] = []
         self.tenant_ids: list[str] = []
+        self.display_names: list[str] = []  # by slot, from identities ("" = none); never in the core
         self.slot_by_ori: dict[str, int] = {}
         self.last_tick: int | None = None
         self.fragments = FragmentStore(config.max_pending_fragments)
         self._answer_marks = np.zeros(0, np.uint8)  # build_actions' scratch, a byte per slot
+        # The last tick's calls (slot per candidate), situations and guard stamps, for its moments.
+        self._last_calls: NDArray[np.uint32] = np.empty(0, np.uint32)
+        self._last_situations = NO_SITUATIONS
+        self._last_guards = GuardStamps(np.empty(0, np.uint32), np.empty(0, np.uint8))
 
     @property
     def registry(self) -> Registry:
         return Registry(self.world_id, self.ori_ids, self.tenant_ids)
 
-    def register(self, world_id: str, registrations: Sequence[kernel_pb2.AgentRegistration]) -> list[int]:
-        """Give each new Ori the next dense slot; a known Ori keeps its slot. All or nothing."""
+    def check_registration(
+        self, world_id: str, registrations: Sequence[kernel_pb2.AgentRegistration]
+    ) -> dict[str, int]:
+        """Everything `register` refuses, against the current state, changing nothing; returns the
+        slot each new Ori would get."""
         if self.world_id and world_id and world_id != self.world_id:
             raise InvalidArgument.field("world_id", f"this kernel serves world {self.world_id!r}")
         new: dict[str, int] = {}
@@ -100,6 +111,13 @@ class Kernel:
             raise InvalidArgument(violations)
         if len(self.ori_ids) + len(new) > self.config.max_batch_agents:
             raise InvalidArgument.field("agents", "registration exceeds max_batch_agents")
+        return new
+
+    def register(self, world_id: str, registrations: Sequence[kernel_pb2.AgentRegistration]) -> list[int]:
+        """Give each new Ori the next dense slot; a known Ori keeps its slot. All or nothing.
+
+        An identity's display name is kept beside the Ori's id (for logs; a later identity renames)."""
+        new = self.check_registration(world_id, registrations)
         first_of: dict[str, kernel_pb2.AgentRegistration] = {}
         for registration in registrations:
             if registration.ori.ori_id in new:
@@ -114,7 +132,13 @@ class Kernel:
         for ori_id, registration in first_of.items():
             self.ori_ids.append(ori_id)
             self.tenant_ids.append(registration.ori.tenant_id)
+            self.display_names.append("")
         self.slot_by_ori.update(new)
+        for registration in registrations:
+            if registration.HasField("identity"):
+                self.display_names[self.slot_by_ori[registration.ori.ori_id]] = (
+                    registration.identity.display_name
+                )
         return [self.slot_by_ori[r.ori.ori_id] for r in registrations]
 
     def decode(self, batch: perception_pb2.PerceptionBatch) -> DecodedBatch:
@@ -154,13 +178,18 @@ class Kernel:
             )
         started = time.perf_counter_ns()  # measured for the report only; no decision reads it
         self._apply_signals(decoded)
-        payloads = self._merge_results(merged, decoded.tick)
+        payloads, said = self._merge_results(merged, decoded.tick)
         escalations = self._step_behavior(decoded.tick, cognition_unavailable_tiers)
         self.core.run(self.arrays, self.core_params, tick=decoded.tick, observed_all=decoded.slots is None)
+        if said:
+            # A merged reply is answered as said on this tick, whatever call or guard the core put
+            # over the slot's cached action (outside the core, so both cores stay as they are).
+            self.arrays.fields["out_kind"][said] = action_pb2.ACTION_KIND_SAY
         self.last_tick = decoded.tick
         guards = guard_stamps(self.arrays)
-        result = build_tick_result(
-            action_pb2.TickResult() if into is None else into,
+        result = action_pb2.TickResult() if into is None else into
+        self._last_calls = build_tick_result(
+            result,
             self.config,
             call_tables=self.call_tables,
             a=self.arrays,
@@ -174,6 +203,8 @@ class Kernel:
             constants=self.report_constants,
             marks=self._answer_marks,
         )
+        self._last_situations = decoded.situations
+        self._last_guards = guards
         self._record_fragments(decoded.tick, merged, guards)
         for request in result.lifecycle:
             if request.kind == action_pb2.LifecycleRequest.KIND_CONSOLIDATE:
@@ -230,11 +261,16 @@ class Kernel:
 
     def _merge_results(
         self, results: Sequence[action_pb2.ActionIntent], tick: int
-    ) -> dict[int, struct_pb2.Struct]:
+    ) -> tuple[dict[int, struct_pb2.Struct], list[int]]:
         """A completed cognition call becomes the Ori's cached action from this tick on; the behaviour
-        layer holds it `cognition_hold_ticks` for a Lachesis Ori, then pursues the result's goal."""
+        layer holds it `cognition_hold_ticks` for a Lachesis Ori, then pursues the result's goal.
+
+        Returns the payload to answer each slot with, and the slots (ascending) whose result is a
+        reply (ACTION_KIND_SAY): a reply's payload wins over another result for its slot, and its
+        slot is answered on this tick even when the reply has no payload."""
         f = self.arrays.fields
         payloads: dict[int, struct_pb2.Struct] = {}
+        replies: dict[int, struct_pb2.Struct] = {}
         hold_until = tick + self.config.cognition_hold_ticks
         for intent in results:
             slot = intent.slot
@@ -246,9 +282,12 @@ class Kernel:
             f["agent_bits"][slot] |= AGENT_BIT_FRESH_DECISION | AGENT_BIT_COGNITION_DECIDED
             if self.behavior is not None:
                 self.behavior.adopt(slot, intent.goal_ref, hold_until)
-            if intent.HasField("payload"):
+            if intent.kind == action_pb2.ACTION_KIND_SAY:
+                replies[slot] = intent.payload
+            elif intent.HasField("payload"):
                 payloads[slot] = intent.payload
-        return payloads
+        payloads.update(replies)
+        return payloads, sorted(replies)
 
     def _step_behavior(self, tick: int, cognition_unavailable_tiers: int) -> Escalations | None:
         """The one call site of the behaviour layer, at 10 Hz (slot-phased: an agent's turn comes when
@@ -284,6 +323,17 @@ class Kernel:
                 violations=[FieldViolation("slot", "names no registered slot")],
             )
         return slot
+
+    def capture_moments(self) -> Moments:
+        """The moment of each call the last tick issued (copies: later ticks change nothing)."""
+        return capture_moments(
+            self.arrays,
+            self.behavior,
+            slots=self._last_calls,
+            situations=self._last_situations,
+            guards=self._last_guards,
+            display_names=self.display_names,
+        )
 
     def agent_state(self, slot: int) -> kernel_pb2.GetAgentStateResponse:
         """One agent's tier, guard counters, due times and cached action."""
@@ -350,6 +400,7 @@ class Kernel:
         self.last_tick = snapshot.last_tick if snapshot.has_ticked else None
         self.ori_ids = list(snapshot.ori_ids)
         self.tenant_ids = list(snapshot.tenant_ids)
+        self.display_names = [""] * len(self.ori_ids)  # a snapshot holds no identities
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
         self.arrays.restore(arrays)
         self.fragments.restore(snapshot.pending_fragments)

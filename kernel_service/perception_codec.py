@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from egbe.v1 import perception_pb2
 from kernel_service.row_codec import ROW_TABLE_FIELDS, RowCodec
+from kernel_service.situations import NO_SITUATIONS, Situations, check_situations
 from services.column_layout import (
     LAYOUT_VERSION,
     MAX_BASIS_POINTS,
@@ -32,12 +33,14 @@ class Encoding(enum.Enum):
 
 @dataclass(frozen=True)
 class DecodedBatch:
-    """A validated batch: which slots it covers (None = every agent, row i = slot i) and its columns."""
+    """A validated batch: which slots it covers (None = every agent, row i = slot i), its columns, and
+    its situation text (any encoding; most batches carry none)."""
 
     encoding: Encoding
     tick: int
     slots: NDArray[np.uint32] | None
     columns: dict[str, NDArray[Any]]  # only the columns the batch carried; views of the wire bytes
+    situations: Situations = NO_SITUATIONS
 
 
 def decode_batch(
@@ -57,8 +60,12 @@ def decode_batch(
     if batch.frames and batch.HasField("columns"):
         raise InvalidArgument.field("batch", "set exactly one of frames or columns")
     if batch.HasField("columns"):
-        return _decode_columns(batch.columns, batch.tick, registered, max_agents)
-    return _decode_rows(batch, registered, max_agents, row_codec)
+        decoded = _decode_columns(batch.columns, batch.tick, registered, max_agents)
+    else:
+        decoded = _decode_rows(batch, registered, max_agents, row_codec)
+    if batch.situations:
+        decoded = replace(decoded, situations=check_situations(batch.situations, registered))
+    return decoded
 
 
 def _check_slots(

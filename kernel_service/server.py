@@ -1,10 +1,10 @@
-"""Assembles the kernel's service bundle for the chassis."""
+"""Assembles the kernel's service bundle for the chassis, and says which dispatch targets it lacks."""
 
 from __future__ import annotations
 
 from prometheus_client import start_http_server
 
-from egbe.v1 import kernel_pb2_grpc
+from egbe.v1 import kernel_pb2, kernel_pb2_grpc
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
@@ -16,6 +16,25 @@ from services.auth import Role, TokenStore
 from services.channels import channel_opener
 from services.server import ServiceBundle
 from services.settings import EgbeSettings
+
+_KERNEL_SERVICE = kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name
+GATEWAY_HEALTH = f"{_KERNEL_SERVICE}/dispatch"
+BIOGRAPHY_HEALTH = f"{_KERNEL_SERVICE}/lifecycle"
+
+# gRPC health names beside the kernel's own, NOT_SERVING while the dispatcher lacks that target (the
+# kernel still serves ticks), with the note `egbe health` prints, naming the setting that fills it.
+UNWIRED_NOTES = {
+    GATEWAY_HEALTH: "no gateway: cognition calls are reported, never made; set kernel.gateway_target",
+    BIOGRAPHY_HEALTH: (
+        "no biography: lifecycle requests are reported, never carried; set kernel.biography_target"
+    ),
+}
+
+
+def _dispatch_health(gateway_target: str | None, biography_target: str | None) -> dict[str, str | None]:
+    """Each dispatch target's health part: None when it is set, else the note saying what is lost."""
+    targets = {GATEWAY_HEALTH: gateway_target, BIOGRAPHY_HEALTH: biography_target}
+    return {name: None if target else UNWIRED_NOTES[name] for name, target in targets.items()}
 
 
 async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
@@ -65,5 +84,11 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         ],
         method_roles=METHOD_ROLES,
         close=close,
-        info={"core": core.name, "tick_threads": str(core.ranges.threads)},
+        info={
+            "core": core.name,
+            "tick_threads": str(core.ranges.threads),
+            "gateway_target": kernel_settings.gateway_target or "unset",
+            "biography_target": kernel_settings.biography_target or "unset",
+        },
+        health_parts=_dispatch_health(kernel_settings.gateway_target, kernel_settings.biography_target),
     )

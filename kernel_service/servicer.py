@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from kernel_service.dispatcher import Dispatcher
+from kernel_service.identities import record_identities
 from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics
 from kernel_service.steward import enforce_steward_not_owner
@@ -59,6 +60,8 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     async def RegisterAgents(
         self, request: kernel_pb2.RegisterAgentsRequest, context: Context
     ) -> kernel_pb2.RegisterAgentsResponse:
+        # Identities first: the biography records them before the kernel registers anyone.
+        await record_identities(self._kernel, self._dispatcher, request)
         slots = self._kernel.register(request.world_id, request.agents)
         if self._tick_log is not None:
             self._tick_log.record_registration(request)
@@ -74,7 +77,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         result = self._kernel.tick(batch, merged, unavailable, decoded=decoded, into=into)
         if self._tick_log is not None:
             self._tick_log.record_tick(batch, merged, result, self._kernel, unavailable)
-        self._dispatcher.offer(result)
+        self._dispatcher.offer(result, self._kernel.capture_moments)
         if self._metrics is not None:
             self._metrics.observe(result.report)
 

@@ -195,14 +195,17 @@ def build_candidates(
     tick: int,
     *,
     escalations: Escalations,
+    dialogue: NDArray[np.uint32],
     row_codec: RowCodec,
     result: action_pb2.TickResult,
-) -> CallEstimates:
+) -> tuple[CallEstimates, NDArray[np.uint32]]:
     """One candidate per call the core issued (slot order), then per escalation arbitration sent
-    (Lachesis): its deterministic call id, len/4 estimate, class-rate cost, route and batch group.
+    (Lachesis), then per `dialogue` slot (a player's line this tick) neither already called: its
+    deterministic call id, len/4 estimate, class-rate cost, route and batch group.
 
     Estimates and batching are worked out over the arrays first, then the codec writes each message
-    once, complete (the C codec as wire bytes); the returned estimates feed the report."""
+    once, complete (the C codec as wire bytes); the returned estimates feed the report, the returned
+    slots (index for index with the candidates) the dispatcher's moments."""
     count = int(a.counts[COUNT_CANDIDATES])
     out = a.outputs
     slots = out["candidate_slot"][:count]
@@ -216,6 +219,8 @@ def build_candidates(
             [tiers, np.full(len(escalations.slots), common_pb2.COGNITION_TIER_LACHESIS, np.uint8)]
         )
         bits = np.concatenate([bits, np.zeros(len(escalations.slots), np.uint8)])
+    if len(dialogue):
+        slots, causes, tiers, bits = _with_dialogue(a, dialogue, (slots, causes, tiers, bits))
     estimates = estimate_calls(tables, world_id=registry.world_id, tick=tick, causes=causes, tiers=tiers)
     if len(slots):
         row_codec.write_candidates(
@@ -233,7 +238,25 @@ def build_candidates(
                 tenant_ids=registry.tenant_ids,
             ),
         )
-    return estimates
+    return estimates, slots
+
+
+_CallColumns = tuple[NDArray[np.uint32], NDArray[np.uint8], NDArray[np.uint8], NDArray[np.uint8]]
+
+
+def _with_dialogue(a: AgentArrays, dialogue: NDArray[np.uint32], calls: _CallColumns) -> _CallColumns:
+    """One call per addressed slot this tick: a call already issued for it becomes a dialogue call
+    (the core's own list is copied, not rewritten); every other addressed slot gets one at its tier.
+    `calls`: slots, causes, tiers and candidate bits, index for index."""
+    slots, causes, tiers, bits = calls
+    causes = np.where(np.isin(slots, dialogue), np.uint8(action_pb2.COGNITION_CAUSE_DIALOGUE), causes)
+    extra = dialogue[~np.isin(dialogue, slots)]
+    return (
+        np.concatenate([slots, extra]),
+        np.concatenate([causes, np.full(len(extra), action_pb2.COGNITION_CAUSE_DIALOGUE, np.uint8)]),
+        np.concatenate([tiers, a.fields["tier"].take(extra.astype(np.intp))]),
+        np.concatenate([bits, np.zeros(len(extra), np.uint8)]),
+    )
 
 
 def build_lifecycle(
@@ -346,12 +369,19 @@ def build_tick_result(
     row_codec: RowCodec,
     constants: bytes,
     marks: NDArray[np.uint8],
-) -> action_pb2.TickResult:
-    """Fill the empty `result` with the tick's whole answer but its elapsed time. Every part is built
-    in place, in the message the servicer sends: a million-agent answer is megabytes, and copying a
-    message copies all of it."""
-    estimates = build_candidates(
-        call_tables, a, registry, decoded.tick, escalations=escalations, row_codec=row_codec, result=result
+) -> NDArray[np.uint32]:
+    """Fill the empty `result` with the tick's whole answer but its elapsed time; returns the slot of
+    each candidate, index for index. Every part is built in place, in the message the servicer sends:
+    a million-agent answer is megabytes, and copying a message copies all of it."""
+    estimates, call_slots = build_candidates(
+        call_tables,
+        a,
+        registry,
+        decoded.tick,
+        escalations=escalations,
+        dialogue=decoded.situations.dialogue,
+        row_codec=row_codec,
+        result=result,
     )
     fill_report(
         result.report,
@@ -374,4 +404,4 @@ def build_tick_result(
         batch=result.actions,
         marks=marks,
     )
-    return result
+    return call_slots

@@ -99,3 +99,22 @@ async def test_an_unreachable_gateway_makes_every_tier_unavailable() -> None:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_dialogue_call_goes_ahead_of_every_queued_call() -> None:
+    """A player waits on a dialogue call; planning, reflections and summaries queued before it wait."""
+    dispatcher = Dispatcher(gateway_target="127.0.0.1:9", dial=channel_opener(load_settings()))
+    planning = action_pb2.CognitionCallCandidate(
+        call_id="w:1:0:1", slot=0, cause=action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING
+    )
+    summary = action_pb2.CognitionCallCandidate(
+        call_id="w:1:2:3", slot=2, cause=action_pb2.COGNITION_CAUSE_ATROPOS_SUMMARY
+    )
+    dialogue = action_pb2.CognitionCallCandidate(
+        call_id="w:2:1:4", slot=1, cause=action_pb2.COGNITION_CAUSE_DIALOGUE
+    )
+    dispatcher.offer(action_pb2.TickResult(candidates=[planning, summary]))
+    dispatcher.offer(action_pb2.TickResult(candidates=[dialogue]))
+    assert dispatcher.pending_candidates == 3
+    order = [(await dispatcher._next())[0].call_id for _ in range(3)]
+    assert order == ["w:2:1:4", "w:1:0:1", "w:1:2:3"]

@@ -1,0 +1,104 @@
+"""Identities on registration: recorded in the biography before the kernel registers anyone.
+
+A RegisterAgents request that carries identities is checked whole against the kernel first; the
+biography then records every identity (idempotent, so a retry after any failure is safe); only then
+does the kernel register the Ori. A refusal or an unreachable biography leaves the kernel as it was.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import cast
+
+import grpc
+from google.rpc import status_pb2
+
+from egbe.v1 import biography_pb2, kernel_pb2
+from kernel_service.dispatcher import Dispatcher
+from kernel_service.kernel import Kernel
+from services.errors import (
+    EgbeError,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    Unavailable,
+    field_violations,
+)
+
+# Where gRPC carries the google.rpc.Status (with its BadRequest) of a failed call.
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_UNREACHABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+_REGISTRATION_PATH = re.compile(r"registrations\[(\d+)\](.*)")
+
+
+async def record_identities(
+    kernel: Kernel, dispatcher: Dispatcher, request: kernel_pb2.RegisterAgentsRequest
+) -> None:
+    """Record the identities `request` carries (none: nothing to do), or raise and change nothing."""
+    carried = [index for index, agent in enumerate(request.agents) if agent.HasField("identity")]
+    if not carried:
+        return
+    kernel.check_registration(request.world_id, request.agents)
+    first: dict[str, int] = {}
+    for index in carried:
+        ori_id = request.agents[index].ori.ori_id
+        if ori_id in first:
+            raise InvalidArgument.field(
+                f"agents[{index}].identity", f"agents[{first[ori_id]}] already gives {ori_id!r} an identity"
+            )
+        first[ori_id] = index
+    if dispatcher.biography_target is None:
+        raise FailedPrecondition(
+            "identities are recorded in the biography: configure kernel.biography_target",
+            violations=[FieldViolation(f"agents[{carried[0]}].identity", "no biography to record it")],
+        )
+    world_tick = 0 if kernel.last_tick is None else kernel.last_tick + 1
+    registrations = [
+        biography_pb2.IdentityRegistration(
+            ori_id=request.agents[index].ori.ori_id,
+            identity=request.agents[index].identity,
+            world_tick=world_tick,
+        )
+        for index in carried
+    ]
+    try:
+        await dispatcher.register_identities(registrations)
+    except grpc.aio.AioRpcError as error:
+        raise _refusal(error, carried) from error
+
+
+def _refusal(error: grpc.aio.AioRpcError, carried: Sequence[int]) -> EgbeError:
+    """The biography's refusal as the kernel's: its field paths re-rooted under `agents[i]`."""
+    code = error.code()
+    metadata = {"peer": "biography", "peer_code": code.name}
+    if code is grpc.StatusCode.INVALID_ARGUMENT:
+        violations = [_reroot(v, carried) for v in _peer_violations(error)]
+        return InvalidArgument(violations or [FieldViolation("agents", f"biography: {error.details()}")])
+    if code in _UNREACHABLE:
+        return Unavailable(
+            f"the biography could not record the identities ({code.name}); nothing was registered, "
+            "and a retry is safe",
+            metadata=metadata,
+        )
+    return FailedPrecondition(f"the biography refused the identities: {code.name}: {error.details()}")
+
+
+def _reroot(violation: FieldViolation, carried: Sequence[int]) -> FieldViolation:
+    """`registrations[j].identity.x` -> `agents[i].identity.x` (`.ori_id` -> `.ori.ori_id`)."""
+    matched = _REGISTRATION_PATH.fullmatch(violation.field)
+    if matched is None or int(matched.group(1)) >= len(carried):
+        return FieldViolation("agents", f"{violation.field}: {violation.description}")
+    agent, rest = carried[int(matched.group(1))], matched.group(2)
+    rest = ".ori.ori_id" if rest == ".ori_id" else rest if rest.startswith(".identity") else ".identity"
+    return FieldViolation(f"agents[{agent}]{rest}", violation.description)
+
+
+def _peer_violations(error: grpc.aio.AioRpcError) -> list[FieldViolation]:
+    trailing = cast(Iterable[tuple[str, str | bytes]], error.trailing_metadata() or ())
+    for key, value in trailing:
+        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return field_violations(status_pb2.Status.FromString(value))
+    return []
