@@ -26,8 +26,8 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py kernel_service/_core/moirai_core.c kernel_service/_core/moirai_core_decls.h kernel_service/_core/moirai_rows.c kernel_service/_core/moirai_behavior.c
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $@
 
 $(BUF):

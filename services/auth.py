@@ -49,7 +49,9 @@ class TokenStore:
         for role, tokens in tokens_by_role.items():
             for token in tokens:
                 if len(token) < 16:
-                    raise ValueError(f"a {role.value} token is shorter than 16 characters")
+                    raise ValueError(
+                        f"the {role.value} token is shorter than 16 characters; use 16 or more random ones"
+                    )
                 digest = _digest(token)
                 self._by_digest[digest] = Principal(role, f"{role.value}:{digest[:TOKEN_ID_CHARS]}")
         self._first_token = {role: tokens[0] for role, tokens in tokens_by_role.items() if tokens}
@@ -75,7 +77,10 @@ class TokenStore:
                     f"tokens file {path}: role {key!r} must map to a string or a list of strings"
                 )
             tokens[role] = values
-        return cls(tokens)
+        try:
+            return cls(tokens)
+        except ValueError as exc:
+            raise ValueError(f"tokens file {path}: {exc}") from None
 
     def role_of(self, metadata: Mapping[str, str]) -> Role:
         """The caller's role, or Unauthenticated when the token is missing or unknown."""

@@ -1,10 +1,15 @@
-"""The `egbe` command: run services, check health, inspect budgets, and run the demo."""
+"""The `egbe` command: run services, check health, inspect budgets, and run the demo.
+
+A mistake of the user's (a setting, a file, a token) ends the command with a short message on stderr
+and exit status 2; a traceback means a bug. Output cut short by its reader (`| head`) ends quietly.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -17,7 +22,7 @@ from gateway.cli import register as register_gateway_commands
 from services.channels import open_channel
 from services.logging import configure_logging
 from services.runtime import endpoints_path, published_targets, run_event_loop, serve_until_signalled
-from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, UserError, load_settings
 from world import cli as world_cli
 
 
@@ -68,13 +73,41 @@ async def check_health(
     return dict(zip(names, statuses, strict=True))
 
 
+async def kernel_notes(target: str, deadline_seconds: float, settings: EgbeSettings) -> list[str]:
+    """What a serving kernel cannot do: each dispatch target it lacks, from its own health names.
+
+    A name the kernel does not know (NOT_FOUND) says nothing; NOT_SERVING adds that name's note.
+    """
+    from kernel_service.server import UNWIRED_NOTES
+
+    async with open_channel(target, settings) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        notes = []
+        for name, note in UNWIRED_NOTES.items():
+            try:
+                reply = await stub.Check(
+                    health_pb2.HealthCheckRequest(service=name), timeout=deadline_seconds
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    notes.append(f"{name} unanswered: {exc.code().name}")
+                continue
+            if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                notes.append(note)
+        return notes
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     settings = _settings(args)
     targets = published_targets(settings)
     if args.service:
         targets = {name: targets[name] for name in args.service}
     statuses = asyncio.run(check_health(targets, args.timeout, settings))
-    for name, status in statuses.items():
+    shown = dict(statuses)
+    if statuses.get("kernel") == "SERVING":
+        notes = asyncio.run(kernel_notes(targets["kernel"], args.timeout, settings))
+        shown["kernel"] = " ".join(["SERVING", *(f"({note})" for note in notes)])
+    for name, status in shown.items():
         print(f"{name:<10} {status:<24} {targets[name]}")
     return 0 if all(s == "SERVING" for s in statuses.values()) else 1
 
@@ -167,14 +200,18 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(run=cmd_up)
 
     serve = commands.add_parser("serve", help="serve one service")
-    serve.add_argument("service", choices=SERVICE_NAMES)
+    serve.add_argument("service", choices=SERVICE_NAMES, help="the service to serve")
     listen_options(serve)
     serve.set_defaults(run=cmd_serve)
 
     health = commands.add_parser(
-        "health", help="print each service's gRPC health; non-zero unless all SERVING"
+        "health",
+        help="print each service's gRPC health (a kernel's notes what its dispatcher lacks); "
+        "non-zero unless all SERVING",
     )
-    health.add_argument("--timeout", type=float, default=3.0)
+    health.add_argument(
+        "--timeout", type=float, default=3.0, help="seconds to wait for each service (default 3)"
+    )
     health.add_argument(
         "--service", action="append", choices=SERVICE_NAMES, help="check only this service (repeatable)"
     )
@@ -183,7 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe = commands.add_parser(
         "probe", help="container/pod health check: exit 0 iff every locally served service is SERVING"
     )
-    probe.add_argument("--timeout", type=float, default=2.0)
+    probe.add_argument(
+        "--timeout", type=float, default=2.0, help="seconds to wait for each service (default 2)"
+    )
     probe.set_defaults(run=cmd_probe)
 
     commands.add_parser("version", help="print the version").set_defaults(run=cmd_version)
@@ -191,17 +230,29 @@ def build_parser() -> argparse.ArgumentParser:
     budget = commands.add_parser("budget", help="budget arithmetic")
     budget_commands = budget.add_subparsers(dest="budget_command", required=True)
     worst = budget_commands.add_parser("worst-case", help="the launch-ceiling Solo world against the cap")
-    worst.add_argument("--json", action="store_true")
+    worst.add_argument("--json", action="store_true", help="print JSON instead of a table")
     worst.set_defaults(run=cmd_budget_worst_case)
 
-    register_gateway_commands(commands)
+    register_gateway_commands(commands, _settings)
     world_cli.register(commands, _settings)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+        sys.stdout.flush()
+    except UserError as error:
+        for line in str(error).splitlines():
+            print(f"egbe: {line}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader stopped early (`egbe ... | head`): the rest of the output is nobody's. Python's
+        # documented remedy: point stdout at devnull so the flush at exit does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return code
 
 

@@ -16,7 +16,7 @@ import uvloop
 from services.auth import TokenStore, ensure_embedded_tokens
 from services.logging import get_logger
 from services.server import OPERATOR_SERVICE, RunningService, ServiceBundle, start_service
-from services.settings import SERVICE_NAMES, EgbeSettings, Mode
+from services.settings import SERVICE_NAMES, EgbeSettings, Mode, UserError
 
 log = get_logger(__name__)
 
@@ -51,12 +51,38 @@ def builder_for(name: str) -> BundleBuilder:
 
 
 def load_tokens(settings: EgbeSettings) -> TokenStore:
-    """Production reads the configured tokens file; embedded mode generates one on first start."""
+    """A server's tokens: the configured file; in embedded mode, generated on first start.
+
+    Only `egbe up` and `egbe serve` may create tokens; a client reads them with `client_tokens`."""
     if settings.tokens_file is not None:
-        return TokenStore.load(settings.tokens_file)
+        if not settings.tokens_file.is_file():
+            raise UserError(
+                f"EGBE_TOKENS_FILE: tokens file {settings.tokens_file} does not exist; point "
+                "EGBE_TOKENS_FILE at the {role: token} JSON file the services use"
+            )
+        try:
+            return TokenStore.load(settings.tokens_file)
+        except ValueError as exc:
+            raise UserError(f"EGBE_TOKENS_FILE: {exc}") from None
     if settings.mode is Mode.PRODUCTION:
-        raise ValueError("tokens_file (EGBE_TOKENS_FILE) is required in production mode")
-    return ensure_embedded_tokens(embedded_tokens_path(settings))
+        raise UserError(
+            "tokens_file is required in production mode; set EGBE_TOKENS_FILE to a {role: token} JSON file"
+        )
+    try:
+        return ensure_embedded_tokens(embedded_tokens_path(settings))
+    except (OSError, ValueError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def client_tokens(settings: EgbeSettings) -> TokenStore:
+    """A client's tokens: the configured file, or the one a running `egbe up` wrote; never created here."""
+    path = embedded_tokens_path(settings)
+    if settings.tokens_file is None and settings.mode is Mode.EMBEDDED and not path.is_file():
+        raise UserError(
+            f"no tokens at {path.absolute()}: start the services with this data dir "
+            f"(egbe --data-dir {settings.data_dir} up), or set EGBE_TOKENS_FILE to the tokens file they use"
+        )
+    return load_tokens(settings)
 
 
 def embedded_tokens_path(settings: EgbeSettings) -> Path:
@@ -102,17 +128,44 @@ def _publish(settings: EgbeSettings, running: Sequence[RunningService]) -> None:
     tmp.replace(path)
 
 
+# What the kernel's dispatcher dials, by the service serving it: the setting each one fills.
+KERNEL_DISPATCH_TARGETS = {"gateway": "gateway_target", "biography": "biography_target"}
+
+
+def wire_kernel(settings: EgbeSettings, served: dict[str, str]) -> EgbeSettings:
+    """Point the kernel's dispatcher at the gateway and biography this process serves.
+
+    A target the settings name is kept (the operator chose it); one not served here stays unset.
+    """
+    update = {
+        setting: served[service]
+        for service, setting in KERNEL_DISPATCH_TARGETS.items()
+        if service in served and getattr(settings.kernel, setting) is None
+    }
+    if not update:
+        return settings
+    return settings.model_copy(update={"kernel": settings.kernel.model_copy(update=update)})
+
+
+def _start_order(names: Sequence[str]) -> list[str]:
+    """The kernel last: it is told where the gateway and biography listen once they do (port 0)."""
+    return sorted(names, key=lambda name: name == "kernel")
+
+
 async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[RunningService]:
-    """Build and start the named services; on any failure, stop what already started."""
+    """Build and start the named services, the kernel wired to the others; on failure, stop what started."""
     tokens = load_tokens(settings)
     running: list[RunningService] = []
     try:
-        for name in names:
-            bundle = await builder_for(name)(settings, tokens)
+        for name in _start_order(names):
+            served = {service.bundle.name: service.target for service in running}
+            service_settings = wire_kernel(settings, served) if name == "kernel" else settings
+            bundle = await builder_for(name)(service_settings, tokens)
             running.append(await start_service(bundle, settings.endpoints[name], tokens, settings))
     except BaseException:
         await stop_services(running, settings)
         raise
+    running.sort(key=lambda service: list(names).index(service.bundle.name))
     _publish(settings, running)
     return running
 
@@ -138,6 +191,10 @@ async def serve_until_signalled(names: Sequence[str], settings: EgbeSettings) ->
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("egbe serving", services=list(names), endpoints={r.bundle.name: r.target for r in running})
+    for service in running:
+        for part, down in service.bundle.health_parts.items():
+            if down is not None:
+                log.warning(f"{service.bundle.name} serves, but {down}", health=part)
     await stop.wait()
     log.info("shutting down", grace_seconds=settings.shutdown_grace_seconds)
     await stop_services(running, settings)

@@ -44,6 +44,9 @@ class ServiceBundle:
     close: Callable[[], Awaitable[None]] | None = None
     # Extra metadata shown by health tooling, e.g. {"core": "c"}.
     info: dict[str, str] = field(default_factory=dict)
+    # Parts with a gRPC health name of their own, which can be down while the service serves (e.g. a
+    # dependency left unwired): None = SERVING, else NOT_SERVING and why (`egbe up` logs it at start).
+    health_parts: dict[str, str | None] = field(default_factory=dict)
     # Told of every call the chassis refuses (no token, wrong role) before it answers, e.g. to audit it.
     # The principal is None when no known token was presented (the token itself is never passed).
     on_refused: Callable[[str, EgbeError, Principal | None], None] | None = None
@@ -325,6 +328,13 @@ async def _listen(
     await server.start()
     for name in ["", *sorted(exposed)]:
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    for name, down in bundle.health_parts.items():
+        await health.set(
+            name,
+            health_pb2.HealthCheckResponse.SERVING
+            if down is None
+            else health_pb2.HealthCheckResponse.NOT_SERVING,
+        )
     transport = settings.tls.mode.value if uses_tls(target, settings.tls) else "plaintext"
     log.info(
         "service serving",

@@ -1,17 +1,28 @@
-"""Typed runtime settings: defaults < TOML file < `EGBE_*` environment < explicit arguments."""
+"""Typed runtime settings: defaults < TOML file < `EGBE_*` environment < explicit arguments.
+
+A setting the user got wrong is reported as a `UserError` naming where it came from (the file or the
+environment variable), the key and the fix, so the CLI can print it without a traceback.
+"""
 
 from __future__ import annotations
 
+import difflib
+import os
+import re
 import tomllib
+import types
+from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field, FilePath, field_validator, model_validator
+from pydantic import BaseModel, Field, FilePath, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -22,6 +33,14 @@ from kernel_service.config import KernelSettings
 from policy_service.config import PolicyConfig
 
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
+ENV_PREFIX = "EGBE_"
+
+
+class UserError(ValueError):
+    """Something the user gave is wrong (a file, a key, a value); the message says where and how to fix it.
+
+    The CLI prints it, one `egbe: ` line per line of the message, and exits with status 2.
+    """
 
 
 class Mode(StrEnum):
@@ -100,7 +119,7 @@ class EgbeSettings(BaseSettings):
     """Everything a service process needs to start; each field documents itself."""
 
     model_config = SettingsConfigDict(
-        env_prefix="EGBE_",
+        env_prefix=ENV_PREFIX,
         env_nested_delimiter="__",
         extra="forbid",
         validate_default=True,
@@ -194,7 +213,9 @@ class _TomlFileSource(PydanticBaseSettingsSource):
         env_settings: PydanticBaseSettingsSource,
     ) -> None:
         super().__init__(settings_cls)
-        self._path = init_settings().get("config_file") or env_settings().get("config_file")
+        explicit = init_settings().get("config_file")
+        self._path = explicit or env_settings().get("config_file")
+        self._named_by = "--config" if explicit else f"{ENV_PREFIX}CONFIG_FILE"
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         raise NotImplementedError  # __call__ reads the whole file at once
@@ -204,13 +225,127 @@ class _TomlFileSource(PydanticBaseSettingsSource):
             return {}
         path = Path(self._path)
         if not path.is_file():
-            raise FileNotFoundError(f"config_file {path} does not exist")
+            raise UserError(
+                f"config file {path} ({self._named_by}) does not exist; name an existing TOML file"
+            )
         try:
             return TomlConfigSettingsSource(self.settings_cls, toml_file=path)()
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"config_file {path} is not valid TOML: {exc}") from exc
+            raise UserError(f"config file {path} is not valid TOML: {exc}; fix that line") from None
+        except OSError as exc:
+            raise UserError(f"config file {path} cannot be read: {exc.strerror}") from None
 
 
 def load_settings(**overrides: Any) -> EgbeSettings:
-    """Build settings with the documented precedence; explicit overrides win."""
-    return EgbeSettings(**overrides)
+    """Build settings with the documented precedence; explicit overrides win.
+
+    Raises UserError for an unknown key, a value out of range, bad TOML or a missing config file."""
+    try:
+        return EgbeSettings(**overrides)
+    except ValidationError as exc:
+        lines = [_describe(error, overrides) for error in exc.errors()]
+        raise UserError("\n".join(lines)) from None
+    except SettingsError as exc:
+        raise UserError(_describe_unparsable(exc)) from None
+
+
+def _describe(error: ErrorDetails, overrides: Mapping[str, Any]) -> str:
+    """One line: where the bad setting came from, its key, what is wrong and the fix."""
+    loc = error["loc"]
+    key = ".".join(str(part) for part in loc)
+    env_var = _env_var_setting(loc)
+    if loc and loc[0] in overrides:
+        where = "argument"
+    elif env_var is not None:
+        where = f"environment variable {env_var}"
+    else:
+        config_file = overrides.get("config_file") or _env_value(f"{ENV_PREFIX}CONFIG_FILE")
+        where = f"config file {config_file}" if config_file else "settings"
+    if error["type"] == "extra_forbidden":
+        suggestion = _suggest(loc)
+        if suggestion is None:
+            return f"{where}: unknown key {key}; remove it (docs/configuration.md lists every key)"
+        if env_var is not None:
+            named = _env_name(suggestion)
+        else:  # in a TOML table, a sibling is written by its own name
+            sibling = suggestion[:-1] == tuple(loc[:-1])
+            named = str(suggestion[-1]) if sibling else ".".join(map(str, suggestion))
+        return f"{where}: unknown key {key}; did you mean {named}?"
+    problem = error["msg"].removeprefix("Value error, ")
+    if problem.startswith("Input should"):
+        problem = "it should" + problem.removeprefix("Input should")
+    elif error["type"] == "missing":
+        problem = "it is required"
+    if isinstance(error["input"], str | int | float):
+        key = f"{key} = {error['input']!r}"
+    return f"{where}: {key}: {problem}" if loc else f"{where}: {problem}"
+
+
+def _describe_unparsable(exc: SettingsError) -> str:
+    """pydantic-settings refuses an environment value it cannot parse as JSON (a nested setting)."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    if match is None:
+        return str(exc)
+    name = _env_name([match.group(1)])
+    return (
+        f"environment variable {name} is not valid JSON; set it to a JSON value, or set one key "
+        f"with {name}__<KEY>"
+    )
+
+
+def _env_name(parts: Sequence[str | int]) -> str:
+    return ENV_PREFIX + "__".join(str(part) for part in parts).upper()
+
+
+def _env_value(name: str) -> str | None:
+    """The environment's value of `name`, matched without regard to case (as pydantic-settings does)."""
+    return next((value for key, value in os.environ.items() if key.upper() == name), None)
+
+
+def _env_var_setting(loc: Sequence[str | int]) -> str | None:
+    """The EGBE_* variable that set this key (or the nested setting holding it), if one did."""
+    for end in range(len(loc), 0, -1):
+        name = _env_name(loc[:end])
+        if _env_value(name) is not None:
+            return name
+    return None
+
+
+def _model_of(annotation: Any) -> Any:
+    """The model an annotation holds: through `X | None`, `dict[str, X]` and `list[X]`."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        inner = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return _model_of(inner[0]) if len(inner) == 1 else None
+    if origin in (dict, list):
+        return _model_of(get_args(annotation)[-1])
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _suggest(loc: Sequence[str | int]) -> tuple[str | int, ...] | None:
+    """The path of the known key nearest an unknown one: a sibling, else any key reached by name."""
+    model: Any = EgbeSettings
+    for part in loc[:-1]:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is not None:
+            model = _model_of(field.annotation)
+        if model is None:
+            return None
+    name = str(loc[-1])
+    sibling = difflib.get_close_matches(name, list(model.model_fields), n=1)
+    if sibling:
+        return (*loc[:-1], sibling[0])
+    paths = {path[-1]: path for path in _key_paths(EgbeSettings, ())}
+    anywhere = difflib.get_close_matches(name, list(paths), n=1)
+    return paths[anywhere[0]] if anywhere else None
+
+
+def _key_paths(model: type[BaseModel], prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """Every key reachable through nested models alone (not through maps or lists), as a path."""
+    for name, field in model.model_fields.items():
+        nested = get_origin(field.annotation) not in (dict, list)
+        inner = _model_of(field.annotation) if nested else None
+        if inner is None:
+            yield (*prefix, name)
+        else:
+            yield from _key_paths(inner, (*prefix, name))

@@ -56,9 +56,14 @@ class EmbeddedEgbe:
 
 
 def start_embedded(
-    data_dir: Path, *extra_args: str, timeout: float = 30.0, ephemeral_ports: bool = True
+    data_dir: Path,
+    *extra_args: str,
+    timeout: float = 30.0,
+    ephemeral_ports: bool = True,
+    command: tuple[str, ...] = ("up",),
 ) -> EmbeddedEgbe:
-    """Start `python -m services.cli up` and wait until it has published every endpoint.
+    """Start `python -m services.cli up` (or `command`, e.g. `serve kernel`) and wait until it has
+    published its endpoints.
 
     `ephemeral_ports=False` keeps the ports the settings (environment) name.
     """
@@ -73,7 +78,7 @@ def start_embedded(
             "services.cli",
             "--data-dir",
             str(data_dir),
-            "up",
+            *command,
             *(["--ephemeral-ports"] if ephemeral_ports else []),
             *extra_args,
         ],

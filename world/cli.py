@@ -88,8 +88,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
 
     demo = commands.add_parser("demo", help="run a scenario against the services; write runs/<run-id>/")
     demo.add_argument("--scenario", default=DEFAULT_SCENARIO, help=f"{builtin_scenario_names()} or a file")
-    demo.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    demo.add_argument("--runs-dir", type=Path, default=Path("runs"))
+    demo.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"the world's random seed (default {DEFAULT_SEED})"
+    )
+    demo.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="where runs/<run-id>/ is written (default runs)"
+    )
     demo.add_argument("--reduced-time", action="store_true", help="run the scenario's reduced-time length")
     demo.add_argument("--realtime", action="store_true", help="pace ticks to the wall clock (20 Hz)")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from services.auth import TokenStore
-from services.runtime import load_tokens, published_targets, start_services, stop_services
+from services.runtime import client_tokens, load_tokens, published_targets, start_services, stop_services
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint
 from world.run_folder import SERVICES_DIR, TICK_LOG_FILE
 
@@ -74,7 +74,7 @@ async def services_for_run(
         deadline = _REQUIRED_HEALTH_DEADLINE_SECONDS if required else _AUTO_HEALTH_DEADLINE_SECONDS
         statuses = await _statuses(targets, settings, deadline)
         if all(status == "SERVING" for status in statuses.values()):
-            yield Services(targets, load_tokens(settings), settings, embedded=False, tick_log=None)
+            yield Services(targets, client_tokens(settings), settings, embedded=False, tick_log=None)
             return
         if required:
             from world.loop import WorldRunError

@@ -57,6 +57,12 @@ def test_each_container_listens_on_all_interfaces_and_dials_the_others_by_name(
             assert endpoint.port == EgbeSettings().endpoints[other].port
 
 
+def test_the_kernel_dispatches_to_the_gateway_and_biography_containers(compose: dict[str, Any]) -> None:
+    settings = _settings_of(compose["services"]["kernel"])
+    assert settings.kernel.gateway_target == settings.endpoints["gateway"].target() == "gateway:50052"
+    assert settings.kernel.biography_target == settings.endpoints["biography"].target() == "biography:50055"
+
+
 def test_tokens_come_from_the_secrets_file(compose: dict[str, Any]) -> None:
     secret_file = compose["secrets"]["egbe_tokens"]["file"]
     for name in SERVICE_NAMES:

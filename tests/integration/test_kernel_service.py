@@ -26,7 +26,12 @@ async def serve(endpoint: Endpoint, core: str) -> RunningService:
     settings = load_settings(data_dir="/nonexistent-egbe-test", kernel={"core": core})
     tokens = TokenStore({Role.WORLD: [TOKEN], Role.OPERATOR: ["operator-token-0123456789"]})
     bundle = await build_bundle(settings, tokens)
-    assert bundle.info == {"core": core, "tick_threads": "1"}
+    assert bundle.info == {
+        "core": core,
+        "tick_threads": "1",
+        "gateway_target": "unset",
+        "biography_target": "unset",
+    }
     return await start_service(bundle, endpoint, tokens, settings)
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
-from services.settings import Mode, load_settings
+from services.settings import Mode, UserError, load_settings
 
 
 @pytest.fixture
@@ -56,22 +55,29 @@ def test_explicit_arguments_override_environment(monkeypatch: pytest.MonkeyPatch
 def test_unknown_setting_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text("no_such_setting = 1\n")
-    with pytest.raises(ValidationError, match="no_such_setting"):
+    with pytest.raises(UserError) as refused:
         load_settings(config_file=path)
+    assert str(refused.value) == (
+        f"config file {path}: unknown key no_such_setting; remove it (docs/configuration.md lists every key)"
+    )
 
 
 def test_unknown_service_endpoint_is_refused() -> None:
-    with pytest.raises(ValidationError, match="unknown service name"):
+    with pytest.raises(UserError) as refused:
         load_settings(endpoints={"warpdrive": {"port": 1}})
+    assert str(refused.value) == (
+        "argument: endpoints: unknown service name(s) ['warpdrive']; "
+        "expected ['kernel', 'gateway', 'cognition', 'policy', 'biography']"
+    )
 
 
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist; name an existing TOML file"):
         load_settings(config_file=tmp_path / "absent.toml")
 
 
 def test_malformed_toml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.toml"
     path.write_text("log_level = \n")
-    with pytest.raises(ValueError, match="not valid TOML"):
+    with pytest.raises(UserError, match=r"not valid TOML: Invalid value \(at line 1, column 13\)"):
         load_settings(config_file=path)

@@ -17,9 +17,11 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import struct_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from egbe.v1 import biography_pb2, biography_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 from gateway.records import LEASE_SETTLED
+from kernel_service.server import UNWIRED_NOTES
 from services.auth import bearer_metadata
 from services.local_cluster import ServiceProcesses
 from tests.conftest import ROOT, dialogue_submit
@@ -97,6 +99,12 @@ def _audit_records(services: ServiceProcesses) -> list[gateway_pb2.AuditRecord]:
 
 
 def test_hamlet_through_five_processes_on_postgres(services: ServiceProcesses, tmp_path: Path) -> None:
+    # The kernel process is wired to the gateway and biography processes, and its health says so.
+    with grpc.insecure_channel(services.target("kernel")) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for part in UNWIRED_NOTES:
+            reply = health.Check(health_pb2.HealthCheckRequest(service=part), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, part
     artifact = _finish(_demo(services, tmp_path, "--reduced-time"))
     assert artifact["ticks_run"] == 1200
 
