@@ -8,9 +8,18 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-ARTIFACT_SCHEMA_VERSION: Literal[2] = 2  # 2: the bill tells admissions and in-flight kills apart
+from egbe.v1 import common_pb2
+
+# 2: the bill tells admissions and in-flight kills apart; 3: conversations, moments, featured timelines
+ARTIFACT_SCHEMA_VERSION: Literal[3] = 3
 Count = Annotated[int, Field(ge=0)]
 TierName = Literal["clotho", "lachesis", "atropos", "unspecified"]
+TIER_NAME: dict[int, TierName] = {
+    common_pb2.COGNITION_TIER_UNSPECIFIED: "unspecified",
+    common_pb2.COGNITION_TIER_CLOTHO: "clotho",
+    common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
+    common_pb2.COGNITION_TIER_ATROPOS: "atropos",
+}
 
 
 class ArtifactError(ValueError):
@@ -105,6 +114,14 @@ class DirectiveRecord(_Strict):
     answer: str = Field(description="The Ori's answering action kind.")
 
 
+class TimelineEntry(_Strict):
+    """One biography event of a featured Ori."""
+
+    tick: Count
+    kind: str = Field(description="The event kind: identity_registered, memory_formed, reflected, ...")
+    text: str
+
+
 class BiographySummary(_Strict):
     ori_id: str
     name: str
@@ -113,6 +130,74 @@ class BiographySummary(_Strict):
     by_kind: dict[str, Count]
     lines: list[str] = Field(description="The Ori's life as its biography tells it, oldest first.")
     chain_ok: bool | None = Field(description="The stream's hash chain verified; None if not checked.")
+    timeline: list[TimelineEntry] = Field(
+        default_factory=list, description="A featured Ori's events in tick order (empty for the others)."
+    )
+
+
+class SpokenPlanBudget(_Strict):
+    """The budget figures of the reply's Psyche spoken-reply plan."""
+
+    end_to_end_budget_ms: Count
+    stages_total_ms: Count
+    within_budget: bool
+    overran_stages: list[str]
+
+
+class ConversationRecord(_Strict):
+    """A line the player said to an Ori and the Ori's reply; a line never answered is kept, unanswered."""
+
+    line_tick: Count = Field(description="The tick the line was said (sent with that tick's perception).")
+    line: str
+    speaker_id: str
+    speaker_name: str
+    ori_id: str = Field(description="The addressed Ori.")
+    ori_name: str
+    answered: bool
+    reply: str = ""
+    locale: str = ""
+    reply_tick: Count | None = Field(default=None, description="The tick whose actions carried the reply.")
+    latency_ticks: Count | None = None
+    latency_ms: float | None = Field(
+        default=None,
+        description="Wall time from sending the batch with the line to receiving the result with the reply.",
+    )
+    tier: TierName | None = None
+    source: Literal["model", "offline", "template-fallback"] | None = None
+    run_id: str = Field(default="", description="The gateway run that produced the reply.")
+    model_ms: float | None = Field(default=None, description="Adapter time of the run's model calls.")
+    dispatch_ms: float | None = Field(
+        default=None, description="From the tick that issued the call to the gateway's answer."
+    )
+    plan: SpokenPlanBudget | None = None
+
+
+class MomentDecision(_Strict):
+    """A cognition result for the Ori at a crossroads or before an irreversible action."""
+
+    tick: Count = Field(description="The tick the result reached the world.")
+    mode: str
+    run_id: str
+    offline: bool
+    choice: str = Field(description="What the Ori chose or said: a decision's action and target, a line.")
+    rationale: str = ""
+    chosen_option: str = Field(default="", description="The crossroads option the choice names, if any.")
+
+
+class MomentRecord(_Strict):
+    """A crossroads or an irreversible action, and what the Ori's mind made of it."""
+
+    kind: Literal["crossroads", "irreversible_action"]
+    id: str
+    ori_id: str
+    ori_name: str
+    first_tick: Count
+    last_tick: Count
+    text: str = Field(description="The crossroads prompt, or the action's description.")
+    options: list[str]
+    decisions: list[MomentDecision] = Field(
+        description="Results that reached the world from the window's first tick to its last plus a grace."
+    )
 
 
 class TierSpend(_Strict):
@@ -186,7 +271,7 @@ class SnapshotRecord(_Strict):
 class RunArtifact(_Strict):
     """One run of a scenario against the services; `schema/run-artifact.schema.json` is this model."""
 
-    schema_version: Literal[2] = ARTIFACT_SCHEMA_VERSION
+    schema_version: Literal[3] = ARTIFACT_SCHEMA_VERSION
     run_id: str
     created_at: str = Field(description="UTC wall-clock time the run started (not used by the run).")
     egbe_version: str
@@ -206,6 +291,8 @@ class RunArtifact(_Strict):
     kills: list[KillRecord]
     directives: list[DirectiveRecord]
     biographies: list[BiographySummary]
+    conversations: list[ConversationRecord] = Field(description="Every line the player said, in tick order.")
+    moments: list[MomentRecord] = Field(description="Each crossroads and irreversible action, in tick order.")
     bill: Bill
     saturation: Saturation | None = None
     replay: ReplayCheck

@@ -11,6 +11,7 @@ import numpy as np
 
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, gateway_pb2
 from world.artifact import (
+    TIER_NAME,
     Bill,
     BiographySummary,
     BudgetTier,
@@ -18,20 +19,14 @@ from world.artifact import (
     IssuedCalls,
     KillRecord,
     Saturation,
-    TierName,
     TierSpend,
+    TimelineEntry,
 )
 from world.clients import ServiceClients
 from world.loop import LoopRecording, WorldRunError, describe_rpc_error
 from world.population import Population
 from world.scenario import TICK_HZ
 
-TIER_NAME: dict[int, TierName] = {
-    common_pb2.COGNITION_TIER_UNSPECIFIED: "unspecified",
-    common_pb2.COGNITION_TIER_CLOTHO: "clotho",
-    common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
-    common_pb2.COGNITION_TIER_ATROPOS: "atropos",
-}
 GAME_HOUR_TICKS = TICK_HZ * 3_600
 ACTIVE_MINUTE_TICKS = TICK_HZ * 60
 REFLECTION_TICKS = TICK_HZ * 600  # a Lachesis reflection is due every 10 game-minutes
@@ -41,6 +36,11 @@ DRAIN_MAX_SECONDS = 30.0
 BIOGRAPHY_LINES = 12
 UNCAPPED_TOKENS = 2**62  # more than any tier cap: the gateway clamps each request to its tier's
 BIOGRAPHY_LINE_CHARS = 240
+EVENT_TEXT_KEYS = ("text", "summary", "insight", "utterance", "narrative", "reason")
+IDENTITY_KINDS = (
+    biography_pb2.ORI_EVENT_KIND_IDENTITY_REGISTERED,
+    biography_pb2.ORI_EVENT_KIND_IDENTITY_CHANGED,
+)
 
 
 def cause_name(cause: int) -> str:
@@ -223,11 +223,14 @@ def kill_records(recording: LoopRecording, calls: list[CognitionCall]) -> list[K
 
 
 async def biographies(clients: ServiceClients, population: Population) -> list[BiographySummary]:
-    """Each authored Ori's life as its biography stream tells it, with its hash chain checked."""
+    """Each authored Ori's life as its biography stream tells it, with its hash chain checked; a
+    featured Ori's whole stream also as a timeline in tick order."""
+    names = {row.id: row.name for row in population.rows if row.authored}
     out = []
     for i, row in enumerate(population.rows):
-        if not row.name or row.name == row.id:  # generated cohort members are not narrated
+        if not row.authored:  # generated cohort members are not narrated
             continue
+        featured = bool(population.featured[i])
         try:
             page = await clients.biography.Read(
                 biography_pb2.ReadRequest(ori_id=row.id, page_size=1_000), metadata=clients.operator_md
@@ -241,7 +244,7 @@ async def biographies(clients: ServiceClients, population: Population) -> list[B
                     BiographySummary(
                         ori_id=row.id,
                         name=row.name,
-                        featured=bool(population.featured[i]),
+                        featured=featured,
                         events=0,
                         by_kind={},
                         lines=[],
@@ -250,36 +253,52 @@ async def biographies(clients: ServiceClients, population: Population) -> list[B
                 )
                 continue
             raise WorldRunError(describe_rpc_error(f"biography of {row.id}", exc)) from exc
-        kinds = Counter(
-            biography_pb2.OriEventKind.Name(e.kind).removeprefix("ORI_EVENT_KIND_").lower()
+        entries = [
+            TimelineEntry(tick=e.world_tick, kind=event_kind(e), text=event_text(e, names))
             for e in page.events
-        )
-        lines = [_event_line(e) for e in page.events][-BIOGRAPHY_LINES:]
+        ]
         out.append(
             BiographySummary(
                 ori_id=row.id,
                 name=row.name,
-                featured=bool(population.featured[i]),
+                featured=featured,
                 events=len(page.events),
-                by_kind=dict(kinds),
-                lines=lines,
+                by_kind=dict(Counter(e.kind for e in entries)),
+                lines=[_line(e) for e in entries][-BIOGRAPHY_LINES:],
                 chain_ok=chain.intact,
+                timeline=sorted(entries, key=lambda e: e.tick) if featured else [],
             )
         )
     return out
 
 
-def _event_line(event: biography_pb2.OriEvent) -> str:
-    kind = (
-        biography_pb2.OriEventKind.Name(event.kind).removeprefix("ORI_EVENT_KIND_").lower().replace("_", " ")
-    )
+def event_kind(event: biography_pb2.OriEvent) -> str:
+    return biography_pb2.OriEventKind.Name(event.kind).removeprefix("ORI_EVENT_KIND_").lower()
+
+
+def event_text(event: biography_pb2.OriEvent, names: dict[str, str]) -> str:
+    """What an event says in one line: who the Ori is for an identity event, the remembered text, or
+    the relationship and whom it is with (`names` maps Ori ids to names)."""
     fields = event.payload.fields
-    for key in ("text", "summary", "insight", "utterance", "narrative", "reason"):
-        if key in fields and fields[key].string_value:
-            text = fields[key].string_value
-            text = text if len(text) <= BIOGRAPHY_LINE_CHARS else text[: BIOGRAPHY_LINE_CHARS - 1] + "…"
-            return f"tick {event.world_tick}: {kind}: {text}"
-    return f"tick {event.world_tick}: {kind}"
+
+    def word(key: str) -> str:
+        return fields[key].string_value if key in fields else ""
+
+    if event.kind in IDENTITY_KINDS:
+        parts = [word("display_name"), word("vocation"), f"home {word('home')}" if word("home") else ""]
+        version = int(fields["identity_version"].number_value) if "identity_version" in fields else 0
+        text = ", ".join(p for p in parts if p) + (f" (identity version {version})" if version else "")
+    else:
+        text = next((word(k) for k in EVENT_TEXT_KEYS if word(k)), "")
+        other = word("other_ori_id")
+        if other:
+            text = f"{text} (with {names.get(other, other)})" if text else f"with {names.get(other, other)}"
+    return text if len(text) <= BIOGRAPHY_LINE_CHARS else text[: BIOGRAPHY_LINE_CHARS - 1] + "…"
+
+
+def _line(entry: TimelineEntry) -> str:
+    head = f"tick {entry.tick}: {entry.kind.replace('_', ' ')}"
+    return f"{head}: {entry.text}" if entry.text else head
 
 
 def calls_issued(recording: LoopRecording) -> int:

@@ -9,6 +9,7 @@ from services.settings import EgbeSettings
 from world.artifact import RunArtifact, write_artifact
 from world.embedded import DemoTarget, services_for_run
 from world.report import write_report
+from world.report_story import conversation_summary
 from world.run import RunOptions, execute, new_run_id
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE
 from world.scenario import load_scenario
@@ -68,6 +69,8 @@ def summary(run_dir: Path, artifact: RunArtifact) -> str:
             f"game-hour  allowed {s.total_allowed_tokens:,} of {s.world_cap_tokens:,}, deferred "
             f"{s.total_deferred_tokens:,} (cap held: {s.world_cap_held})"
         )
+    if artifact.conversations:
+        lines.append(f"talk       conversations {conversation_summary(artifact.conversations)}")
     replay = artifact.replay
     if replay.checked:
         lines.append(f"replay     {'matches' if replay.matches else 'diverges at ' + replay.divergence}")

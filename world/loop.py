@@ -15,18 +15,19 @@ from typing import BinaryIO
 import grpc
 import numpy as np
 import numpy.typing as npt
-from google.protobuf import struct_pb2
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2, kernel_pb2, perception_pb2
 from world.actions import decode_actions
 from world.artifact import DirectiveRecord
 from world.clients import ServiceClients
 from world.framing import write_frame
-from world.perception import Perception, ScriptIndex, build_perception, to_columns, to_rows
+from world.perception import Perception, build_perception, to_columns, to_rows
 from world.population import Population
 from world.progress import Progress, ProgressBar
 from world.scenario import TICK_HZ, Encoding, OperatorAction, OperatorActionKind, Scenario, StewardDirective
+from world.script import ScriptIndex
 from world.simulation import WorldState, WorldStepper
+from world.story import CognitionResult, StoryRecorder, cognition_results
 
 SPEND_POLL_TICKS = 200
 TIER_COUNT = 4  # unspecified, clotho, lachesis, atropos: indexes of CognitionTier
@@ -41,13 +42,6 @@ class WorldRunError(RuntimeError):
 
 def describe_rpc_error(what: str, exc: grpc.aio.AioRpcError) -> str:
     return f"{what} failed: {exc.code().name}: {exc.details()}"
-
-
-def _cognition_payloads(actions: action_pb2.ActionBatch) -> list[struct_pb2.Struct]:
-    """Payloads of merged cognition results (they name the gateway run that produced them)."""
-    if actions.intents:
-        return [i.payload for i in actions.intents if i.source == action_pb2.ACTION_SOURCE_COGNITION]
-    return [p.payload for p in actions.columns.payloads if "run_id" in p.payload.fields]
 
 
 @dataclass
@@ -94,10 +88,12 @@ class WorldSetup:
     stepper: WorldStepper
 
 
-def _batch(
+def perception_batch(
     setup: WorldSetup, perception: Perception, previous: Perception | None, slots: npt.NDArray[np.uint32]
 ) -> perception_pb2.PerceptionBatch:
-    batch = perception_pb2.PerceptionBatch(world_id=setup.world_id, tick=perception.tick)
+    batch = perception_pb2.PerceptionBatch(
+        world_id=setup.world_id, tick=perception.tick, situations=perception.situations
+    )
     encoding = setup.scenario.encoding
     if encoding is Encoding.ROWS:
         batch.frames.extend(to_rows(perception, slots))
@@ -189,6 +185,7 @@ class WorldLoop:
         self.hooks = hooks
         size = setup.population.size
         self.recording = LoopRecording(world_id=setup.world_id)
+        self.story = StoryRecorder(setup.population, setup.script)  # lines sent, replies and decisions
         self.recording.tier_ticks = np.zeros((size, TIER_COUNT), dtype=np.int64)
         self.slots = np.arange(size, dtype=np.uint32)
         self.kinds = np.zeros(size, dtype=np.uint8)
@@ -216,7 +213,7 @@ class WorldLoop:
                 )
                 self.recording.kills.append(KillEffect(action, applied, detail, row, tier))
 
-    def _record(self, tick: int, result: action_pb2.TickResult) -> None:
+    def _record(self, tick: int, result: action_pb2.TickResult, results: list[CognitionResult]) -> None:
         recording, report = self.recording, result.report
         recording.ticks.append(tick)
         recording.clotho.append(report.clotho_count)
@@ -240,10 +237,8 @@ class WorldLoop:
             for kill in recording.kills:
                 if kill.row == c.slot or (kill.row < 0 and kill.tier == c.tier):
                     kill.calls_issued_after += 1
-        for payload in _cognition_payloads(result.actions):
-            run_id = payload.fields.get("run_id")
-            if run_id is not None and run_id.string_value:
-                recording.run_ticks.setdefault(run_id.string_value, tick)
+        for merged in results:
+            recording.run_ticks.setdefault(merged.payload.fields["run_id"].string_value, tick)
         self.calls += report.calls_issued
         self.tokens += report.estimated_tokens
 
@@ -266,6 +261,7 @@ class WorldLoop:
         previous: Perception | None = None
         started = time.monotonic()
         first_tick = state.tick
+        story = self.story
         stream: StreamTicksCall = self.clients.kernel.StreamTicks(  # type: ignore[call-arg]
             metadata=self.clients.world_md
         )
@@ -274,17 +270,22 @@ class WorldLoop:
                 tick = state.tick
                 await self._script(tick, first_tick)
                 perception = build_perception(setup.scenario, setup.population, setup.script, state)
-                await stream.write(
-                    kernel_pb2.StreamTicksRequest(batch=_batch(setup, perception, previous, self.slots))
+                request = kernel_pb2.StreamTicksRequest(
+                    batch=perception_batch(setup, perception, previous, self.slots)
                 )
+                story.sent(tick, time.monotonic())
+                await stream.write(request)
                 reply = await stream.read()
+                received_at = time.monotonic()
                 if not isinstance(reply, kernel_pb2.StreamTicksResponse):  # grpc.aio.EOF
                     raise WorldRunError(f"the kernel closed the tick stream at tick {tick}")
                 result = reply.result
                 if self.hooks.result_log is not None:
                     write_frame(self.hooks.result_log, result, compress=True)
                 decode_actions(result.actions, self.kinds, self.tiers)
-                self._record(tick, result)
+                results = cognition_results(result.actions)
+                story.received(tick, results, received_at)
+                self._record(tick, result, results)
                 previous = perception
                 setup.stepper.apply_actions(state, self.kinds)
                 setup.stepper.advance(state)

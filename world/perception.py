@@ -16,6 +16,7 @@ from services.column_layout import (
 )
 from world.population import Population
 from world.scenario import Scenario
+from world.script import ScriptIndex
 from world.simulation import GOAL_KINDS, WorldState
 
 NO_PLAYER_MM = 2_147_483_647
@@ -24,41 +25,22 @@ NEAR_LOD_MM = 5_000
 
 @dataclass
 class Perception:
-    """One tick's signals for every Ori, as arrays in row (= slot) order."""
+    """One tick's signals for every Ori, as arrays in row (= slot) order, and the few Ori's situations."""
 
     tick: int
     arrays: dict[str, npt.NDArray[np.generic]]
+    situations: list[perception_pb2.SituationText] = field(default_factory=list)
 
     def flag(self, name: str) -> npt.NDArray[np.bool_]:
         bits = self.arrays["signal_flags"].astype(np.uint32)
         return ((bits >> PERCEPTION_FLAG_BITS[name]) & 1).astype(np.bool_)
 
 
-@dataclass
-class ScriptIndex:
-    """The player script keyed by tick and Ori row, so building a tick's signals is a lookup."""
-
-    addressed: dict[int, list[int]] = field(default_factory=dict)
-    crossroads: list[tuple[int, int, int]] = field(default_factory=list)  # (row, first tick, last tick)
-    irreversible: list[tuple[int, int, int]] = field(default_factory=list)
-
-    @classmethod
-    def build(cls, scenario: Scenario, population: Population) -> ScriptIndex:
-        index = cls()
-        script = scenario.player
-        for address in script.addresses:
-            index.addressed.setdefault(address.at_tick, []).append(population.index_of(address.ori))
-        for c in script.crossroads:
-            index.crossroads.append((population.index_of(c.ori), c.at_tick, c.at_tick + c.duration_ticks - 1))
-        for a in script.irreversible_actions:
-            index.irreversible.append((population.index_of(a.ori), a.at_tick - a.lead_ticks, a.at_tick))
-        return index
-
-
 def build_perception(
     scenario: Scenario, population: Population, script: ScriptIndex, state: WorldState
 ) -> Perception:
-    """Signals for `state.tick`: distances to the player in millimetres, flags from the script."""
+    """Signals for `state.tick`: distances to the player in millimetres, flags from the script, and
+    the situation text of the few Ori that have one."""
     senses = scenario.senses
     tick = state.tick
     delta = state.ori_xy - state.player_xy
@@ -79,18 +61,16 @@ def build_perception(
     if (population.minor & scene).any():
         put("minor_present", scene)
     crossroads = np.zeros(population.size, dtype=np.bool_)
-    for row, first, last in script.crossroads:
-        if first <= tick <= last:
-            crossroads[row] = True
+    for window, _ in script.crossroads:
+        crossroads[window.row] |= window.holds(tick)
     put("open_crossroads", crossroads)
     imminent = np.zeros(population.size, dtype=np.bool_)
-    for row, first, last in script.irreversible:
-        if first <= tick <= last:
-            imminent[row] = True
+    for window, _ in script.irreversible:
+        imminent[window.row] |= window.holds(tick)
     put("imminent_irreversible_action", imminent)
     addressed = np.zeros(population.size, dtype="<u4")
-    for row in script.addressed.get(tick, []):
-        addressed[row] = scenario.player.player_id
+    for row, _ in script.addressed.get(tick, []):
+        addressed[row] = script.player_id
     lod = np.full(population.size, perception_pb2.VISUAL_LOD_CULLED, dtype="u1")
     lod[nearby] = perception_pb2.VISUAL_LOD_FAR
     lod[on_screen] = perception_pb2.VISUAL_LOD_MID
@@ -111,6 +91,7 @@ def build_perception(
             "need_purpose_bp": needs[:, 3].astype("<u2"),
             "fatigue_bp": needs[:, 4].astype("<u2"),
         },
+        script.situations(tick, state.ori_xy, dist),
     )
 
 

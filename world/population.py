@@ -9,10 +9,42 @@ import numpy as np
 import numpy.typing as npt
 
 from world.rng import ori_key, stream
-from world.scenario import Band, Location, Needs, Personality, RankedValue, Scenario, ValueDomain
+from world.scenario import (
+    Band,
+    Location,
+    Needs,
+    Personality,
+    RankedValue,
+    Relationship,
+    Scenario,
+    ValueDomain,
+)
 
 PERSONALITY_AXES = tuple(Personality.model_fields)
 NEED_AXES = tuple(Needs.model_fields)
+# Given names for generated Ori; the id follows, so two Ori never share a name.
+GIVEN_NAMES = (
+    "Abeni",
+    "Bayo",
+    "Chika",
+    "Dayo",
+    "Ebele",
+    "Femi",
+    "Gbenga",
+    "Hauwa",
+    "Ifeoma",
+    "Jide",
+    "Kemi",
+    "Lami",
+    "Musa",
+    "Nneka",
+    "Obi",
+    "Remi",
+    "Sade",
+    "Tunde",
+    "Uche",
+    "Zainab",
+)
 
 
 @dataclass(frozen=True)
@@ -21,6 +53,7 @@ class OriRow:
 
     id: str
     name: str
+    authored: bool
     band: Band
     featured: bool
     minor: bool
@@ -32,6 +65,9 @@ class OriRow:
     needs: list[int]
     home: tuple[int, int]
     work: tuple[int, int]
+    home_name: str
+    relationships: list[Relationship]
+    persona: str
 
 
 @dataclass(frozen=True)
@@ -80,6 +116,7 @@ def _authored(scenario: Scenario, seed: int) -> Iterator[OriRow]:
         yield OriRow(
             id=spec.id,
             name=spec.name,
+            authored=True,
             band=Band.SCENE,
             featured=spec.featured,
             minor=spec.minor,
@@ -91,6 +128,9 @@ def _authored(scenario: Scenario, seed: int) -> Iterator[OriRow]:
             needs=[getattr(spec.needs, a) for a in NEED_AXES],
             home=_spot(where[spec.home], seed, spec.id, "home"),
             work=_spot(workplaces.get(spec.vocation or "", where[spec.home]), seed, spec.id, "work"),
+            home_name=where[spec.home].name,
+            relationships=list(spec.relationships),
+            persona=spec.persona,
         )
 
 
@@ -103,9 +143,13 @@ def _generated(scenario: Scenario, seed: int) -> Iterator[OriRow]:
             rng = stream(seed, 0, ori_id, "traits")
             home = where[cohort.homes[n % len(cohort.homes)]]
             job = cohort.vocations[n % len(cohort.vocations)] if cohort.vocations else ""
+            personality = [int(v) for v in rng.integers(1_000, 9_001, size=len(PERSONALITY_AXES))]
+            needs = [int(v) for v in rng.integers(500, 5_001, size=len(NEED_AXES))]
+            given = GIVEN_NAMES[int(rng.integers(len(GIVEN_NAMES)))]
             yield OriRow(
                 id=ori_id,
-                name=ori_id,
+                name=f"{given} ({ori_id})",
+                authored=False,
                 band=cohort.band,
                 featured=False,
                 minor=cohort.minors_every > 0 and n % cohort.minors_every == cohort.minors_every - 1,
@@ -113,10 +157,13 @@ def _generated(scenario: Scenario, seed: int) -> Iterator[OriRow]:
                 vocation=job,
                 quirks=[],
                 values=_drawn_values(seed, ori_id),
-                personality=[int(v) for v in rng.integers(1_000, 9_001, size=len(PERSONALITY_AXES))],
-                needs=[int(v) for v in rng.integers(500, 5_001, size=len(NEED_AXES))],
+                personality=personality,
+                needs=needs,
                 home=_spot(home, seed, ori_id, "home"),
                 work=_spot(workplaces.get(job, home), seed, ori_id, "work"),
+                home_name=home.name,
+                relationships=[],
+                persona="",
             )
 
 

@@ -110,6 +110,16 @@ class _LogFeed:
             raise
 
 
+def without_identities(request: kernel_pb2.RegisterAgentsRequest) -> kernel_pb2.RegisterAgentsRequest:
+    """The logged registration minus each Ori's identity: ticks replay without a biography (no tick
+    reads an identity), and the run already recorded the identities in its own."""
+    copy = kernel_pb2.RegisterAgentsRequest()
+    copy.CopyFrom(request)
+    for agent in copy.agents:
+        agent.ClearField("identity")
+    return copy
+
+
 async def _prepare(
     clients: ServiceClients, records: Iterator[kernel_pb2.TickLogRecord]
 ) -> kernel_pb2.TickLogRecord | None:
@@ -120,7 +130,9 @@ async def _prepare(
             return record
         try:
             if entry == "registration":
-                await clients.kernel.RegisterAgents(record.registration, metadata=clients.world_md)
+                await clients.kernel.RegisterAgents(
+                    without_identities(record.registration), metadata=clients.world_md
+                )
             elif entry == "snapshot":
                 await clients.kernel.RestoreSnapshot(
                     kernel_pb2.RestoreSnapshotRequest(snapshot=record.snapshot), metadata=clients.world_md

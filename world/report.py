@@ -8,7 +8,8 @@ from itertools import accumulate
 from pathlib import Path
 
 from world.artifact import RunArtifact
-from world.charts import grouped_bars, line_against_cap, stacked_area, timeline
+from world.charts import grouped_bars, line_against_cap, stacked_area
+from world.report_story import conversations_section, lives_section, moments_section
 
 TIERS = ("clotho", "lachesis", "atropos")
 # Counts drawn charts once laid out, so a headless browser (and a reader's devtools) can tell they rendered.
@@ -36,6 +37,7 @@ figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}
 .card{border:1px solid #dee2e6;border-radius:6px;padding:10px 14px;margin:10px 0}
 .ok{color:#2b8a3e;font-weight:700}.bad{color:#c92a2a;font-weight:700}
 blockquote{margin:4px 0 4px 12px;color:#495057;font-style:italic}
+blockquote.reply{font-style:normal;color:#212529}ol.timeline{margin:6px 0;padding-left:20px;font-size:14px}
 """
 
 
@@ -140,30 +142,6 @@ def _saturation(artifact: RunArtifact) -> str:
     )
 
 
-def _lives(artifact: RunArtifact) -> str:
-    featured = [b for b in artifact.biographies if b.featured]
-    if not featured:
-        return ""
-    rows = []
-    for b in featured:
-        events = []
-        for line in b.lines:
-            head = line.split(":", 1)[0]
-            tick = int(head.removeprefix("tick ")) if head.startswith("tick ") and head[5:].isdigit() else 0
-            events.append((tick, line))
-        rows.append((b.name, events))
-    chart = timeline("Featured Ori: biography events over the run", artifact.ticks_run, rows)
-    cards = ""
-    for b in featured:
-        chain = {True: "hash chain intact", False: "hash chain BROKEN", None: "chain not checked"}[b.chain_ok]
-        body = "".join(f"<blockquote>{escape(line)}</blockquote>" for line in b.lines) or (
-            "<blockquote>No biography events were recorded for this Ori in this run.</blockquote>"
-        )
-        head = f'<b>{escape(b.name)}</b> <span class="muted">{b.events} events; {chain}</span>'
-        cards += f'<div class="card">{head}{body}</div>'
-    return f"<h2>Featured lives, as their biographies tell them</h2>{chart}{cards}"
-
-
 def _directives(artifact: RunArtifact) -> str:
     if not artifact.directives:
         return ""
@@ -247,7 +225,9 @@ def render_report(artifact: RunArtifact) -> str:
         + _spend(artifact)
         + _calls_by_cause(artifact)
         + _saturation(artifact)
-        + _lives(artifact)
+        + conversations_section(artifact)
+        + moments_section(artifact)
+        + lives_section(artifact)
         + _directives(artifact)
         + _kills(artifact)
         + _replay(artifact)

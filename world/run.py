@@ -43,14 +43,15 @@ from world.collect import (
 )
 from world.embedded import Services
 from world.loop import LoopHooks, LoopRecording, WorldLoop, WorldRunError, WorldSetup, describe_rpc_error
-from world.perception import ScriptIndex
 from world.population import build_population
 from world.progress import ProgressBar
 from world.registration import registration_request
 from world.replay import tick_log_summary
 from world.run_folder import ARTIFACT_FILE, RESULT_LOG_FILE, SNAPSHOT_DIR, TICK_LOG_FILE
 from world.scenario import Scenario
+from world.script import ScriptIndex
 from world.simulation import WorldState, WorldStepper, initial_state
+from world.story import issue_ticks
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ async def execute(
                 result_log=result_log,
             )
             loop_started = time.monotonic()
-            recording = await WorldLoop(clients, setup, progress, hooks).run(state, options.end_tick)
+            loop = WorldLoop(clients, setup, progress, hooks)
+            recording = await loop.run(state, options.end_tick)
             loop_seconds = time.monotonic() - loop_started
         ledger = await wait_for_dispatch(
             clients, world_id, scenario.tenant_id, ledger_start, issued=calls_issued(recording)
@@ -182,6 +184,10 @@ async def execute(
             kills=kill_records(recording, calls),
             directives=recording.directives,
             biographies=await biographies(clients, setup.population),
+            conversations=loop.story.conversations(),
+            moments=loop.story.moment_records(
+                issue_ticks({r.run_id: r.kernel_call_id for r in audit.values() if r.kernel_call_id})
+            ),
             bill=bill(recording, calls, setup.population, ledger),
             saturation=await saturation(clients, recording, setup.population.ids),
             replay=ReplayCheck(checked=False),

@@ -16,6 +16,8 @@ BasisPoints = Annotated[int, Field(ge=0, le=10_000)]
 Millimetres = Annotated[int, Field(ge=0, le=2_000_000_000)]
 Tick = Annotated[int, Field(ge=0)]
 Ident = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+Name = Annotated[str, Field(min_length=1, max_length=128)]
+Phrase = Annotated[str, Field(min_length=1, max_length=240)]
 
 
 class ScenarioError(ValueError):
@@ -41,7 +43,7 @@ class Location(_Strict):
     """A named place on the map; Ori go to locations to work, rest and meet."""
 
     id: Ident
-    name: str = Field(min_length=1)
+    name: Name
     at: Point
     radius_mm: Millimetres = Field(default=5_000, description="How far from `at` an Ori may stand in it.")
 
@@ -116,7 +118,7 @@ class OriSpec(_Strict):
     """One hand-authored Ori."""
 
     id: Ident
-    name: str = Field(min_length=1)
+    name: Name
     home: Ident = Field(description="Location id the Ori lives at.")
     vocation: Ident | None = None
     minor: bool = False
@@ -125,8 +127,9 @@ class OriSpec(_Strict):
     personality: Personality
     values: list[RankedValue] = Field(min_length=1, max_length=9, description="Ranked, strongest first.")
     needs: Needs = Field(default_factory=Needs)
-    quirks: list[str] = Field(default_factory=list, max_length=8)
-    relationships: list[Relationship] = Field(default_factory=list)
+    quirks: list[Phrase] = Field(default_factory=list, max_length=8)
+    relationships: list[Relationship] = Field(default_factory=list, max_length=32)
+    persona: str = Field(default="", max_length=2_000, description="Who the Ori is, in its own words.")
 
 
 class Band(StrEnum):
@@ -172,6 +175,7 @@ class Crossroads(_Strict):
     ori: Ident
     duration_ticks: Annotated[int, Field(ge=1)]
     prompt: str = Field(min_length=1, max_length=600)
+    options: list[Phrase] = Field(default_factory=list, max_length=8, description="The choices it offers.")
 
 
 class IrreversibleAction(_Strict):
@@ -232,6 +236,7 @@ class OperatorAction(_Strict):
 
 class PlayerScript(_Strict):
     player_id: Annotated[int, Field(ge=1)] = 1
+    name: Name = Field(default="the player", description="How the Ori know the player.")
     start: Ident = Field(description="Location id the player starts at.")
     speed_mm_per_tick: Annotated[int, Field(gt=0)] = Field(
         default=70, description="Walking pace; 70 mm/tick is 1.4 m/s at 20 Hz."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,12 @@ from egbe.v1 import action_pb2, kernel_pb2
 from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
 from tests.conftest import ROOT
 from world.artifact import ArtifactError, RunArtifact, read_artifact
-from world.demo import run_demo
+from world.demo import run_demo, summary
 from world.fork import fork_run
 from world.framing import FrameError, read_frames, write_frame
 from world.replay import replay_run
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE, RESULT_LOG_FILE, TICK_LOG_FILE
+from world.scenario import load_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +86,54 @@ async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     assert any(b.events for b in featured)
     html = (run_dir / REPORT_FILE).read_text()
     assert html.split("<body>", 1)[1].startswith('<p class="banner offline">OFFLINE')
+
+
+async def test_the_player_is_answered_by_each_ori_it_speaks_to(hamlet: tuple[Path, RunArtifact]) -> None:
+    run_dir, artifact = hamlet
+    script = load_scenario("hamlet").player
+    said = [(a.at_tick, a.ori, a.line) for a in script.addresses]
+    assert [(c.line_tick, c.ori_id, c.line) for c in artifact.conversations] == said
+    for c in artifact.conversations:
+        assert c.answered, c
+        assert c.reply.strip()
+        assert c.source == "offline"
+        assert c.speaker_id == "player-1"
+        assert c.reply_tick is not None
+        assert c.latency_ticks == c.reply_tick - c.line_tick
+        assert 1 <= c.latency_ticks <= 200
+        assert c.latency_ms is not None
+        assert c.latency_ms > 0
+        assert c.tier == "clotho"
+        assert c.run_id in {call.run_id for call in artifact.calls if call.ori_id == c.ori_id}
+    assert "conversations 3 of 3 answered, reply p50" in summary(run_dir, artifact)
+    html = (run_dir / REPORT_FILE).read_text()
+    conversations = html.split('<h2 id="conversations">Conversations</h2>', 1)[1].split("<h2", 1)[0]
+    for c in artifact.conversations:
+        assert escape(c.line) in conversations
+        assert f"<b>{escape(c.ori_name)}:</b> {escape(c.reply)}" in conversations
+    assert conversations.count("offline adapter") == 3
+
+
+async def test_moments_and_featured_lives_are_told(hamlet: tuple[Path, RunArtifact]) -> None:
+    run_dir, artifact = hamlet
+    assert [(m.kind, m.id) for m in artifact.moments] == [
+        ("crossroads", "crossroads-kunle-900"),
+        ("crossroads", "crossroads-ireti-2850"),
+        ("irreversible_action", "irreversible-ireti-3000"),
+    ]
+    assert all(m.decisions for m in artifact.moments)
+    decisions = [d for m in artifact.moments for d in m.decisions]
+    assert all(d.run_id and d.mode and d.offline for d in decisions)
+    assert len({(d.run_id, d.tick) for d in decisions}) == len({d.run_id for d in decisions})
+    names = {o.id: o.name for o in load_scenario("hamlet").ori}
+    for life in (b for b in artifact.biographies if b.featured):
+        assert life.timeline[0].kind == "identity_registered"
+        assert life.timeline[0].text.startswith(names[life.ori_id])
+        assert [e.tick for e in life.timeline] == sorted(e.tick for e in life.timeline)
+        assert len(life.timeline) == life.events
+    html = (run_dir / REPORT_FILE).read_text()
+    assert '<h2 id="moments">What the crossroads and the irreversible actions came to</h2>' in html
+    assert html.count('<ol class="timeline">') == len([b for b in artifact.biographies if b.featured])
 
 
 async def test_replay_names_a_changed_field_in_the_recorded_results(

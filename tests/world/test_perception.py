@@ -7,9 +7,10 @@ import pytest
 
 from egbe.v1 import action_pb2, perception_pb2
 from services.column_layout import PERCEPTION_COLUMNS
-from world.perception import NO_PLAYER_MM, ScriptIndex, build_perception, to_columns, to_rows
+from world.perception import NO_PLAYER_MM, build_perception, to_columns, to_rows
 from world.population import build_population
 from world.scenario import load_scenario
+from world.script import ScriptIndex
 from world.simulation import WorldStepper, initial_state
 
 

@@ -94,3 +94,30 @@ def test_unreadable_and_unknown_files_are_refused(tmp_path: Path) -> None:
         load_scenario_file(broken)
     with pytest.raises(ScenarioError, match="no such scenario"):
         load_scenario(str(tmp_path / "missing.json"))
+
+
+def test_identity_and_situation_text_limits_are_the_protocols() -> None:
+    bad = copy.deepcopy(_hamlet_document())
+    bad["ori"][0]["persona"] = "x" * 2_001  # type: ignore[index]
+    bad["ori"][0]["quirks"] = ["y" * 241]  # type: ignore[index]
+    bad["ori"][1]["name"] = "z" * 129  # type: ignore[index]
+    bad["player"]["crossroads"][0]["options"] = [f"option {i}" for i in range(9)]  # type: ignore[index]
+    bad["player"]["crossroads"][1]["options"] = ["w" * 241]  # type: ignore[index]
+    bad["player"]["name"] = ""  # type: ignore[index]
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(bad)
+    assert {path for path, _ in caught.value.violations} == {
+        "ori[0].persona",
+        "ori[0].quirks[0]",
+        "ori[1].name",
+        "player.crossroads[0].options",
+        "player.crossroads[1].options[0]",
+        "player.name",
+    }
+    hamlet = load_scenario("hamlet")
+    assert all(o.persona for o in hamlet.ori)
+    assert hamlet.player.name == "the player"
+    assert [c.options for c in hamlet.player.crossroads] == [
+        ["stay at the forge", "follow Tobi to the river"],
+        ["open the sluice and flood the lower orchard", "keep the sluice shut and risk the mill"],
+    ]
