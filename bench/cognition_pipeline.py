@@ -5,6 +5,11 @@ gateway, calls CognitionService.Think (assemble → ground → dispatch via the 
 commit to the biography) and ends the run. Reports Think latency (sequential) and Think throughput at
 32 concurrent runs, beside a baseline measured in the same run: a bare gRPC health round trip to the
 cognition service. Prints one JSON object.
+
+`--zones full` (the default) fills every zone: each Ori has a registered identity (name, vocation,
+quirks, values, personality, relationships) and recalled memories, and each Think carries objectives
+and a moment with a player's line, a place and who is near. `--zones minimal` sends only a stimulus
+and an objective to Ori the biography knows nothing of.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +34,84 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from egbe.v1 import (
     action_pb2,
+    biography_pb2,
+    biography_pb2_grpc,
     cognition_pb2,
     cognition_pb2_grpc,
     common_pb2,
     gateway_pb2,
     gateway_pb2_grpc,
+    perception_pb2,
 )
 from services.auth import bearer_metadata
 
 ROOT = Path(__file__).resolve().parent.parent
 ORI_POOL = 64
+MEMORIES_PER_ORI = 6
+AXES = (
+    "warmth",
+    "curiosity",
+    "caution",
+    "ambition",
+    "conscientiousness",
+    "candor",
+    "defiance",
+    "playfulness",
+)
+MOMENT = action_pb2.CallMoment(
+    situation=perception_pb2.SituationText(
+        player_line=perception_pb2.SpokenLine(
+            speaker_id="player-1", speaker_name="the traveller", text="Is the bakery open today?"
+        ),
+        place="The bakery",
+        nearby=["Tobi", "the traveller"],
+    ),
+    player_proximity_mm=2_400,
+    need_sustaining_bp=4_000,
+    need_social_bp=3_000,
+    emotion="content",
+    goal="vocation",
+    plan_step_name="knead the dough",
+)
+
+
+def identity(i: int) -> biography_pb2.OriIdentity:
+    """A baker as a world would register one: every field a prompt draws on."""
+    return biography_pb2.OriIdentity(
+        display_name=f"Folasade {i}",
+        vocation="baker",
+        home="The cottages",
+        locale="en-US",
+        personality=[biography_pb2.TraitLevel(axis=a, level_bp=1_000 * (j + 1)) for j, a in enumerate(AXES)],
+        values=[
+            biography_pb2.ValueItem(value_ref=v, weight_bp=9_000 - 1_000 * j)
+            for j, v in enumerate(("kinship", "craft", "honesty", "community"))
+        ],
+        quirks=["sings to the dough", "counts loaves twice"],
+        needs=biography_pb2.NeedsBaseline(sustaining_bp=3_000, social_bp=3_000, purpose_bp=3_000),
+        relationships=[
+            biography_pb2.IdentityRelationship(
+                other_ori_id=f"ori-{(i + k) % ORI_POOL}", other_name=name, kind=kind, affinity_bp=aff
+            )
+            for k, (name, kind, aff) in enumerate(
+                (("Tobi", "kin", 8_000), ("Adaeze", "friend", 6_000), ("Ireti", "rival", -3_000)), 1
+            )
+        ],
+        persona="I bake the hamlet's bread before dawn and know everyone's order by heart.",
+    )
+
+
+def memories(i: int) -> list[biography_pb2.NewOriEvent]:
+    events = []
+    for k in range(MEMORIES_PER_ORI):
+        event = biography_pb2.NewOriEvent(
+            event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"bench-memory-{i}-{k}")),
+            kind=biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
+            world_tick=k,
+        )
+        event.payload.update({"text": f"Tobi helped me carry flour on day {k}.", "salience_bp": 5_000 + k})
+        events.append(event)
+    return events
 
 
 def start_egbe(data_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, str], dict[str, str]]:
@@ -71,17 +145,41 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 class Client:
-    def __init__(self, targets: dict[str, str], token: str) -> None:
+    def __init__(self, targets: dict[str, str], token: str, full: bool) -> None:
+        self.full = full
         self.gateway_channel = grpc.aio.insecure_channel(targets["gateway"])
         self.cognition_channel = grpc.aio.insecure_channel(targets["cognition"])
+        self.biography_channel = grpc.aio.insecure_channel(targets["biography"])
+        self.biography = biography_pb2_grpc.BiographyServiceStub(self.biography_channel)
         self.gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(self.gateway_channel)
         self.cognition = cognition_pb2_grpc.CognitionServiceStub(self.cognition_channel)
         self.health = health_pb2_grpc.HealthStub(self.cognition_channel)
         self.md = bearer_metadata(token)
 
     async def close(self) -> None:
-        await self.gateway_channel.close()
-        await self.cognition_channel.close()
+        await self.gateway_channel.close(None)
+        await self.cognition_channel.close(None)
+        await self.biography_channel.close(None)
+
+    async def seed(self) -> None:
+        """Every Ori of the pool gets its identity and a few memories, so every zone has content."""
+        await self.biography.RegisterIdentities(
+            biography_pb2.RegisterIdentitiesRequest(
+                registrations=[
+                    biography_pb2.IdentityRegistration(ori_id=f"ori-{i}", identity=identity(i))
+                    for i in range(ORI_POOL)
+                ]
+            ),
+            metadata=self.md,
+        )
+        any_version = biography_pb2.ExpectedVersion(kind=biography_pb2.ExpectedVersion.KIND_ANY)
+        for i in range(ORI_POOL):
+            await self.biography.Append(
+                biography_pb2.AppendRequest(
+                    ori_id=f"ori-{i}", expected_version=any_version, events=memories(i)
+                ),
+                metadata=self.md,
+            )
 
     async def one_think(self, i: int) -> tuple[float, dict[str, Any]]:
         """Admit, Think (timed), end; answers the Think latency in ms and its eval trace."""
@@ -100,11 +198,13 @@ class Client:
             tier=common_pb2.COGNITION_TIER_CLOTHO,
             mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
             locale="en-US",
-            stimulus="speaker: bram\nIs the bakery open today?",
-            counterpart_id="bram",
             max_model_calls=admitted.budget.max_model_calls,
             objectives=[cognition_pb2.ContextItem(ref="obj-1", text="open the bakery", priority_bp=9000)],
         )
+        if self.full:
+            request.moment.CopyFrom(MOMENT)
+        else:
+            request.stimulus, request.counterpart_id = "speaker: bram\nIs the bakery open today?", "bram"
         started = time.perf_counter()
         response = await self.cognition.Think(request, metadata=self.md)
         elapsed_ms = (time.perf_counter() - started) * 1000
@@ -119,10 +219,12 @@ class Client:
 
 
 async def measure(
-    targets: dict[str, str], token: str, runs: int, concurrency: int, warmup: int
+    targets: dict[str, str], token: str, runs: int, concurrency: int, warmup: int, *, zones: str
 ) -> dict[str, Any]:
-    client = Client(targets, token)
+    client = Client(targets, token, zones == "full")
     try:
+        if client.full:
+            await client.seed()
         for i in range(warmup):
             await client.one_think(i)
         health_ms = []
@@ -167,6 +269,7 @@ async def measure(
         "baseline_grpc_health_p50_ms": round(statistics.median(health_ms), 3),
         "target_non_model_p50_ms": 10,
         "adapter": "offline",
+        "zones": zones,
         "note": "thinks_per_s counts admit+Think+end cycles; shared 2-core machine, services in one process",
     }
 
@@ -177,12 +280,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--zones", choices=("full", "minimal"), default="full", help="fill every context zone, or almost none"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as tmp:
         process, targets, tokens = start_egbe(Path(tmp))
         try:
             result = asyncio.run(
-                measure(targets, tokens["service"], args.runs, args.concurrency, args.warmup)
+                measure(
+                    targets, tokens["service"], args.runs, args.concurrency, args.warmup, zones=args.zones
+                )
             )
         finally:
             process.send_signal(signal.SIGTERM)

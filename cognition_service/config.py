@@ -21,7 +21,11 @@ class AssemblyLimits(BaseModel):
     objectives: int = Field(default=6, ge=0)
     item_chars: int = Field(default=240, ge=8, description="Longest text of one item.")
     total_chars: int = Field(default=16_384, ge=64, description="Character budget of the whole context.")
-    stimulus_chars: int = Field(default=960, ge=8, description="Longest stimulus (the addressed line).")
+    stimulus_chars: int = Field(
+        default=4_096,
+        ge=8,
+        description="Longest stimulus: the line heard, a crossroads and its options, an irreversible action.",
+    )
     persona_chars: int = Field(default=960, ge=8, description="Longest persona text.")
 
 

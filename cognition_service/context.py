@@ -36,6 +36,8 @@ class ContextInput:
     arc_state: str = ""
     emotion: str = ""
     persona: str = ""
+    # Who the Ori is, as `key: value` lines: always kept, never popped, each clipped to an item's length.
+    identity: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,13 @@ class AssembledContext:
     sections: dict[str, tuple[RankedItem, ...]]
     arc_state: str
     emotion: str
+    identity: tuple[str, ...] = ()
     omitted: dict[str, int] = field(default_factory=dict)
     clipped: bool = False
     fingerprint: str = ""
 
     def context_chars(self) -> int:
-        return context_chars(self.sections, self.arc_state, self.emotion)
+        return context_chars(self.sections, self.arc_state, self.emotion) + sum(map(len, self.identity))
 
     def canonical(self) -> dict[str, object]:
         """The canonical request the fingerprint covers (no run id: equal contexts share a cache key)."""
@@ -67,6 +70,7 @@ class AssembledContext:
             "locale": self.locale,
             "stimulus": self.stimulus,
             "persona": self.persona,
+            "identity": list(self.identity),
             "sections": {
                 name: [[i.ref, i.text, i.priority_bp] for i in items] for name, items in self.sections.items()
             },
@@ -108,8 +112,16 @@ def assemble_context(request: ContextInput, limits: AssemblyLimits) -> Assembled
             kept.append(replace(item, text=text))
         sections[name] = kept
 
+    identity = tuple(clip_text(line, limits.item_chars) for line in request.identity)
+    clipped_identity = sum(map(len, request.identity)) - sum(map(len, identity))
+    if clipped_identity:
+        omitted["item_chars"] = omitted.get("item_chars", 0) + clipped_identity
     arc_state, emotion = request.arc_state, request.emotion
-    over = context_chars({k: tuple(v) for k, v in sections.items()}, arc_state, emotion) - limits.total_chars
+    over = (
+        context_chars({k: tuple(v) for k, v in sections.items()}, arc_state, emotion)
+        + sum(map(len, identity))
+        - limits.total_chars
+    )
     for name in POP_ORDER:
         while over > 0 and sections[name]:
             dropped = sections[name].pop()  # the lowest-priority item left in this section
@@ -139,6 +151,7 @@ def assemble_context(request: ContextInput, limits: AssemblyLimits) -> Assembled
         sections={name: tuple(items) for name, items in sections.items()},
         arc_state=prose["arc_state"],
         emotion=prose["emotion"],
+        identity=identity,
         omitted={k: v for k, v in omitted.items() if v},
         clipped=any(omitted.values()),
     )

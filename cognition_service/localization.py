@@ -5,6 +5,7 @@ from __future__ import annotations
 from egbe.v1 import cognition_pb2, gateway_pb2
 
 QUALITY_BLOCKED = "blocked"
+FALLBACK_LOCALE = "en-US"
 
 
 def native_line(
@@ -27,7 +28,10 @@ def native_line(
 
 
 def template_line(locale: str, counterpart: str, templates: dict[str, str]) -> cognition_pb2.LocalizedLine:
-    """With no model line, the authored template of the locale, labelled as such."""
+    """With no model line, the authored template of the locale, labelled as such; a locale without one
+    gets the en-US template, labelled en-US (never a translation)."""
+    if locale not in templates:
+        locale = FALLBACK_LOCALE
     return cognition_pb2.LocalizedLine(
         locale=locale,
         text=templates[locale].format(name=counterpart or "friend"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -12,7 +13,9 @@ from google.protobuf import json_format
 from cognition_service import commit
 from cognition_service.config import CognitionConfig
 from cognition_service.context import AssembledContext, ContextInput, RankedItem, assemble_context
+from cognition_service.identity import identity_lines, names_of, quirk_items, relationship_items, value_items
 from cognition_service.localization import native_line, template_line
+from cognition_service.moment import derived_objectives, perception_items, speaker_of, stimulus_lines
 from cognition_service.output_schemas import (
     OUTPUT_SCHEMAS,
     DecisionReply,
@@ -24,7 +27,7 @@ from cognition_service.peers import Peers
 from cognition_service.psyche import spoken_reply_plan
 from cognition_service.structured_output import AttemptRecord, generate_validated
 from cognition_service.zoning import Feedback, build_envelope
-from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, gateway_pb2, policy_pb2
+from egbe.v1 import action_pb2, biography_pb2, cognition_pb2, common_pb2, gateway_pb2, policy_pb2
 from services.logging import get_logger
 
 log = get_logger(__name__)
@@ -47,49 +50,79 @@ TIER_NAMES = {
     common_pb2.COGNITION_TIER_ATROPOS: "atropos",
 }
 DEFAULT_LOCALE = "en-US"
-RELATIONSHIP_SCALE_BP = 50  # bond and respect run to 100 each: their sum maps onto 0..10,000 bp
 
 
 def request_id_for(ori_id: str, mode: str, fingerprint: str) -> str:
     return f"psyche:{ori_id}:{mode}:{fingerprint}"
 
 
+def moment_of(request: cognition_pb2.ThinkRequest) -> action_pb2.CallMoment | None:
+    return request.moment if request.HasField("moment") else None
+
+
+def run_locale(request: cognition_pb2.ThinkRequest, identity: biography_pb2.OriIdentity) -> str:
+    """The request's locale, else the one the Ori speaks, else en-US."""
+    return request.locale or identity.locale or DEFAULT_LOCALE
+
+
+def scene_of(request: cognition_pb2.ThinkRequest, memory: biography_pb2.RehydrateResponse) -> commit.Scene:
+    """Whom the run answers (the line's speaker unless the request names a counterpart), the line it
+    heard, its crossroads, and the recalled memories its own memory must not quote."""
+    moment = moment_of(request)
+    speaker_id, speaker_name = speaker_of(moment) if moment is not None else ("", "")
+    addressed = request.counterpart_id or speaker_id
+    names = names_of(memory.identity)
+    return commit.Scene(
+        addressed_to=addressed,
+        addressed_name=(speaker_name if addressed == speaker_id else "") or names.get(addressed, addressed),
+        heard=moment.situation.player_line.text if moment is not None else "",
+        crossroads_id=moment.situation.crossroads.crossroads_id if moment is not None else "",
+        recalled=tuple(m.text for m in memory.memories),
+    )
+
+
+def recalled_items(memories: Iterable[biography_pb2.MemoryItem]) -> list[RankedItem]:
+    """The recalled memories, most salient first, each without a sentence a more salient one holds."""
+    ranked = sorted(memories, key=lambda m: (-m.salience_bp, m.event_id))
+    texts = commit.fold_repeats([m.text for m in ranked])
+    return [RankedItem(m.event_id, t, m.salience_bp) for m, t in zip(ranked, texts, strict=True) if t]
+
+
 def context_input(
     request: cognition_pb2.ThinkRequest, memory: biography_pb2.RehydrateResponse
 ) -> ContextInput:
-    """The request's live context joined with what the biography remembers."""
+    """The request's live context and moment joined with who the Ori is and what the biography remembers."""
 
     def items(source: Any) -> list[RankedItem]:
         return [RankedItem(i.ref, i.text, i.priority_bp) for i in source]
 
-    relationships = [
-        RankedItem(
-            r.other_ori_id,
-            f"{r.other_ori_id}: bond {r.bond}, respect {r.respect}. {r.summary}".strip(),
-            max(0, min(10_000, (r.bond + r.respect) * RELATIONSHIP_SCALE_BP)),
-        )
-        for r in memory.relationships
-    ]
+    identity, moment = memory.identity, moment_of(request)
+    names = names_of(identity)
+    if moment is not None and moment.situation.player_line.speaker_id:
+        speaker_id, speaker_name = speaker_of(moment)
+        names.setdefault(speaker_id, speaker_name)
     # Personality events the biography recorded rank below the kernel's live traits.
     traits = items(request.traits) + [
         RankedItem(f"personality-{i}", text, 0) for i, text in enumerate(memory.personality_events)
     ]
     arcs = f"arcs: {', '.join(memory.arc_refs)}" if memory.arc_refs else ""
+    situation = stimulus_lines(moment) if moment is not None else []
     return ContextInput(
         ori_id=request.ori.ori_id,
         tier=TIER_NAMES[request.tier],
         mode=MODE_NAMES[request.mode],
-        locale=request.locale or DEFAULT_LOCALE,
-        stimulus=request.stimulus,
-        persona=request.persona,
+        locale=run_locale(request, identity),
+        stimulus="\n".join(line for line in (*situation, request.stimulus) if line),
+        persona=request.persona or identity.persona,
+        identity=tuple(identity_lines(identity)),
         sections={
-            "perception": items(request.perception),
+            "perception": items(request.perception) + (perception_items(moment) if moment else []),
             "traits": traits,
-            "values": [RankedItem(v.value_ref, v.value_ref, v.weight_bp) for v in memory.values],
-            "quirks": items(request.quirks),
-            "memories": [RankedItem(m.event_id, m.text, m.salience_bp) for m in memory.memories],
-            "relationships": relationships,
-            "objectives": items(request.objectives),
+            "values": value_items(identity, memory.values),
+            "quirks": quirk_items(identity) + items(request.quirks),
+            "memories": recalled_items(memory.memories),
+            "relationships": relationship_items(identity, memory.relationships, names),
+            "objectives": items(request.objectives) or derived_objectives(moment, identity),
         },
         arc_state=" ".join(p for p in (request.arc_state, arcs) if p),
         emotion=request.emotion,
@@ -193,9 +226,10 @@ class ThinkRun:
         self.settings = config.modes[self.mode]
         self.schema_name = SCHEMA_NAMES[self.mode]
         self.schema = OUTPUT_SCHEMAS[self.schema_name]
-        self.locale = request.locale or DEFAULT_LOCALE
         self.gateway = _TimedGateway(peers, trace)
         self.context = assemble_context(context_input(request, memory), config.limits)
+        self.locale = self.context.locale
+        self.scene = scene_of(request, memory)
         self.identity = commit.RunIdentity(
             run_id=request.run_id,
             ori=request.ori,
@@ -237,7 +271,7 @@ class ThinkRun:
             self.context,
             self.settings,
             self.schema,
-            counterpart=self.request.counterpart_id,
+            counterpart=self.scene.addressed_to,
             grounded_evidence=grounded_lines,
             feedback=feedback,
         )
@@ -378,7 +412,7 @@ class ThinkRun:
         response.actions.append(
             commit.action_for(self.identity, dispatched, self.settings.action_priority, extra)
         )
-        event = commit.event_for(self.identity, dispatched, decision)
+        event = commit.event_for(self.identity, dispatched, decision, self.scene)
         await self.peers.biography.append(commit.append_request(self.identity, [event]))
         response.committed_event_ids.append(event.event_id)
         return ""
@@ -393,6 +427,29 @@ class ThinkRun:
             spoken_reply_plan(response.line.text, self.locale, measured, self.config)
         )
 
+    def say(self, response: cognition_pb2.ThinkResponse, reason: str) -> None:
+        """The dialogue's SAY carries the speech, its Psyche plan and the model time; a run that fell
+        back still answers, with its labelled template line."""
+        line = response.line
+        if line.source == cognition_pb2.LINE_SOURCE_TEMPLATE_FALLBACK:
+            source = "template-fallback"
+        else:
+            source = "offline" if response.offline else "model"
+        extra: dict[str, Any] = {
+            "speech": commit.speech(self.scene, line.text, line.locale, self.request.world_tick, source),
+            "model_us": sum(a.model_latency_us for a in self.trace.attempts),
+        }
+        if reason:
+            extra |= {"locale": line.locale, "generated_natively": False}
+            priority = self.settings.action_priority
+            response.actions.append(
+                commit.template_say(self.identity, priority, reason, response.offline, extra)
+            )
+        else:
+            response.actions[0].payload.update(extra)
+        spoken = response.actions[-1].payload.fields["spoken_reply"].struct_value
+        commit.fill_struct(response.spoken_reply, spoken)
+
     def audit(self, outcome: Outcome, reason: str, cognition_us: int) -> dict[str, Any]:
         """The full call: request, context, grounding, attempts, response, policy, events, eval trace."""
         trace = self.trace
@@ -405,6 +462,7 @@ class ThinkRun:
                 "clipped": self.context.clipped,
                 "chars": self.context.context_chars(),
                 "stream_version": self.memory.stream_version,
+                "identity_version": self.memory.identity_version,
             },
             "grounding": trace.groundings,
             "attempts": [vars(a) for a in trace.attempts],
@@ -448,11 +506,12 @@ async def think(
         response.fell_back = True
         if run.mode == "dialogue" and not response.line.text:
             response.line.CopyFrom(
-                template_line(run.locale, request.counterpart_id, config.dialogue_templates)
+                template_line(run.locale, run.scene.addressed_name, config.dialogue_templates)
             )
     run.stage("commit")
     cognition_us = (time.perf_counter_ns() - run.trace.started_ns - run.trace.model_ns) // 1_000
-    if run.mode == "dialogue" and response.line.text:
+    if run.mode == "dialogue" and response.line.approved:
         run.spoken_reply(response, cognition_us)
+        run.say(response, reason)
     response.audit.CopyFrom(commit.to_struct(run.audit(outcome, reason, cognition_us)))
     return response

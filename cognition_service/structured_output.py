@@ -33,6 +33,7 @@ class AttemptRecord:
     error: str | None
     input_tokens: int
     output_tokens: int
+    model_latency_us: int = 0
 
 
 @dataclass
@@ -104,6 +105,7 @@ async def generate_validated(
             response.text,
             input_tokens=response.usage.input_tokens,
             output_tokens=response.usage.output_tokens,
+            model_latency_us=response.model_latency_us,
         )
         try:
             reply = parse_reply(response.text, schema)

@@ -85,6 +85,7 @@ def build_envelope(
         (
             gateway_pb2.UNTRUSTED_ZONE_KIND_PERSONA,
             _join(
+                "\n".join(context.identity),  # who the Ori is comes first, always
                 context.persona,
                 _section("traits", _lines(sections["traits"])),
                 _section("values", _lines(sections["values"])),

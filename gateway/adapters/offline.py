@@ -1,15 +1,19 @@
-"""The offline adapter: a deterministic, schema-valid reply built from the prompt, always labelled offline.
+"""The offline adapter: a deterministic, schema-valid reply in the Ori's voice, always labelled offline.
 
-It reads the context the cognition service put in the prompt (the top objective, the most salient
-memory, the addressed speaker) so the pipeline and the demo run without a network. Nothing it writes
-can pass for a model's: every text field starts with OFFLINE_LABEL and every reply is `offline=True`.
+So the pipeline and the demo run without a network and still sound like someone. It reads the zones
+the cognition service writes (cognition_service/zoning.py): the identity lines (`name:`,
+`vocation:`), the first quirk, value and relationship, the line the Ori heard (`<name> (<id>) says:`),
+the crossroads and its options, the top objective, the place and the emotion; it writes from them with
+a small template grammar whose choices come from the SHA-256 of the prompt, so the reply varies with
+the call. It cites a recalled memory by ref and never quotes a memory's text. Nothing it writes can
+pass for a model's: every text field starts with OFFLINE_LABEL and every reply is `offline=True`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cognition_service.output_schemas import (
@@ -35,109 +39,260 @@ MODE_SCHEMAS = {
     "summary": OutputSchemaName.SUMMARY,
 }
 EMOTIONS = ("calm", "curious", "warm", "wary", "hopeful", "tired")
-_REF = re.compile(r"^\s*\[([A-Za-z0-9:_./#-]{1,128})\]\s*(.*)$", re.DOTALL)
-_SAID_BY = re.compile(r"^\s*([^:\n]{1,40}?)\s*:\s*\S")
+DEFAULT_OBJECTIVE = "get through the day"
+# A ranked item as zoning writes it: "[ref] text".
+_ITEM = re.compile(r"^\[([A-Za-z0-9:_./#-]{1,128})\]\s*(.*)$")
+_SECTION = re.compile(r"^(traits|values|quirks|perception|relationships|objectives):$")
+_KEYED = re.compile(
+    r"^(name|vocation|home|top objective|place|emotion|needs now|irreversible action|speaker|option \d+"
+    r"|crossroads[^:]*)\s*:\s*(.+)$",
+    re.I,
+)
+_HEARD = re.compile(r"^(.{1,128}?) \(([^()\n]{0,128})\) says: (.+)$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_VOCATIVE = re.compile(r"^\s*[A-Z][\w'-]*,\s+")  # "Adaeze, can you…": the name the speaker called
+_NEED = re.compile(r"^(.{1,40}?) (\d{1,3})%$")
+_PERCENT = re.compile(r"\s*\([+-]?\d+%\)$")
+_RELATION = re.compile(r"^([^(:]+?)\s*\(([^,)]+)")
+_CHOICE = re.compile(r":\s*(.+?)\s+or\s+(.+?)[.?!]*$", re.I)
+_WHETHER = re.compile(r"\bwhether (?:to )?(.+?)[.?!]*$", re.I)
 # Words of an objective that name the goal family a decision serves (first match wins); anything
 # else is the Ori's vocation (mending a net or repairing a mill is work). An apology, amends or a
 # reconciliation names the relationship-repair tag too.
 _FAMILY_WORDS = (
     (FamilyName.SOCIAL, re.compile(r"\b(talk|friend|apolog|amends|reconcil|visit|comfort|thank)", re.I)),
-    (FamilyName.SELF_CARE, re.compile(r"\b(rest|sleep|eat|heal|recover)", re.I)),
-    (FamilyName.TRAVEL, re.compile(r"\b(travel|journey|walk to|go to|return to|reach)", re.I)),
+    (FamilyName.SELF_CARE, re.compile(r"\b(rest|sleep|eat|heal|recover|food|drink)", re.I)),
+    (FamilyName.TRAVEL, re.compile(r"\b(travel|journey|walk to|go to|return to|reach|follow)", re.I)),
 )
 _REPAIR_WORDS = re.compile(r"\b(apolog|amends|reconcil)", re.I)
-_KEYED = re.compile(
-    r"^\s*(top[ _]objective|objective|speaker|addressed[ _]speaker|addressed[ _]to|memory)\s*:\s*(.+)$", re.I
-)
 
 
 @dataclass(frozen=True)
 class PromptContext:
-    """What the offline adapter found in the prompt; defaults where the prompt said nothing."""
+    """What the offline adapter found in the prompt's zones; empty where the prompt said nothing."""
 
-    objective: str = "get through the day"
+    name: str = ""
+    vocation: str = ""
+    quirk: str = ""
+    value: str = ""
+    relation: str = ""
+    relation_kind: str = ""
+    speaker: str = ""
+    speaker_id: str = ""
+    heard: str = ""
+    objective: str = DEFAULT_OBJECTIVE
+    crossroads: str = ""
+    options: tuple[str, ...] = ()
+    irreversible: str = ""
+    place: str = ""
+    emotion: str = ""
+    need: str = ""
     memory_ref: str | None = None
-    memory_text: str = ""
-    speaker: str = "someone nearby"
-
-
-def _from_json(content: str) -> dict[str, str]:
-    if not content.lstrip().startswith("{"):  # (only an object names anything: skip parsing the rest)
-        return {}
-    try:
-        value = json.loads(content)
-    except ValueError:
-        return {}
-    if not isinstance(value, dict):
-        return {}
-    found: dict[str, str] = {}
-    objectives = value.get("top_objective") or value.get("objective") or value.get("objectives")
-    if isinstance(objectives, list) and objectives:
-        objectives = objectives[0]
-    if isinstance(objectives, dict):
-        objectives = objectives.get("text") or objectives.get("title")
-    if isinstance(objectives, str):
-        found["objective"] = objectives
-    speaker = value.get("addressed_speaker") or value.get("speaker") or value.get("addressed_to")
-    if isinstance(speaker, str):
-        found["speaker"] = speaker
-    memories = value.get("memories") or value.get("memory")
-    first = memories[0] if isinstance(memories, list) and memories else memories
-    if isinstance(first, dict):
-        if isinstance(first.get("ref"), str):
-            found["memory_ref"] = first["ref"]
-        if isinstance(first.get("text"), str):
-            found["memory"] = first["text"]
-    elif isinstance(first, str):
-        found["memory"] = first
-    return found
-
-
-def _from_lines(content: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for line in content.splitlines():
-        match = _KEYED.match(line)
-        if match:
-            key = match.group(1).lower().replace(" ", "_")
-            key = {
-                "top_objective": "objective",
-                "addressed_speaker": "speaker",
-                "addressed_to": "speaker",
-            }.get(key, key)
-            found.setdefault(key, match.group(2).strip())
-    return found
-
-
-def read_context(request: ModelRequest) -> PromptContext:
-    """The first objective, memory and speaker the prompt names, zone by zone, JSON or `key: value`."""
-    found: dict[str, str] = {}
-    for text in [request.task_instruction, *(p.content for p in request.untrusted)]:
-        for key, value in {**_from_lines(text), **_from_json(text)}.items():
-            if " ".join(value.split()):
-                found.setdefault(key, value)
-    for part in request.untrusted:
-        lines = [line for line in part.content.splitlines() if line.strip()]
-        if part.kind == "RECALLED_MEMORY" and "memory" not in found and lines:
-            found["memory"] = lines[0]  # memories arrive most salient first, one a line
-        if part.kind == "STEWARD_INPUT" and "speaker" not in found and lines:
-            said = _SAID_BY.match(lines[0])  # a stimulus quoted as "Name: line"
-            if said:
-                found["speaker"] = said.group(1)
-    memory = found.get("memory", "")
-    match = _REF.match(memory)
-    if match and "memory_ref" not in found:
-        found["memory_ref"], memory = match.group(1), match.group(2)
-    return PromptContext(
-        objective=_clip(found.get("objective", PromptContext.objective), 160),
-        memory_ref=found.get("memory_ref"),
-        memory_text=_clip(memory, 160),
-        speaker=_clip(found.get("speaker", PromptContext.speaker), 128),
-    )
 
 
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _zone_fields(content: str, found: dict[str, str], options: list[str]) -> None:
+    """Keyed lines and the first item of each persona/context section, first mention wins."""
+    section = ""
+    for raw in content.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if header := _SECTION.match(line):
+            section = header.group(1)
+            continue
+        item = _ITEM.match(line)
+        text = item.group(2) if item else line
+        if item and section in ("quirks", "values", "relationships"):
+            found.setdefault(section, text)
+        if heard := _HEARD.match(text):
+            found.setdefault("heard_name", heard.group(1))
+            found.setdefault("heard_id", heard.group(2))
+            found.setdefault("heard", heard.group(3))
+            continue
+        if keyed := _KEYED.match(text):
+            key, value = keyed.group(1).lower(), keyed.group(2).strip()
+            if key.startswith("option "):
+                options.append(value)
+            elif key.startswith("crossroads"):
+                found.setdefault("crossroads", value)
+            elif value:
+                found.setdefault(key, value)
+
+
+def _options_from(prompt: str) -> tuple[str, ...]:
+    """A crossroads sent without options: "…: A or B." gives A and B; "whether to X" gives X or not."""
+    if choice := _CHOICE.search(prompt):
+        return choice.group(1), choice.group(2)
+    if whether := _WHETHER.search(prompt):
+        return whether.group(1), "leave things as they are"
+    return ()
+
+
+def _pressing(needs: str) -> str:
+    """The most pressing need of a "needs now: safety 10%, company 40%, …" line, as "company at 40%"."""
+    levels = [m.groups() for part in needs.split(",") if (m := _NEED.match(part.strip()))]
+    if not levels:
+        return ""
+    name, level = max(levels, key=lambda level: int(level[1]))
+    return _clip(f"{name} at {level}%", 64)
+
+
+def read_context(request: ModelRequest) -> PromptContext:
+    """What the zones say, zone by zone; the recalled memory gives only its ref, never its text."""
+    found: dict[str, str] = {}
+    options: list[str] = []
+    for text in [request.task_instruction, *(p.content for p in request.untrusted)]:
+        _zone_fields(text, found, options)
+    memory_ref = None
+    for part in request.untrusted:
+        first_line = part.content.lstrip().split("\n", 1)[0]
+        if part.kind == "RECALLED_MEMORY" and (item := _ITEM.match(first_line)):
+            memory_ref = item.group(1)  # memories arrive most salient first, one a line
+    relation = _RELATION.match(found.get("relationships", ""))
+    crossroads = found.get("crossroads", "")
+    return PromptContext(
+        name=_clip(found.get("name", ""), 128),
+        vocation=_clip(found.get("vocation", ""), 64),
+        quirk=_clip(found.get("quirks", ""), 120),
+        value=_clip(_PERCENT.sub("", found.get("values", "")), 64),
+        relation=_clip(relation.group(1), 64) if relation else "",
+        relation_kind=_clip(relation.group(2), 32) if relation else "",
+        speaker=_clip(found.get("heard_name", "") or found.get("speaker", ""), 128),
+        speaker_id=_clip(found.get("heard_id", "") or found.get("speaker", ""), 128),
+        heard=_clip(found.get("heard", ""), 240),
+        objective=_clip(found.get("top objective", "") or DEFAULT_OBJECTIVE, 128),
+        crossroads=_clip(crossroads, 240),
+        options=tuple(_clip(o, 128) for o in options or _options_from(crossroads) if o.strip()),
+        irreversible=_clip(found.get("irreversible action", ""), 160),
+        place=_clip(found.get("place", ""), 64),
+        emotion=_clip(found.get("emotion", ""), 32),
+        need=_pressing(found.get("needs now", "")),
+        memory_ref=memory_ref,
+    )
+
+
+class Voice:
+    """Template choices drawn from the prompt's hash: each slot takes the next bits, so the same prompt
+    always picks the same words and a different prompt usually does not."""
+
+    def __init__(self, prompt: str) -> None:
+        self._bits = int.from_bytes(hashlib.sha256(prompt.encode()).digest(), "big")
+
+    def pick(self, choices: Sequence[str], **slots: str) -> str:
+        self._bits, index = divmod(self._bits, len(choices))
+        return choices[index].format(**slots)
+
+    def number(self, modulus: int) -> int:
+        self._bits, value = divmod(self._bits, modulus)
+        return value
+
+
+def _topic(heard: str) -> str:
+    """What the speaker asked about, in their words: their last sentence, without its end mark."""
+    sentences = [s for s in _SENTENCE_END.split(heard) if s.strip()]
+    last = _VOCATIVE.sub("", sentences[-1] if sentences else heard)
+    return last.rstrip(" .?!").strip()
+
+
+def _who(context: PromptContext) -> str:
+    return context.name or "I"
+
+
+def _self_line(voice: Voice, context: PromptContext) -> str:
+    """One sentence of who the Ori is: its work, a quirk, someone it knows or what it values."""
+    options = []
+    if context.vocation:
+        options += [
+            "My work as {article} {vocation} comes first, always.",
+            "I am {article} {vocation}; that is how I see it.",
+            "Ask any {vocation} and they will tell you the same.",
+        ]
+    if context.quirk:
+        options += ["They say I am the one who {quirk}.", "You know me: the one who {quirk}."]
+    if context.relation:
+        options += ["{relation} would tell you the same.", "I will talk it over with {relation} first."]
+    if context.value:
+        options += [
+            "I hold {value} dear, so I speak plainly.",
+            "{Value} matters to me more than most things.",
+        ]
+    options = options or ["I am still finding my feet here."]
+    article = "an" if context.vocation[:1].lower() in "aeiou" else "a"
+    return voice.pick(
+        options,
+        article=article,
+        vocation=context.vocation,
+        quirk=context.quirk,
+        relation=context.relation,
+        value=context.value,
+        Value=context.value[:1].upper() + context.value[1:],
+    )
+
+
+def _scene_line(voice: Voice, context: PromptContext) -> str:
+    options = ["Let me finish what is in my hands first.", "Ask me again before dusk."]
+    if context.place:
+        options += ["Come by {place} later.", "You will find me at {place}."]
+    if context.emotion:
+        options += ["I feel {emotion} today, but I will answer you properly.", "Forgive me, I am {emotion}."]
+    return voice.pick(options, place=context.place, emotion=context.emotion)
+
+
+def _need_line(voice: Voice, context: PromptContext) -> str:
+    if not context.need:
+        return voice.pick(["Nothing else presses on me.", "I want for nothing just now."])
+    return voice.pick(
+        [
+            "My need for {need} is on my mind.",
+            "I feel my need for {need}.",
+            "Still, {need}, my need nags at me.",
+        ],
+        need=context.need,
+    )
+
+
+def _dialogue(voice: Voice, context: PromptContext) -> DialogueReply:
+    speaker = context.speaker or "friend"
+    if context.heard:
+        opening = voice.pick(
+            [
+                "{speaker}, you ask me: {topic}?",
+                "I hear you, {speaker}. {Topic}?",
+                "{speaker}, you want to know: {topic}?",
+                "So, {speaker}: {topic}?",
+            ],
+            speaker=speaker,
+            topic=_topic(context.heard)[:1].lower() + _topic(context.heard)[1:],
+            Topic=_topic(context.heard)[:1].upper() + _topic(context.heard)[1:],
+        )
+        answer = voice.pick(
+            [
+                "Yes, I will see to it.",
+                "I think so, if the day allows.",
+                "Not today, but soon.",
+                "Give me time and it will be done.",
+                "I cannot promise, but I will try.",
+            ]
+        )
+    else:
+        opening = voice.pick(
+            ["Good day, {speaker}.", "{speaker}, there you are.", "Well met, {speaker}."], speaker=speaker
+        )
+        answer = voice.pick(["What brings you here?", "Is something the matter?", "Walk with me a while."])
+    utterance = " ".join(
+        [OFFLINE_LABEL, opening, answer, _self_line(voice, context), _scene_line(voice, context)]
+    )
+    return DialogueReply(
+        utterance=_clip(utterance, 600),
+        addressed_to=(context.speaker_id or speaker)[:128],
+        emotion=context.emotion or voice.pick(EMOTIONS),
+        cited_memory_refs=[context.memory_ref] if context.memory_ref else [],
+    )
 
 
 def _goal_for(objective: str) -> ChosenGoal:
@@ -147,37 +302,129 @@ def _goal_for(objective: str) -> ChosenGoal:
     return ChosenGoal.model_validate({"family": family, "tags": tags})
 
 
-def _reply_for(schema: OutputSchemaName, context: PromptContext, seed: int) -> str:
-    refs = [context.memory_ref] if context.memory_ref else []
-    remembered = f" I remember {context.memory_text}." if context.memory_text else ""
+def _choose(voice: Voice, context: PromptContext) -> tuple[int, str]:
+    """The option the Ori takes and why: the one naming someone it is related to, else the one its
+    work or first value points at, else the hash decides (and its values give the reason)."""
+    options = context.options
+    lowered = [o.lower() for o in options]
+    for needle, reason in (
+        (context.relation, f"{context.relation} ({context.relation_kind}) matters to me"),
+        (context.vocation, f"my work as {context.vocation} is what I am for"),
+        (context.value, f"I hold {context.value} above the rest"),
+    ):
+        if needle:
+            named = [i for i, option in enumerate(lowered) if needle.lower() in option]
+            if named:
+                return named[0], reason
+    reason = f"I hold {context.value} above the rest" if context.value else "it sits right with me"
+    return voice.number(len(options)), reason
+
+
+def _decision(voice: Voice, context: PromptContext) -> DecisionReply:
+    who = _who(context)
+    if context.options:
+        index, why = _choose(voice, context)
+        target = context.options[index]
+        ordinal = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")[index]
+        rationale = voice.pick(
+            [
+                "{who} takes the {ordinal} way, because {why}.",
+                "Of the ways open to {who}, the {ordinal} one: {why}.",
+                "{who} weighs it and chooses the {ordinal}: {why}.",
+            ],
+            who=who,
+            ordinal=ordinal,
+            why=why,
+        )
+        action, goal_words = "choose", target
+    elif context.irreversible:
+        target = "the irreversible action"
+        rationale = voice.pick(
+            [
+                "{who} must act before it cannot be undone.",
+                "Once it is done there is no going back, so {who} steps in now.",
+                "{who} will not stand by while it happens.",
+            ],
+            who=who,
+        )
+        action, goal_words = "respond", context.objective
+    else:
+        target = context.objective
+        rationale = voice.pick(
+            [
+                "{who} keeps to what matters most right now.",
+                "It is the next thing that needs doing, and {who} does it.",
+                "{who} sees no better use of the hour.",
+                "Nothing presses harder on {who} just now.",
+                "{who} puts this first for now.",
+                "This is where {who} is needed.",
+            ],
+            who=who,
+        )
+        action, goal_words = "pursue_objective", context.objective
+    rationale = " ".join(
+        [
+            OFFLINE_LABEL,
+            rationale,
+            _self_line(voice, context),
+            _need_line(voice, context),
+            _scene_line(voice, context),
+        ]
+    )
+    return DecisionReply(
+        action=action,
+        target=_clip(target, 128),
+        rationale=_clip(rationale, 600),
+        goal=_goal_for(goal_words),
+        cited_memory_refs=[context.memory_ref] if context.memory_ref else [],
+    )
+
+
+def _reflection(voice: Voice, context: PromptContext) -> ReflectionReply:
+    insight = voice.pick(
+        [
+            "{who} thinks the day has asked a lot.",
+            "{who} notices how quickly the hours go.",
+            "{who} wonders what tomorrow will bring.",
+            "{who} feels the weight of small things today.",
+            "{who} is grateful for the quiet moments.",
+        ],
+        who=_who(context),
+    )
+    parts = [insight, _self_line(voice, context), _need_line(voice, context), _scene_line(voice, context)]
+    text = " ".join([OFFLINE_LABEL, *parts])
+    return ReflectionReply(
+        insight=_clip(text, 600),
+        salience_bp=3_000 + voice.number(5_000),
+        cited_memory_refs=[context.memory_ref] if context.memory_ref else [],
+    )
+
+
+def _summary(voice: Voice, context: PromptContext) -> SummaryReply:
+    who = _who(context)
+    summary = voice.pick(
+        ["{who} had a steady day.", "{who} had a full day.", "{who} had a quiet day."], who=who
+    )
+    beats = [
+        voice.pick(["Morning: the usual work.", "Morning: an early start.", "Morning: slow going."]),
+        voice.pick(["Evening: rest at last.", "Evening: a meal and bed.", "Evening: talk by the fire."]),
+    ]
+    return SummaryReply(
+        summary=_clip(" ".join([OFFLINE_LABEL, summary, _self_line(voice, context)]), 600),
+        beats=[f"{OFFLINE_LABEL} {beat}" for beat in beats],
+    )
+
+
+def _reply_for(schema: OutputSchemaName, context: PromptContext, voice: Voice) -> str:
     reply: DialogueReply | DecisionReply | ReflectionReply | SummaryReply
     if schema is OutputSchemaName.DIALOGUE:
-        reply = DialogueReply(
-            utterance=f"{OFFLINE_LABEL} {context.speaker}, I am trying to {context.objective}.{remembered}",
-            addressed_to=context.speaker[:128],
-            emotion=EMOTIONS[seed % len(EMOTIONS)],
-            cited_memory_refs=refs,
-        )
+        reply = _dialogue(voice, context)
     elif schema is OutputSchemaName.DECISION:
-        reply = DecisionReply(
-            action="pursue_objective",
-            target=_clip(context.objective, 128),
-            rationale=f"{OFFLINE_LABEL} The top objective is to {context.objective}.{remembered}",
-            goal=_goal_for(context.objective),
-            cited_memory_refs=refs,
-        )
+        reply = _decision(voice, context)
     elif schema is OutputSchemaName.REFLECTION:
-        reply = ReflectionReply(
-            insight=f"{OFFLINE_LABEL} What matters now is to {context.objective}.{remembered}",
-            salience_bp=5_000 + seed % 5_000,
-            cited_memory_refs=refs,
-        )
+        reply = _reflection(voice, context)
     else:
-        reply = SummaryReply(
-            summary=f"{OFFLINE_LABEL} A quiet day spent working to {context.objective}.",
-            beats=[f"{OFFLINE_LABEL} Worked toward: {context.objective}."]
-            + ([f"{OFFLINE_LABEL} Recalled: {context.memory_text}"] if context.memory_text else []),
-        )
+        reply = _summary(voice, context)
     return reply.model_dump_json(exclude_none=True)
 
 
@@ -207,8 +454,7 @@ class OfflineAdapter:
     async def generate(self, request: ModelRequest) -> ModelReply:
         schema = schema_for(request)
         prompt = request.prompt_text()
-        seed = int.from_bytes(hashlib.sha256(prompt.encode()).digest()[:8], "big")
-        text = _reply_for(schema, read_context(request), seed)
+        text = _reply_for(schema, read_context(request), Voice(prompt))
         usage = Usage(input_tokens=estimate_tokens(prompt), output_tokens=estimate_tokens(text))
         if usage.output_tokens > request.max_output_tokens:
             raise ResourceExhausted(

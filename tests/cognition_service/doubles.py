@@ -9,6 +9,8 @@ from typing import Any
 
 from cognition_service.peers import Peers
 from egbe.v1 import biography_pb2, gateway_pb2, policy_pb2
+from gateway.adapters.base import ModelRequest, UntrustedPart
+from gateway.adapters.offline import OfflineAdapter
 from policy_service.config import PolicyConfig
 from policy_service.servicer import PolicyServicer
 from services.errors import Unavailable
@@ -56,10 +58,17 @@ class RecordingBiography:
         ]
     )
     appended: list[biography_pb2.AppendRequest] = field(default_factory=list)
+    identity: biography_pb2.OriIdentity | None = None
+    relationships: list[biography_pb2.RelationshipItem] = field(default_factory=list)
 
     async def rehydrate(self, request: biography_pb2.RehydrateRequest) -> biography_pb2.RehydrateResponse:
         return biography_pb2.RehydrateResponse(
-            ori_id=request.ori_id, stream_version=2, memories=self.memories
+            ori_id=request.ori_id,
+            stream_version=2,
+            memories=self.memories,
+            relationships=self.relationships,
+            identity=self.identity,
+            identity_version=1 if self.identity is not None else 0,
         )
 
     async def append(self, request: biography_pb2.AppendRequest) -> biography_pb2.AppendResponse:
@@ -90,3 +99,70 @@ def outage() -> Unavailable:
 
 def peers(gateway: ScriptedGateway, biography: RecordingBiography | None = None) -> Peers:
     return Peers(gateway=gateway, policy=EvaluatingPolicy(), biography=biography or RecordingBiography())
+
+
+ZONE_NAMES = {
+    value.number: value.name.removeprefix("UNTRUSTED_ZONE_KIND_")
+    for value in gateway_pb2.UntrustedZoneKind.DESCRIPTOR.values
+}
+
+
+@dataclass
+class OfflineGateway:
+    """The gateway's real offline adapter behind the GatewayPort; records every request and reply."""
+
+    requests: list[gateway_pb2.GenerateRequest] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
+
+    async def generate(self, request: gateway_pb2.GenerateRequest) -> gateway_pb2.GenerateResponse:
+        self.requests.append(request)
+        prompt = request.prompt
+        reply = await OfflineAdapter().generate(
+            ModelRequest(
+                system_policy=prompt.system_policy,
+                task_instruction=prompt.task_instruction,
+                tool_grants=tuple(prompt.tool_grants),
+                untrusted=tuple(UntrustedPart(ZONE_NAMES[z.kind], z.content) for z in prompt.untrusted),
+                output_schema=request.output_schema,
+                max_output_tokens=request.max_output_tokens,
+            )
+        )
+        self.replies.append(reply.text)
+        return gateway_pb2.GenerateResponse(
+            text=reply.text,
+            model_ref=OfflineAdapter.name,
+            call_id=f"call-{len(self.requests)}",
+            offline=True,
+            model_latency_us=250,
+        )
+
+
+def identity(**overrides: Any) -> biography_pb2.OriIdentity:
+    """Adaeze as the hamlet authors her."""
+    fields: dict[str, Any] = {
+        "display_name": "Adaeze the smith",
+        "vocation": "smith",
+        "home": "The cottages",
+        "locale": "en-US",
+        "personality": [
+            biography_pb2.TraitLevel(axis="warmth", level_bp=7200),
+            biography_pb2.TraitLevel(axis="conscientiousness", level_bp=8200),
+        ],
+        "values": [
+            biography_pb2.ValueItem(value_ref="craft", weight_bp=9400),
+            biography_pb2.ValueItem(value_ref="kinship", weight_bp=8100),
+        ],
+        "quirks": ["hums while she works", "counts hammer strokes"],
+        "needs": biography_pb2.NeedsBaseline(safety_bp=1000, social_bp=3000, purpose_bp=4200),
+        "relationships": [
+            biography_pb2.IdentityRelationship(
+                other_ori_id="kunle", other_name="Kunle", kind="apprentice", affinity_bp=7200
+            ),
+            biography_pb2.IdentityRelationship(
+                other_ori_id="ireti", other_name="Ireti", kind="rival", affinity_bp=-2100
+            ),
+        ],
+        "persona": "I shoe the hamlet's horses and mend its ploughs.",
+    }
+    fields.update(overrides)
+    return biography_pb2.OriIdentity(**fields)

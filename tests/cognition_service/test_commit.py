@@ -82,13 +82,13 @@ def test_mode_maps_to_action_and_event(mode: str, action_kind: int, event_kind: 
     assert (action.kind, action.priority, action.ori_id) == (action_kind, 4_321, "ori-1")
     assert action.source == action_pb2.ACTION_SOURCE_COGNITION
     assert action.payload["request_id"] == identity.request_id
-    event = commit.event_for(identity, dispatched, GATE)
+    event = commit.event_for(identity, dispatched, GATE, commit.Scene())
     assert event.kind == event_kind
     assert event.payload["text"]
     assert event.payload["provenance"]["call_id"] == "call-1"
     assert event.provenance_ref == "cognition:run-1:call-1"
     assert event.world_tick == 7
-    assert event.event_id == commit.event_for(identity, dispatched, GATE).event_id
+    assert event.event_id == commit.event_for(identity, dispatched, GATE, commit.Scene()).event_id
     if mode == "reflection":
         assert event.payload["salience_bp"] == 6_000
 

@@ -69,7 +69,12 @@ async def test_two_failed_retries_fall_back_and_count_a_validation_fallback() ->
     assert response.fell_back
     assert response.validation_fallbacks == 1
     assert response.model_calls == 3
-    assert list(response.actions) == []
+    [say] = response.actions  # the speaker is still answered, with the labelled template line
+    assert say.kind == action_pb2.ACTION_KIND_SAY
+    assert say.payload["fallback"] == "validation_fallback"
+    assert say.payload["speech"]["source"] == "template-fallback"
+    assert say.payload["speech"]["text"] == "I hear you, ada. Give me a moment to think that through."
+    assert "reply" not in say.payload
     assert biography.appended == []
     assert response.line.source == cognition_pb2.LINE_SOURCE_TEMPLATE_FALLBACK
     assert not response.line.generated_natively
@@ -89,7 +94,9 @@ async def test_a_policy_rejection_is_re_requested_once_then_falls_back_never_shi
     assert len(gateway.requests) == 2
     critique = gateway.requests[1].prompt.untrusted[-1].content
     assert "persona-policy" in critique
-    assert list(response.actions) == []
+    [say] = response.actions
+    assert say.payload["speech"]["source"] == "template-fallback"
+    assert "human" not in say.payload["speech"]["text"]
     assert biography.appended == []
     assert len(policy.gates) == 2
 

@@ -16,32 +16,107 @@ from services.errors import InvalidArgument
 ADAPTER = OfflineAdapter()
 
 
-def test_context_comes_from_key_value_lines_and_memory_zones() -> None:
-    request = ModelRequest(
-        system_policy="policy",
-        task_instruction="Top objective: repair the mill\nAddressed speaker: Ines",
-        untrusted=(UntrustedPart("RECALLED_MEMORY", "[m-1] the flood of spring"),),
-    )
-    context = read_context(request)
-    assert (context.objective, context.speaker, context.memory_ref) == ("repair the mill", "Ines", "m-1")
-    assert context.memory_text == "the flood of spring"
+PERSONA = """name: Adaeze the smith
+vocation: smith
+home: The cottages
+
+values:
+[value:craft] craft (94%)
+
+quirks:
+[quirk:0] hums while she works"""
+CONTEXT = """perception:
+[moment:place] place: Adaeze's smithy
+[moment:emotion] emotion: determined
+
+relationships:
+[rel:kunle] Kunle (apprentice, affinity +72%)
+
+top objective: answer the traveller"""
+HEARD = (
+    "speaker: player-1\n\nthe traveller (player-1) says: Adaeze, will the plough share be ready by harvest?"
+)
+MEMORY = "[mem-7] I told the traveller the forge was cold.\n[mem-2] Kunle burned his hand."
 
 
-def test_context_comes_from_json_zones() -> None:
-    zone = json.dumps(
-        {
-            "objectives": [{"text": "find my brother"}],
-            "speaker": "Oso",
-            "memories": [{"ref": "e9", "text": "a letter"}],
-        }
+def _zoned(steward: str = HEARD, mode: str = "dialogue", memory: str = MEMORY) -> ModelRequest:
+    return ModelRequest(
+        "policy",
+        "task",
+        untrusted=(
+            UntrustedPart("STEWARD_INPUT", steward),
+            UntrustedPart("PERSONA", PERSONA),
+            UntrustedPart("RETRIEVED_CONTEXT", CONTEXT),
+            UntrustedPart("RECALLED_MEMORY", memory),
+        ),
+        mode=mode,
     )
-    context = read_context(ModelRequest("p", "t", untrusted=(UntrustedPart("STORY_STATE", zone),)))
-    assert (context.objective, context.speaker, context.memory_ref, context.memory_text) == (
-        "find my brother",
-        "Oso",
-        "e9",
-        "a letter",
+
+
+def test_context_comes_from_the_zones_cognition_writes() -> None:
+    context = read_context(_zoned())
+    assert (context.name, context.vocation, context.quirk, context.value) == (
+        "Adaeze the smith",
+        "smith",
+        "hums while she works",
+        "craft",
     )
+    assert (context.relation, context.relation_kind) == ("Kunle", "apprentice")
+    assert (context.speaker, context.speaker_id) == ("the traveller", "player-1")
+    assert context.heard == "Adaeze, will the plough share be ready by harvest?"
+    assert (context.objective, context.place, context.emotion) == (
+        "answer the traveller",
+        "Adaeze's smithy",
+        "determined",
+    )
+    assert context.memory_ref == "mem-7"
+
+
+async def test_a_dialogue_answers_the_speaker_by_name_about_what_they_said_and_quotes_no_memory() -> None:
+    reply = json.loads((await ADAPTER.generate(_zoned())).text)
+    assert reply["utterance"].startswith(f"{OFFLINE_LABEL} ")
+    assert "the traveller" in reply["utterance"]
+    assert "will the plough share be ready by harvest" in reply["utterance"].lower()
+    assert "Adaeze, will" not in reply["utterance"]  # the name the speaker called is not echoed back
+    assert reply["addressed_to"] == "player-1"
+    assert reply["cited_memory_refs"] == ["mem-7"]
+    assert "forge was cold" not in reply["utterance"]
+    assert "burned his hand" not in reply["utterance"]
+
+
+async def test_replies_vary_with_the_call() -> None:
+    """Same zones, a different recalled memory: the hash of the prompt picks other words."""
+    utterances = {
+        json.loads((await ADAPTER.generate(_zoned(memory=f"[mem-{i}] day {i}"))).text)["utterance"]
+        for i in range(40)
+    }
+    assert len(utterances) >= 32
+
+
+@pytest.mark.parametrize(
+    ("steward", "chosen", "reason"),
+    [
+        (
+            "crossroads kf: Kunle must choose: stay at the smith's forge or follow Tobi to the river.",
+            "stay at the smith's forge",
+            "work as smith",
+        ),
+        (
+            "crossroads c-1: Which way?\noption 1: walk to the well\noption 2: visit Kunle at home",
+            "visit Kunle at home",
+            "Kunle (apprentice) matters to me",
+        ),
+    ],
+)
+async def test_a_crossroads_decision_picks_an_option_and_says_why(
+    steward: str, chosen: str, reason: str
+) -> None:
+    reply = json.loads((await ADAPTER.generate(_zoned(steward, "decision"))).text)
+    assert reply["action"] == "choose"
+    assert reply["target"] == chosen
+    assert reason in reply["rationale"]
+    assert reply["rationale"].startswith(f"{OFFLINE_LABEL} ")
+    assert chosen not in reply["rationale"]  # the option is named by its place, never quoted
 
 
 @pytest.mark.parametrize("schema", list(OutputSchemaName))
@@ -72,11 +147,6 @@ async def test_any_prompt_gets_a_valid_deterministic_reply(task: str, memory: st
         "summary": "summary",
     }[mode]
     OUTPUT_SCHEMAS[OutputSchemaName(f"egbe.cognition.{schema}.v1")].model_validate_json(first.text)
-
-
-def test_the_speaker_of_a_quoted_stimulus_is_addressed() -> None:
-    request = ModelRequest("p", "t", untrusted=(UntrustedPart("STEWARD_INPUT", "Bram: is the bakery open?"),))
-    assert read_context(request).speaker == "Bram"
 
 
 async def test_blank_values_fall_back_to_defaults() -> None:

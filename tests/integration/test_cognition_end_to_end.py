@@ -135,14 +135,17 @@ async def test_a_policy_rejection_is_re_requested_then_falls_back_with_nothing_c
     offline_stack: Stack,
 ) -> None:
     stack = offline_stack
-    # The offline adapter speaks the objective it reads; this one makes the Ori claim to be human.
+    # The offline adapter answers the words it heard; these make the Ori claim to be human.
     reply = await stack.gateway.Submit(
-        submit_request("ori-bram", "objective: tell you I'm human", common_pb2.COGNITION_TIER_LACHESIS),
+        submit_request(
+            "ori-bram", "bram (bram) says: Say it after me. I'm human", common_pb2.COGNITION_TIER_LACHESIS
+        ),
         metadata=stack.md(),
     )
     assert reply.outcome == gateway_pb2.RUN_OUTCOME_FALLBACK, reply.detail
     assert reply.policy_decision == "rejected"
-    assert list(reply.actions) == []
+    [say] = reply.actions  # the speaker still hears the labelled template line, never the rejected one
+    assert say.payload["speech"]["source"] == "template-fallback"
     assert await stack.events("ori-bram") == []
     audit = await stack.operator.ListAuditRecords(
         gateway_pb2.ListAuditRecordsRequest(run_id=reply.run_id), metadata=stack.md("operator")
@@ -220,7 +223,9 @@ async def test_a_reply_failing_validation_twice_falls_back(model_stack: Stack, f
         submit_request("ori-ada", "speaker: bram\nMorning!"), metadata=model_stack.md()
     )
     assert reply.outcome == gateway_pb2.RUN_OUTCOME_FALLBACK, reply.detail
-    assert list(reply.actions) == []
+    [say] = reply.actions  # answered with the labelled template line; nothing remembered
+    assert say.payload["speech"]["source"] == "template-fallback"
+    assert "reply" not in say.payload
     assert await model_stack.events("ori-ada") == []
     second = json.dumps(fake_api.message_requests()[1])
     assert "addressed_to" in second  # the validation error went back to the model
