@@ -54,7 +54,7 @@ def measure(count: int, repeat: int) -> dict[str, float]:
     spec = RunSpec("r1", "tenant", "world", "not-killed", 1, 1, 2, 2, 4_000)
 
     def scan() -> Control | None:
-        return next((c for c in controls if c.matches(spec)), None)
+        return next((c for c in controls if c.matches(spec, 0)), None)
 
     if view.blocking(spec) is not None or scan() is not None:
         raise RuntimeError("the measured run must be one no control stops")
@@ -68,7 +68,7 @@ def measure_push(runs: int, repeat: int) -> dict[str, float]:
     kill = _controls(1)[0]  # KillOri ori-0: one run in flight
 
     def scan() -> list[object]:
-        return [run for run in view.runs.values() if kill.matches(run.spec)]
+        return [run for run in view.runs.values() if kill.matches(run.spec, 0)]
 
     if [run.spec.run_id for run in view.matching(kill)] != ["r0"] or len(scan()) != 1:
         raise RuntimeError("the pushed control must name exactly one run in flight")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -17,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.adapters.base import ModelAdapter, ModelReply, ModelRequest
-from gateway.budget import resolve_world_cap
-from gateway.config import TIER_NAMES, GatewayConfig
+from gateway.config import TIER_NAMES, GatewayConfig, RunBudget
 from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd
 from gateway.inflight import InFlight, InFlightRun, SchemaStats
 from gateway.lease import Leases
@@ -29,14 +29,17 @@ from gateway.records import (
     AuditEntry,
     CallGrant,
     Control,
+    ControlAdded,
     ControlKind,
     ControlScope,
+    Limits,
     RunEnd,
     RunSpec,
     RunStatus,
     new_run_id,
 )
 from gateway.routing import ModelRoute, config_fingerprint, select_route
+from gateway.run_limits import RunLimits
 from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, call_grant
 from services.causes import CAUSE_LABELS
 from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument, NotFound, Unavailable
@@ -132,7 +135,7 @@ class CognitionGateway:
         self.metrics = metrics or GatewayMetrics()
         self.fingerprint = config_fingerprint(config)
         self._clock = clock
-        self.inflight = InFlight()
+        self.inflight = InFlight(clock=self._now_ms)
         # This gateway's leases of world caps (docs/gateway.md "Durability"): the holder id must be unique
         # among live gateways sharing the store and stable across restarts (`server.lease_holder`; a
         # gateway built without one, as in-process tests do, holds as "embedded").
@@ -141,9 +144,10 @@ class CognitionGateway:
         self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._routes: dict[int, ModelRoute] = {}  # each tier's, resolved once: the config never changes
-        self._world_cap_tokens = resolve_world_cap(config.budget)
+        self.limits = RunLimits(config)  # world caps and run budgets, as operators changed them
         self.metrics.store_conflicts.set_function(lambda: store.conflicts)
         store.on_control_change(self._on_control)
+        store.on_limits_change(self._on_limits)
         resync = getattr(store, "on_resync", None)
         if resync is not None:
             resync(self.inflight.replace_controls)
@@ -154,6 +158,7 @@ class CognitionGateway:
         leased, before serving anything."""
         await self.store.open()
         self.inflight.replace_controls(await self.store.load_controls())
+        self.limits.replace(await self.store.load_limits())
         charged = await self.store.settle_leases(
             self.leases.holder, audit=self._settlement_record, now_ms=self._now_ms()
         )
@@ -265,13 +270,28 @@ class CognitionGateway:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def now_ms(self) -> int:
+        """This gateway's clock, Unix ms (what control expiries are checked against)."""
+        return self._now_ms()
+
     def _window_start_ms(self, now_ms: int) -> int:
         window = self.config.ledger_window_seconds * 1000
         return now_ms - now_ms % window
 
-    def world_cap_tokens(self) -> int:
-        """This gateway's per-world cap: the configured one, lowered by the configured homestead rest."""
-        return self._world_cap_tokens
+    def world_cap_tokens(self, world_id: str = "") -> int:
+        """A world's cap: its operator override or the configured one, lowered by the configured homestead
+        rest ('' = the configured one)."""
+        return self.limits.world_cap_tokens(world_id)
+
+    def _on_limits(self, current: Limits) -> None:
+        """Limits changed (here or on another gateway): admission applies them from now on. What this
+        gateway's leases of a world whose cap changed hold unreserved goes back to the ledger, so the next
+        admission leases under the new cap."""
+        for world_id in self.limits.replace(current):
+            give_back = functools.partial(self.leases.return_world, world_id, self._now_ms())
+            task = asyncio.create_task(self._quietly(give_back))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _on_control(self, control: Control) -> None:
         """A control was added or lifted: stop matching in-flight work, and end the matching runs this
@@ -307,7 +327,7 @@ class CognitionGateway:
             violations.append(FieldViolation("cause", "must name a cognition cause"))
         if violations:
             raise InvalidArgument(violations)
-        budget = self.config.run_budgets.for_tier(tier)
+        budget = self.limits.run_budget(tier)
         return RunSpec(
             run_id=new_run_id(self._now_ms()),
             tenant_id=who.tenant_id,
@@ -391,7 +411,7 @@ class CognitionGateway:
             reserved = await self.leases.reserve(
                 spec.run_id,
                 (spec.world_id, window_start_ms),
-                cap_tokens=self.world_cap_tokens(),
+                cap_tokens=self.world_cap_tokens(spec.world_id),
                 tokens=spec.max_tokens,
                 deadline_ms=deadline_ms,
                 now_ms=now_ms,
@@ -400,7 +420,7 @@ class CognitionGateway:
         item = AdmissionItem(
             spec,
             outcome,
-            self.world_cap_tokens(),
+            self.world_cap_tokens(spec.world_id),
             window_start_ms,
             now_ms,
             deadline_ms,
@@ -427,7 +447,8 @@ class CognitionGateway:
             spec,
             False,
             0,
-            f"deferred: the world cap of {self.world_cap_tokens()} tokens cannot hold the reservation",
+            f"deferred: the world cap of {self.world_cap_tokens(spec.world_id)} tokens cannot hold the"
+            " reservation",
         )
 
     # -- boundaries ---------------------------------------------------------------------------------
@@ -714,31 +735,92 @@ class CognitionGateway:
 
     # -- operator controls --------------------------------------------------------------------------
     async def add_control(
-        self, kind: ControlKind, scope: ControlScope, target: str, *, reason: str, operator_id: str
-    ) -> tuple[Control, int]:
+        self,
+        kind: ControlKind,
+        scope: ControlScope,
+        target: str,
+        *,
+        world_id: str = "",
+        expires_after_ms: int = 0,
+        reason: str,
+        operator_id: str,
+    ) -> ControlAdded:
+        """Commit a control (or answer the identical one still active); `world_id` limits it to one
+        world, `expires_after_ms` (0: never) ends it that long after now."""
         violations = []
         if not target:
             violations.append(FieldViolation("target", "must be set"))
         if scope is ControlScope.TIER and target not in TIER_NAMES.values():
             violations.append(FieldViolation("target", "a tier control names clotho, lachesis or atropos"))
+        if scope is ControlScope.WORLD and world_id not in ("", target):
+            violations.append(FieldViolation("world_id", "a world control names its world in target alone"))
         if not reason.strip():
             violations.append(FieldViolation("reason", "every control needs a reason"))
+        if not 0 <= expires_after_ms <= MAX_CONTROL_MS:
+            violations.append(FieldViolation("expires_after", "must be between 1 ms and 366 days"))
         if violations:
             raise InvalidArgument(violations)
-        control, ended = await self.store.add_control(
-            kind, scope, target, reason=reason, operator_id=operator_id, now_ms=self._now_ms()
+        now_ms = self._now_ms()
+        control = Control(
+            uuid.uuid4().hex,
+            kind,
+            scope,
+            target,
+            reason,
+            operator_id,
+            now_ms,
+            world_id="" if scope is ControlScope.WORLD else world_id,
+            expires_at_ms=now_ms + expires_after_ms if expires_after_ms else 0,
         )
-        self.metrics.count(self.metrics.controls, scope.name.lower())
-        return control, ended
+        added = await self.store.add_control(control)
+        if not added.existing:
+            self.metrics.count(self.metrics.controls, scope.name.lower())
+        return added
 
     async def lift_controls(
-        self, scope: ControlScope, target: str, *, reason: str, operator_id: str
+        self, scope: ControlScope, target: str, *, world_id: str = "", reason: str, operator_id: str
     ) -> list[Control]:
         if not target:
             raise InvalidArgument.field("target", "must be set")
         return await self.store.lift_controls(
-            scope, target, reason=reason, operator_id=operator_id, now_ms=self._now_ms()
+            scope,
+            target,
+            world_id="" if scope is ControlScope.WORLD else world_id,
+            reason=reason,
+            operator_id=operator_id,
+            now_ms=self._now_ms(),
         )
+
+    async def set_world_cap(
+        self, world_id: str, tokens_per_hour: int, *, reason: str, operator_id: str
+    ) -> int:
+        """Change a world's cap (checked, committed, pushed); answers the cap admission now applies."""
+        self.limits.checked_world_cap(world_id, tokens_per_hour)
+        _check_reason(reason)
+        await self.store.set_world_cap(  # (published to `_on_limits` once committed)
+            world_id, tokens_per_hour, operator_id=operator_id, reason=reason, now_ms=self._now_ms()
+        )
+        return self.world_cap_tokens(world_id)
+
+    async def set_run_budget(
+        self,
+        tier: int,
+        *,
+        max_model_calls: int | None,
+        max_tool_calls: int | None,
+        max_tokens: int | None,
+        reason: str,
+        operator_id: str,
+    ) -> RunBudget:
+        """Change a tier's per-run budget (the fields given; checked, committed, pushed)."""
+        budget = self.limits.changed_budget(
+            tier, max_model_calls=max_model_calls, max_tool_calls=max_tool_calls, max_tokens=max_tokens
+        )
+        _check_reason(reason)
+        await self.store.set_run_budget(  # (published to `_on_limits` once committed)
+            tier, budget, operator_id=operator_id, reason=reason, now_ms=self._now_ms()
+        )
+        return self.limits.run_budget(tier)
 
     async def record_operator_attempt(
         self, method: str, *, role: str, operator_id: str, allowed: bool, detail: str
@@ -778,6 +860,14 @@ class CognitionGateway:
             raise
         finally:
             run.tasks.discard(task)
+
+
+MAX_CONTROL_MS = 366 * 24 * 3600 * 1000  # the longest expiry a control may have
+
+
+def _check_reason(reason: str) -> None:
+    if not reason.strip():
+        raise InvalidArgument.field("reason", "every change needs a reason")
 
 
 def failure_class(error: BaseException) -> str:

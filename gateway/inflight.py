@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gateway.cost import Usage
-from gateway.records import Control, ControlScope, RunSpec
+from gateway.records import Control, ControlKey, RunSpec
 from gateway.store.base import AdmissionItem
 
 
@@ -66,27 +68,35 @@ def _stop(run: InFlightRun, control: Control) -> None:
         task.cancel()
 
 
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class InFlight:
     """Active controls (loaded before serving, then pushed) and the runs they may have to stop.
 
-    The controls are indexed by what they target, so the check every admission and boundary makes
-    costs three lookups however many controls are active: an operator who killed 10,000 Ori one by
-    one made each check scan them all (7 ms, twice per admission). The runs are indexed the same way,
-    so a pushed control finds the runs it stops without a pass over every run in flight (10,000 Ori
-    killed one by one over 5,000 open runs made 50 million comparisons)."""
+    The controls are indexed by what they target (scope, target, world), so the check every admission
+    and boundary makes costs seven lookups (`RunSpec.control_targets`) however many controls are active:
+    an operator who killed 10,000 Ori one by one made each check scan them all (7 ms, twice per
+    admission). The runs are indexed the same way, so a pushed control finds the runs it stops without a
+    pass over every run in flight (10,000 Ori killed one by one over 5,000 open runs made 50 million
+    comparisons). A control past its expiry (on `clock`, Unix ms) stops nothing: the check drops it from
+    the index when it meets it."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = _wall_clock_ms) -> None:
+        self._clock = clock
         self._controls: dict[str, Control] = {}  # by id, in the order they arrived
         self._arrival: dict[str, int] = {}  # control id -> its place in that order
         self._arrivals = itertools.count()
-        self._by_target: dict[tuple[ControlScope, str], dict[str, Control]] = {}
+        self._by_target: dict[ControlKey, dict[str, Control]] = {}
         self.runs: dict[str, InFlightRun] = {}
-        self._runs_by_target: dict[tuple[ControlScope, str], dict[str, InFlightRun]] = {}
+        self._runs_by_target: dict[ControlKey, dict[str, InFlightRun]] = {}
 
     def replace_controls(self, controls: list[Control]) -> None:
         self._controls, self._arrival, self._by_target = {}, {}, {}
+        now_ms = self._clock()
         for control in controls:
-            if control.active:
+            if control.applies(now_ms):
                 self._add(control)
         for run in self.runs.values():
             if run.stopped_by is None and (stopping := self.blocking(run.spec)) is not None:
@@ -94,7 +104,7 @@ class InFlight:
 
     def apply(self, control: Control) -> None:
         """A control was added or lifted somewhere; stop this process's matching work now."""
-        if not control.active:
+        if not control.applies(self._clock()):
             self._remove(control.control_id)
             return
         self._add(control)
@@ -105,14 +115,14 @@ class InFlight:
         if control.control_id not in self._arrival:
             self._arrival[control.control_id] = next(self._arrivals)
         self._controls[control.control_id] = control
-        self._by_target.setdefault((control.scope, control.target), {})[control.control_id] = control
+        self._by_target.setdefault(control.key, {})[control.control_id] = control
 
     def _remove(self, control_id: str) -> None:
         control = self._controls.pop(control_id, None)
         if control is None:
             return
         del self._arrival[control_id]
-        key = (control.scope, control.target)
+        key = control.key
         targeting = self._by_target[key]
         del targeting[control_id]
         if not targeting:
@@ -125,23 +135,40 @@ class InFlight:
 
     def matching(self, control: Control) -> list[InFlightRun]:
         """The runs in flight the control names, in the order they were tracked."""
-        if not control.active:
+        if not control.applies(self._clock()):
             return []
-        return list(self._runs_by_target.get((control.scope, control.target), {}).values())
+        return list(self._runs_by_target.get(control.key, {}).values())
 
     def blocking(self, spec: RunSpec) -> Control | None:
-        """The first-arrived active control that stops this run, if any."""
+        """The first-arrived active, unexpired control that stops this run, if any."""
         if not self._by_target:
             return None
         first: Control | None = None
+        now_ms = self._clock()
         for key in spec.control_targets:
-            targeting = self._by_target.get(key)
-            if targeting is None:
+            control = self._first_applying(key, now_ms)
+            if control is None:
                 continue
-            control = next(iter(targeting.values()))  # (each target's own controls in arrival order)
             if first is None or self._arrival[control.control_id] < self._arrival[first.control_id]:
                 first = control
         return first
+
+    def _first_applying(self, key: ControlKey, now_ms: int) -> Control | None:
+        """The first-arrived unexpired control on `key` (each key's controls are in arrival order); the
+        expired ones met before it leave the index."""
+        targeting = self._by_target.get(key)
+        if targeting is None:
+            return None
+        expired: list[str] = []
+        found: Control | None = None
+        for control in targeting.values():
+            if not control.expired(now_ms):
+                found = control
+                break
+            expired.append(control.control_id)
+        for control_id in expired:
+            self._remove(control_id)
+        return found
 
     @property
     def controls(self) -> list[Control]:

@@ -211,6 +211,13 @@ class Leases:
         for key, lease in list(self._leases.items()):
             await self._give_back(key, lease, now_ms)
 
+    async def return_world(self, world_id: str, now_ms: int) -> None:
+        """Give back what this world's leases hold unreserved (its cap changed: what is leased from here on
+        is leased under the new one)."""
+        for key, lease in list(self._leases.items()):
+            if key[0] == world_id:
+                await self._give_back(key, lease, now_ms)
+
     async def _give_back(self, key: WindowKey, lease: _Lease, now_ms: int) -> None:
         if lease.available <= 0:
             return

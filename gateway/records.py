@@ -35,6 +35,12 @@ class ControlScope(IntEnum):
     ORI = 1
     TIER = 2
     TENANT = 3
+    WORLD = 4
+
+
+# What a control names: its scope, its target and the one world it applies in ('' = every world; a WORLD
+# control's target is its world, so its own world id is '').
+ControlKey = tuple[ControlScope, str, str]
 
 
 class RunStatus(StrEnum):
@@ -71,12 +77,18 @@ class RunSpec:
         return TIER_NAMES[self.tier]
 
     @property
-    def control_targets(self) -> tuple[tuple[ControlScope, str], ...]:
-        """Every (scope, target) a control that stops this run names: its ori, tier and tenant."""
+    def control_targets(self) -> tuple[ControlKey, ...]:
+        """Every key a control that stops this run names: its ori, tier and tenant, each in every world or
+        in this run's world, and this run's world itself."""
+        world = self.world_id
         return (
-            (ControlScope.ORI, self.ori_id),
-            (ControlScope.TIER, self.tier_name),
-            (ControlScope.TENANT, self.tenant_id),
+            (ControlScope.ORI, self.ori_id, ""),
+            (ControlScope.TIER, self.tier_name, ""),
+            (ControlScope.TENANT, self.tenant_id, ""),
+            (ControlScope.WORLD, world, ""),
+            (ControlScope.ORI, self.ori_id, world),
+            (ControlScope.TIER, self.tier_name, world),
+            (ControlScope.TENANT, self.tenant_id, world),
         )
 
 
@@ -102,13 +114,48 @@ class Control:
     reason: str
     operator_id: str
     created_at_ms: int
-    active: bool = True
+    active: bool = True  # False once lifted (an expired control stays active here: see `applies`)
+    world_id: str = ""  # the one world it applies in; '' = every world
+    expires_at_ms: int = 0  # when it stops applying; 0 = never
 
-    def matches(self, run: RunSpec) -> bool:
-        return self.active and (self.scope, self.target) in run.control_targets
+    @property
+    def key(self) -> ControlKey:
+        return self.scope, self.target, self.world_id
+
+    def expired(self, now_ms: int) -> bool:
+        return 0 < self.expires_at_ms <= now_ms
+
+    def applies(self, now_ms: int) -> bool:
+        """Active (not lifted) and not expired."""
+        return self.active and not self.expired(now_ms)
+
+    def matches(self, run: RunSpec, now_ms: int) -> bool:
+        return self.applies(now_ms) and self.key in run.control_targets
 
     def describe(self) -> str:
-        return f"{self.kind.name.lower()} {self.scope.name.lower()} {self.target!r} ({self.control_id})"
+        where = f" in world {self.world_id!r}" if self.world_id else ""
+        named = f"{self.kind.name.lower()} {self.scope.name.lower()} {self.target!r}{where}"
+        return f"{named} ({self.control_id})"
+
+
+@dataclass(frozen=True)
+class ControlAdded:
+    """What committing a control did: the control (an identical one already active when `existing`),
+    the runs it ended, and whether its target was ever seen (an Ori or a world with a run)."""
+
+    control: Control
+    runs_ended: int
+    existing: bool
+    seen: bool
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What operators changed at run time: world caps (tokens per hour) by world, and per-run budgets by
+    tier as (max_model_calls, max_tool_calls, max_tokens)."""
+
+    world_caps: dict[str, int] = field(default_factory=dict)
+    run_budgets: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from gateway.adapters.offline import OfflineAdapter
 from gateway.admission import CognitionGateway
 from gateway.cognition_client import CognitionClient
 from gateway.config import GatewayConfig
+from gateway.operator_service import OperatorServicer, refusal_auditor
 from gateway.routing import validate_config
-from gateway.servicer import METHOD_ROLES, CognitionGatewayServicer, OperatorServicer, refusal_auditor
+from gateway.servicer import METHOD_ROLES, CognitionGatewayServicer
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
@@ -98,7 +99,12 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
                 gateway_pb2_grpc.add_CognitionGatewayServiceServicer_to_server,
                 CognitionGatewayServicer(gateway, cognition),
             ),
-            (gateway_pb2_grpc.add_OperatorServiceServicer_to_server, OperatorServicer(gateway)),
+            (
+                gateway_pb2_grpc.add_OperatorServiceServicer_to_server,
+                OperatorServicer(
+                    gateway, lambda context: tokens.role_of(dict(context.invocation_metadata() or ()))
+                ),
+            ),
         ],
         method_roles=METHOD_ROLES,
         close=close,

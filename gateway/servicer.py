@@ -1,48 +1,34 @@
-"""CognitionGatewayService and OperatorService over gRPC: validate, call the domain, map to messages."""
+"""CognitionGatewayService over gRPC: validate, call the domain, map to messages (OperatorService is
+gateway/operator_service.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator
 
 import grpc
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from egbe.v1 import cognition_pb2, common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.admission import AdmitResult, CognitionGateway, GenerateResult, Who
 from gateway.budget import TokenRequest, evaluate_budget, resolve_world_cap
 from gateway.cognition_client import CognitionClient
-from gateway.config import TIER_NAMES
 from gateway.cost import Usage
-from gateway.records import (
-    AuditEntry,
-    Control,
-    ControlKind,
-    ControlScope,
-    OperatorAttempt,
-    RunEnd,
-    RunStatus,
-)
-from gateway.retry_stats import roll_up
+from gateway.moment_checks import check_moment, text_violations
+from gateway.records import RunEnd, RunStatus
 from gateway.routing import model_ref, select_route
 from gateway.streams import StreamRuns, serve_stream
-from services.auth import Principal, Role
+from services.auth import Role
 from services.errors import Aborted, EgbeError, FieldViolation, InvalidArgument
 from services.grpc_types import Context
 
 _GATEWAY = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
 _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 _OPERATOR_ONLY = frozenset({Role.OPERATOR})
-T = TypeVar("T")
-# Operators name themselves in this metadata key (the CLI sends $USER); the audit records it.
-OPERATOR_ID_METADATA = "x-egbe-operator"
-# The role recorded for a refused operator attempt that presented no known token.
-UNAUTHENTICATED = "unauthenticated"
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 1_000
+# The OperatorService reads a world server may make with the world role too; gateway/operator_service.py
+# does not record them as operator attempts.
+WORLD_READS = frozenset({"GetSpend", "ListControls", "ListWorlds"})
 
 METHOD_ROLES = {
     _GATEWAY: {
@@ -58,7 +44,7 @@ METHOD_ROLES = {
         "AdmitStream": frozenset({Role.SERVICE}),
     },
     _OPERATOR: {
-        method.name: _OPERATOR_ONLY
+        method.name: frozenset({Role.OPERATOR, Role.WORLD}) if method.name in WORLD_READS else _OPERATOR_ONLY
         for method in gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].methods
     },
 }
@@ -91,76 +77,6 @@ def _usage_message(usage: Usage) -> common_pb2.TokenUsage:
     )
 
 
-def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromMilliseconds(ms)
-    return stamp
-
-
-def control_message(control: Control) -> gateway_pb2.Control:
-    return gateway_pb2.Control(
-        control_id=control.control_id,
-        kind=int(control.kind),  # type: ignore[arg-type]
-        scope=int(control.scope),  # type: ignore[arg-type]
-        target=control.target,
-        reason=control.reason,
-        operator_id=control.operator_id,
-        created_at=_timestamp(control.created_at_ms),
-        active=control.active,
-    )
-
-
-def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
-    context = struct_pb2.Struct()
-    json_format.ParseDict(entry.input_context, context)
-    return gateway_pb2.AuditRecord(
-        call_id=entry.call_id,
-        run_id=entry.run_id,
-        ori=common_pb2.OriRef(tenant_id=entry.tenant_id, world_id=entry.world_id, ori_id=entry.ori_id),
-        tier=entry.tier,  # type: ignore[arg-type]
-        cause=entry.cause,
-        model_ref=entry.model_ref,
-        model_class=entry.model_class,
-        input_context=context,
-        output=entry.output,
-        usage=_usage_message(entry.usage),
-        cost=common_pb2.CostMicroUsd(micro_usd=entry.micro_usd, estimated=entry.cost_estimated),
-        policy_decision=entry.policy_decision,
-        retention_policy_id=entry.retention_policy_id,
-        config_fingerprint=common_pb2.ConfigFingerprint(fnv1a64=entry.config_fingerprint, scope="gateway"),
-        offline=entry.offline,
-        recorded_at=_timestamp(entry.recorded_at_ms),
-        kernel_call_id=entry.kernel_call_id,
-        error_class=entry.error_class,
-        model_latency_us=entry.model_latency_us,
-    )
-
-
-def attempt_message(attempt: OperatorAttempt) -> gateway_pb2.OperatorAttempt:
-    return gateway_pb2.OperatorAttempt(
-        seq=attempt.seq,
-        method=attempt.method,
-        role=attempt.role,
-        operator_id=attempt.operator_id,
-        allowed=attempt.allowed,
-        detail=attempt.detail,
-        recorded_at=_timestamp(attempt.recorded_at_ms),
-    )
-
-
-def _page(page_size: int, page_token: str) -> tuple[int, int]:
-    """(limit, after_seq) from a page size and an opaque token (the last sequence number served)."""
-    if page_size < 0:
-        raise InvalidArgument.field("page_size", "must be >= 0")
-    try:
-        after = int(page_token) if page_token else 0
-    except ValueError:
-        after = -1
-    if not 0 <= after < 2**63:
-        raise InvalidArgument.field("page_token", "is not a token this service issued")
-    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
-
-
 def _earlier_reply(run_id: str, request_id: str, earlier_result: str) -> bytes:
     """A repeated request id answers the first run's result (serialized), or says that run is still
     going."""
@@ -186,15 +102,12 @@ def check_texts(limit: int, **fields: str) -> None:
 
     Field names use `__` for `.` so nested paths can be keyword arguments.
     """
-    violations = []
-    for name, value in fields.items():
-        if not _refused_text(limit, value):
-            continue
-        field = name.replace("__", ".")
-        if "\x00" in value:
-            violations.append(FieldViolation(field, "must not contain NUL characters"))
-        if 0 < limit < len(value):
-            violations.append(FieldViolation(field, f"must be at most {limit} characters"))
+    violations = [
+        violation
+        for name, value in fields.items()
+        if _refused_text(limit, value)
+        for violation in text_violations(name.replace("__", "."), value, limit)
+    ]
     if violations:
         raise InvalidArgument(violations)
 
@@ -329,6 +242,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         who = _check_ori("candidate.", candidate.ori)
         check_texts(ID_CHARS * 2, request_id=request.request_id, candidate__call_id=candidate.call_id)
         check_texts(0, stimulus=request.stimulus, locale=request.locale)
+        check_moment(candidate.moment, "candidate.moment.")
         if request.mode not in _MODE_NAMES:
             raise InvalidArgument.field("mode", "must name a cognition mode")
         if candidate.model_route and candidate.model_route not in self._known_routes:
@@ -375,8 +289,9 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             tier=candidate.tier,
             mode=request.mode,
             cause=candidate.cause,
-            locale=request.locale or "en-US",
+            locale=request.locale,  # empty: cognition speaks the Ori's own locale
             stimulus=request.stimulus,
+            moment=candidate.moment,
             world_tick=candidate.tick,
             needs_rehydration=candidate.needs_rehydration,
             max_model_calls=spec.max_model_calls,
@@ -605,266 +520,3 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
             cancel_in_flight=False,
             on_close=runs.end_all,
         )
-
-
-def _operator_id(context: Context) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == OPERATOR_ID_METADATA and isinstance(value, str) and value:
-            return value[:128]
-    return "operator"
-
-
-def _scope(value: int) -> ControlScope:
-    try:
-        return ControlScope(value)
-    except ValueError:
-        raise InvalidArgument.field("scope", "must be ORI, TIER or TENANT") from None
-
-
-def _tier_name(tier: int) -> str:
-    if tier not in TIER_NAMES:
-        raise InvalidArgument.field("tier", "must be CLOTHO, LACHESIS or ATROPOS")
-    return TIER_NAMES[tier]
-
-
-class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
-    """Operator controls; the chassis admits only the operator role, and every attempt is audited."""
-
-    def __init__(self, gateway: CognitionGateway) -> None:
-        self._gateway = gateway
-
-    async def _refusals_audited(self, method: str, context: Context, operation: Awaitable[T]) -> T:
-        """A control request; one its checks refuse is an attempt too, audited as refused (naming the RPC,
-        and why) before its INVALID_ARGUMENT answers. An allowed one the store audits with its change."""
-        try:
-            return await operation
-        except InvalidArgument as error:
-            await self._gateway.record_operator_attempt(
-                method,
-                role=Role.OPERATOR.value,
-                operator_id=_operator_id(context),
-                allowed=False,
-                detail=error.message,
-            )
-            raise
-
-    async def _control(
-        self,
-        method: str,
-        kind: ControlKind,
-        target: Callable[[], tuple[ControlScope, str]],
-        reason: str,
-        context: Context,
-    ) -> tuple[Control, int]:
-        """Add a control: `target` gives its scope and target (refusing a bad one)."""
-
-        async def add() -> tuple[Control, int]:
-            scope, name = target()
-            check_texts(ID_CHARS, target=name)
-            check_texts(TEXT_CHARS, reason=reason)
-            return await self._gateway.add_control(
-                kind, scope, name, reason=reason, operator_id=_operator_id(context)
-            )
-
-        return await self._refusals_audited(method, context, add())
-
-    async def _audited_read(self, method: str, context: Context, detail: str = "") -> None:
-        await self._gateway.record_operator_attempt(
-            method, role=Role.OPERATOR.value, operator_id=_operator_id(context), allowed=True, detail=detail
-        )
-
-    async def KillOri(
-        self, request: gateway_pb2.KillOriRequest, context: Context
-    ) -> gateway_pb2.KillOriResponse:
-        control, ended = await self._control(
-            "KillOri", ControlKind.KILL, lambda: (ControlScope.ORI, request.ori_id), request.reason, context
-        )
-        return gateway_pb2.KillOriResponse(control=control_message(control), runs_aborted=ended)
-
-    async def KillTier(
-        self, request: gateway_pb2.KillTierRequest, context: Context
-    ) -> gateway_pb2.KillTierResponse:
-        control, ended = await self._control(
-            "KillTier",
-            ControlKind.KILL,
-            lambda: (ControlScope.TIER, _tier_name(request.tier)),
-            request.reason,
-            context,
-        )
-        return gateway_pb2.KillTierResponse(control=control_message(control), runs_aborted=ended)
-
-    async def KillTenant(
-        self, request: gateway_pb2.KillTenantRequest, context: Context
-    ) -> gateway_pb2.KillTenantResponse:
-        control, ended = await self._control(
-            "KillTenant",
-            ControlKind.KILL,
-            lambda: (ControlScope.TENANT, request.tenant_id),
-            request.reason,
-            context,
-        )
-        return gateway_pb2.KillTenantResponse(control=control_message(control), runs_aborted=ended)
-
-    async def Pause(self, request: gateway_pb2.PauseRequest, context: Context) -> gateway_pb2.PauseResponse:
-        control, _ = await self._control(
-            "Pause",
-            ControlKind.PAUSE,
-            lambda: (_scope(request.scope), request.target),
-            request.reason,
-            context,
-        )
-        return gateway_pb2.PauseResponse(control=control_message(control))
-
-    async def Resume(
-        self, request: gateway_pb2.ResumeRequest, context: Context
-    ) -> gateway_pb2.ResumeResponse:
-        async def lift() -> list[Control]:
-            check_texts(ID_CHARS, target=request.target)
-            check_texts(TEXT_CHARS, reason=request.reason)
-            return await self._gateway.lift_controls(
-                _scope(request.scope),
-                request.target,
-                reason=request.reason,
-                operator_id=_operator_id(context),
-            )
-
-        lifted = await self._refusals_audited("Resume", context, lift())
-        return gateway_pb2.ResumeResponse(lifted=[control_message(c) for c in lifted])
-
-    async def Quarantine(
-        self, request: gateway_pb2.QuarantineRequest, context: Context
-    ) -> gateway_pb2.QuarantineResponse:
-        control, _ = await self._control(
-            "Quarantine",
-            ControlKind.QUARANTINE,
-            lambda: (_scope(request.scope), request.target),
-            request.reason,
-            context,
-        )
-        return gateway_pb2.QuarantineResponse(control=control_message(control))
-
-    async def ListControls(
-        self, request: gateway_pb2.ListControlsRequest, context: Context
-    ) -> gateway_pb2.ListControlsResponse:
-        limit, after = _page(request.page_size, request.page_token)
-        await self._audited_read("ListControls", context)
-        rows = await self._gateway.store.list_controls(
-            include_inactive=request.include_inactive, after_seq=after, limit=limit
-        )
-        return gateway_pb2.ListControlsResponse(
-            controls=[control_message(c) for _, c in rows],
-            next_page_token=str(rows[-1][0]) if len(rows) == limit else "",
-        )
-
-    async def GetSpend(
-        self, request: gateway_pb2.GetSpendRequest, context: Context
-    ) -> gateway_pb2.GetSpendResponse:
-        check_texts(ID_CHARS, world_id=request.world_id, tenant_id=request.tenant_id)
-        await self._audited_read("GetSpend", context, request.world_id)
-        window_start_ms = self._gateway.spend_window_start_ms(request.since_unix_ms)
-        spend = await self._gateway.store.spend(
-            world_id=request.world_id, tenant_id=request.tenant_id, window_start_ms=window_start_ms
-        )
-        return gateway_pb2.GetSpendResponse(
-            world_cap_tokens=spend.world_cap_tokens or self._gateway.world_cap_tokens(),
-            reserved_tokens=spend.reserved_tokens,
-            consumed_tokens=spend.consumed_tokens,
-            consumed_micro_usd=spend.consumed_micro_usd,
-            by_tier=[
-                gateway_pb2.TierSpend(tier=t.tier, tokens=t.tokens, micro_usd=t.micro_usd, calls=t.calls)  # type: ignore[arg-type]
-                for t in spend.by_tier
-            ],
-            admissions=spend.admissions,
-            blocked_by_world_cap=spend.blocked_by_world_cap,
-            killed=spend.killed,
-            killed_in_flight=spend.killed_in_flight,
-            window_start_unix_ms=window_start_ms,
-        )
-
-    async def ListAuditRecords(
-        self, request: gateway_pb2.ListAuditRecordsRequest, context: Context
-    ) -> gateway_pb2.ListAuditRecordsResponse:
-        limit, after = _page(request.page_size, request.page_token)
-        check_texts(
-            ID_CHARS * 2, ori_id=request.ori_id, run_id=request.run_id, kernel_call_id=request.kernel_call_id
-        )
-        if request.tier and request.tier not in TIER_NAMES:
-            raise InvalidArgument.field("tier", "must be unset, CLOTHO, LACHESIS or ATROPOS")
-        await self._audited_read("ListAuditRecords", context)
-        entries = await self._gateway.store.list_audit(
-            ori_id=request.ori_id,
-            tier=request.tier,
-            run_id=request.run_id,
-            kernel_call_id=request.kernel_call_id,
-            after_seq=after,
-            limit=limit,
-        )
-        return gateway_pb2.ListAuditRecordsResponse(
-            records=[audit_message(e) for e in entries],
-            next_page_token=str(entries[-1].seq) if len(entries) == limit else "",
-        )
-
-    async def GetRetryStats(
-        self, request: gateway_pb2.GetRetryStatsRequest, context: Context
-    ) -> gateway_pb2.GetRetryStatsResponse:
-        await self._audited_read("GetRetryStats", context)
-        runs = await self._gateway.store.recent_run_stats(
-            limit=request.limit or self._gateway.config.retry_stats_window
-        )
-        stats = struct_pb2.Struct()
-        json_format.ParseDict(roll_up(runs), stats)
-        return gateway_pb2.GetRetryStatsResponse(stats=stats)
-
-    async def ListOperatorAttempts(
-        self, request: gateway_pb2.ListOperatorAttemptsRequest, context: Context
-    ) -> gateway_pb2.ListOperatorAttemptsResponse:
-        limit, after = _page(request.page_size, request.page_token)
-        check_texts(ID_CHARS, method=request.method, operator_id=request.operator_id)
-        if request.decision not in _DECISIONS:
-            raise InvalidArgument.field("decision", "must be unset, ALLOWED or REFUSED")
-        # This read is itself an attempt: recorded first, so a page can show the read that served it.
-        await self._audited_read("ListOperatorAttempts", context)
-        attempts = await self._gateway.store.list_operator_attempts(
-            limit=limit,
-            after_seq=after,
-            allowed=_DECISIONS[request.decision],
-            method=request.method,
-            operator_id=request.operator_id,
-        )
-        return gateway_pb2.ListOperatorAttemptsResponse(
-            attempts=[attempt_message(a) for a in attempts],
-            next_page_token=str(attempts[-1].seq) if len(attempts) == limit else "",
-        )
-
-
-_DECISIONS: dict[int, bool | None] = {
-    gateway_pb2.OPERATOR_ATTEMPT_DECISION_UNSPECIFIED: None,
-    gateway_pb2.OPERATOR_ATTEMPT_DECISION_ALLOWED: True,
-    gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED: False,
-}
-
-
-def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError, Principal | None], None]:
-    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering.
-
-    A caller with a known token is recorded by its role and token id (never the token); one without
-    is recorded as `unauthenticated`."""
-    tasks: set[asyncio.Task[None]] = set()
-
-    def audit(method: str, error: EgbeError, principal: Principal | None) -> None:
-        if not method.startswith(f"/{_OPERATOR}/"):
-            return
-        role, token_id = (principal.role.value, principal.token_id) if principal else (UNAUTHENTICATED, "")
-        task = asyncio.get_running_loop().create_task(
-            gateway.record_operator_attempt(
-                method.rsplit("/", 1)[-1],
-                role=role,
-                operator_id=token_id,
-                allowed=False,
-                detail=error.message,
-            )
-        )
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    return audit

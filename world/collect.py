@@ -89,7 +89,7 @@ async def ledger_view(
     try:
         spend = await clients.operator.GetSpend(
             gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id, since_unix_ms=since_unix_ms),
-            metadata=clients.operator_md,
+            metadata=clients.world_md,
         )
     except grpc.aio.AioRpcError as exc:
         if exc.code() != grpc.StatusCode.UNIMPLEMENTED:

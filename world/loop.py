@@ -157,7 +157,7 @@ async def current_spend(clients: ServiceClients, world_id: str, tenant_id: str) 
     """(consumed tokens, world cap) from the gateway's ledger; None when the gateway cannot say."""
     try:
         spend = await clients.operator.GetSpend(
-            gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id), metadata=clients.operator_md
+            gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id), metadata=clients.world_md
         )
     except grpc.aio.AioRpcError:
         return None

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from egbe.v1 import action_pb2 as _action_pb2
 from egbe.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -109,6 +110,8 @@ class _ControlScopeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ControlS
     CONTROL_SCOPE_ORI: _ControlScope.ValueType  # 1
     CONTROL_SCOPE_TIER: _ControlScope.ValueType  # 2
     CONTROL_SCOPE_TENANT: _ControlScope.ValueType  # 3
+    CONTROL_SCOPE_WORLD: _ControlScope.ValueType  # 4
+    """Every run of one world: `target` is the world id."""
 
 class ControlScope(_ControlScope, metaclass=_ControlScopeEnumTypeWrapper):
     """What a control applies to."""
@@ -117,6 +120,8 @@ CONTROL_SCOPE_UNSPECIFIED: ControlScope.ValueType  # 0
 CONTROL_SCOPE_ORI: ControlScope.ValueType  # 1
 CONTROL_SCOPE_TIER: ControlScope.ValueType  # 2
 CONTROL_SCOPE_TENANT: ControlScope.ValueType  # 3
+CONTROL_SCOPE_WORLD: ControlScope.ValueType  # 4
+"""Every run of one world: `target` is the world id."""
 Global___ControlScope: _TypeAlias = ControlScope  # noqa: Y015
 
 class _ControlKind:
@@ -1065,6 +1070,9 @@ class Control(_message.Message):
     OPERATOR_ID_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
     ACTIVE_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    EXPIRED_FIELD_NUMBER: _builtins.int
     control_id: _builtins.str
     kind: Global___ControlKind.ValueType
     scope: Global___ControlScope.ValueType
@@ -1073,8 +1081,19 @@ class Control(_message.Message):
     reason: _builtins.str
     operator_id: _builtins.str
     active: _builtins.bool
+    """False once lifted (Resume) or expired."""
+    world_id: _builtins.str
+    """The one world the control applies in (runs of other worlds are untouched); empty = every world.
+    Empty for a WORLD control, whose `target` is the world.
+    """
+    expired: _builtins.bool
+    """True once `expires_at` has passed."""
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """When the control stops applying; unset = never."""
+
     def __init__(
         self,
         *,
@@ -1086,10 +1105,13 @@ class Control(_message.Message):
         operator_id: _builtins.str = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
         active: _builtins.bool = ...,
+        world_id: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+        expired: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "control_id", b"control_id", "created_at", b"created_at", "kind", b"kind", "operator_id", b"operator_id", "reason", b"reason", "scope", b"scope", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "control_id", b"control_id", "created_at", b"created_at", "expired", b"expired", "expires_at", b"expires_at", "kind", b"kind", "operator_id", b"operator_id", "reason", b"reason", "scope", b"scope", "target", b"target", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1101,17 +1123,27 @@ class KillOriRequest(_message.Message):
 
     ORI_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
     ori_id: _builtins.str
     reason: _builtins.str
+    world_id: _builtins.str
+    """Optional: only runs of this world."""
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Optional: the control stops applying this long after it is committed; unset = until resumed."""
+
     def __init__(
         self,
         *,
         ori_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        world_id: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ori_id", b"ori_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "ori_id", b"ori_id", "reason", b"reason", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1123,7 +1155,15 @@ class KillOriResponse(_message.Message):
 
     CONTROL_FIELD_NUMBER: _builtins.int
     RUNS_ABORTED_FIELD_NUMBER: _builtins.int
+    EXISTING_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
     runs_aborted: _builtins.int
+    existing: _builtins.bool
+    """True when an identical control was already active: `control` is that one and nothing was committed."""
+    warning: _builtins.str
+    """Set when the target names nothing this gateway has seen (an Ori or world with no run), which may be
+    a typo; the control is committed all the same.
+    """
     @_builtins.property
     def control(self) -> Global___Control: ...
     def __init__(
@@ -1131,10 +1171,12 @@ class KillOriResponse(_message.Message):
         *,
         control: Global___Control | None = ...,
         runs_aborted: _builtins.int = ...,
+        existing: _builtins.bool = ...,
+        warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "runs_aborted", b"runs_aborted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "existing", b"existing", "runs_aborted", b"runs_aborted", "warning", b"warning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1146,17 +1188,27 @@ class KillTierRequest(_message.Message):
 
     TIER_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
     tier: _common_pb2.CognitionTier.ValueType
     reason: _builtins.str
+    world_id: _builtins.str
+    """Optional: only runs of this world."""
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Optional: the control stops applying this long after it is committed; unset = until resumed."""
+
     def __init__(
         self,
         *,
         tier: _common_pb2.CognitionTier.ValueType = ...,
         reason: _builtins.str = ...,
+        world_id: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "reason", b"reason", "tier", b"tier", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1168,7 +1220,15 @@ class KillTierResponse(_message.Message):
 
     CONTROL_FIELD_NUMBER: _builtins.int
     RUNS_ABORTED_FIELD_NUMBER: _builtins.int
+    EXISTING_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
     runs_aborted: _builtins.int
+    existing: _builtins.bool
+    """True when an identical control was already active: `control` is that one and nothing was committed."""
+    warning: _builtins.str
+    """Set when the target names nothing this gateway has seen (an Ori or world with no run), which may be
+    a typo; the control is committed all the same.
+    """
     @_builtins.property
     def control(self) -> Global___Control: ...
     def __init__(
@@ -1176,10 +1236,12 @@ class KillTierResponse(_message.Message):
         *,
         control: Global___Control | None = ...,
         runs_aborted: _builtins.int = ...,
+        existing: _builtins.bool = ...,
+        warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "runs_aborted", b"runs_aborted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "existing", b"existing", "runs_aborted", b"runs_aborted", "warning", b"warning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1191,17 +1253,27 @@ class KillTenantRequest(_message.Message):
 
     TENANT_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.str
     reason: _builtins.str
+    world_id: _builtins.str
+    """Optional: only runs of this world."""
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Optional: the control stops applying this long after it is committed; unset = until resumed."""
+
     def __init__(
         self,
         *,
         tenant_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        world_id: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "reason", b"reason", "tenant_id", b"tenant_id", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1213,7 +1285,15 @@ class KillTenantResponse(_message.Message):
 
     CONTROL_FIELD_NUMBER: _builtins.int
     RUNS_ABORTED_FIELD_NUMBER: _builtins.int
+    EXISTING_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
     runs_aborted: _builtins.int
+    existing: _builtins.bool
+    """True when an identical control was already active: `control` is that one and nothing was committed."""
+    warning: _builtins.str
+    """Set when the target names nothing this gateway has seen (an Ori or world with no run), which may be
+    a typo; the control is committed all the same.
+    """
     @_builtins.property
     def control(self) -> Global___Control: ...
     def __init__(
@@ -1221,10 +1301,12 @@ class KillTenantResponse(_message.Message):
         *,
         control: Global___Control | None = ...,
         runs_aborted: _builtins.int = ...,
+        existing: _builtins.bool = ...,
+        warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "runs_aborted", b"runs_aborted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "existing", b"existing", "runs_aborted", b"runs_aborted", "warning", b"warning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1237,19 +1319,29 @@ class PauseRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     TARGET_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
     scope: Global___ControlScope.ValueType
     target: _builtins.str
     reason: _builtins.str
+    world_id: _builtins.str
+    """Optional: only runs of this world (not for a WORLD scope, whose target is the world)."""
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Optional: the control stops applying this long after it is committed; unset = until resumed."""
+
     def __init__(
         self,
         *,
         scope: Global___ControlScope.ValueType = ...,
         target: _builtins.str = ...,
         reason: _builtins.str = ...,
+        world_id: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "scope", b"scope", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "reason", b"reason", "scope", b"scope", "target", b"target", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1260,16 +1352,23 @@ class PauseResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTROL_FIELD_NUMBER: _builtins.int
+    EXISTING_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
+    existing: _builtins.bool
+    """As in KillOriResponse."""
+    warning: _builtins.str
     @_builtins.property
     def control(self) -> Global___Control: ...
     def __init__(
         self,
         *,
         control: Global___Control | None = ...,
+        existing: _builtins.bool = ...,
+        warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "existing", b"existing", "warning", b"warning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1282,19 +1381,25 @@ class ResumeRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     TARGET_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
     scope: Global___ControlScope.ValueType
     target: _builtins.str
     reason: _builtins.str
+    world_id: _builtins.str
+    """Optional: lift only the controls scoped to this world; empty = every active control on the target,
+    whatever its world. No active control to lift answers NOT_FOUND.
+    """
     def __init__(
         self,
         *,
         scope: Global___ControlScope.ValueType = ...,
         target: _builtins.str = ...,
         reason: _builtins.str = ...,
+        world_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "scope", b"scope", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "scope", b"scope", "target", b"target", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1329,19 +1434,29 @@ class QuarantineRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     TARGET_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
     scope: Global___ControlScope.ValueType
     target: _builtins.str
     reason: _builtins.str
+    world_id: _builtins.str
+    """Optional: only runs of this world (not for a WORLD scope, whose target is the world)."""
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Optional: the control stops applying this long after it is committed; unset = until resumed."""
+
     def __init__(
         self,
         *,
         scope: Global___ControlScope.ValueType = ...,
         target: _builtins.str = ...,
         reason: _builtins.str = ...,
+        world_id: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "scope", b"scope", "target", b"target"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "reason", b"reason", "scope", b"scope", "target", b"target", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1352,16 +1467,23 @@ class QuarantineResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CONTROL_FIELD_NUMBER: _builtins.int
+    EXISTING_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
+    existing: _builtins.bool
+    """As in KillOriResponse."""
+    warning: _builtins.str
     @_builtins.property
     def control(self) -> Global___Control: ...
     def __init__(
         self,
         *,
         control: Global___Control | None = ...,
+        existing: _builtins.bool = ...,
+        warning: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "existing", b"existing", "warning", b"warning"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1818,3 +1940,291 @@ class ListOperatorAttemptsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListOperatorAttemptsResponse: _TypeAlias = ListOperatorAttemptsResponse  # noqa: Y015
+
+@_typing.final
+class KillWorldRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
+    world_id: _builtins.str
+    reason: _builtins.str
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Optional: the control stops applying this long after it is committed; unset = until resumed."""
+
+    def __init__(
+        self,
+        *,
+        world_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "reason", b"reason", "world_id", b"world_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KillWorldRequest: _TypeAlias = KillWorldRequest  # noqa: Y015
+
+@_typing.final
+class KillWorldResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTROL_FIELD_NUMBER: _builtins.int
+    RUNS_ABORTED_FIELD_NUMBER: _builtins.int
+    EXISTING_FIELD_NUMBER: _builtins.int
+    WARNING_FIELD_NUMBER: _builtins.int
+    runs_aborted: _builtins.int
+    existing: _builtins.bool
+    warning: _builtins.str
+    @_builtins.property
+    def control(self) -> Global___Control: ...
+    def __init__(
+        self,
+        *,
+        control: Global___Control | None = ...,
+        runs_aborted: _builtins.int = ...,
+        existing: _builtins.bool = ...,
+        warning: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["control", b"control"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["control", b"control", "existing", b"existing", "runs_aborted", b"runs_aborted", "warning", b"warning"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KillWorldResponse: _TypeAlias = KillWorldResponse  # noqa: Y015
+
+@_typing.final
+class ListWorldsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SINCE_UNIX_MS_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    page_token: _builtins.str
+    since_unix_ms: _builtins.int
+    """As GetSpendRequest.since_unix_ms: 0 = the current ledger window."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        since_unix_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "since_unix_ms", b"since_unix_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorldsRequest: _TypeAlias = ListWorldsRequest  # noqa: Y015
+
+@_typing.final
+class WorldSpend(_message.Message):
+    """One world's ledger and audited calls over the windows summed, as GetSpend reports them."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    WORLD_CAP_TOKENS_FIELD_NUMBER: _builtins.int
+    RESERVED_TOKENS_FIELD_NUMBER: _builtins.int
+    CONSUMED_TOKENS_FIELD_NUMBER: _builtins.int
+    CONSUMED_MICRO_USD_FIELD_NUMBER: _builtins.int
+    CALLS_FIELD_NUMBER: _builtins.int
+    ADMISSIONS_FIELD_NUMBER: _builtins.int
+    BLOCKED_BY_WORLD_CAP_FIELD_NUMBER: _builtins.int
+    KILLED_FIELD_NUMBER: _builtins.int
+    ACTIVE_CONTROLS_FIELD_NUMBER: _builtins.int
+    world_id: _builtins.str
+    world_cap_tokens: _builtins.int
+    """The cap in force for this world now (a SetWorldCap override, else the configured cap)."""
+    reserved_tokens: _builtins.int
+    consumed_tokens: _builtins.int
+    consumed_micro_usd: _builtins.int
+    calls: _builtins.int
+    """Audited model calls (GetSpend's by_tier calls summed)."""
+    admissions: _builtins.int
+    blocked_by_world_cap: _builtins.int
+    killed: _builtins.int
+    @_builtins.property
+    def active_controls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Control]:
+        """Active, unexpired controls scoped to this world: WORLD controls on it and controls with its world_id
+        (controls on every world are not repeated here).
+        """
+
+    def __init__(
+        self,
+        *,
+        world_id: _builtins.str = ...,
+        world_cap_tokens: _builtins.int = ...,
+        reserved_tokens: _builtins.int = ...,
+        consumed_tokens: _builtins.int = ...,
+        consumed_micro_usd: _builtins.int = ...,
+        calls: _builtins.int = ...,
+        admissions: _builtins.int = ...,
+        blocked_by_world_cap: _builtins.int = ...,
+        killed: _builtins.int = ...,
+        active_controls: _abc.Iterable[Global___Control] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_controls", b"active_controls", "admissions", b"admissions", "blocked_by_world_cap", b"blocked_by_world_cap", "calls", b"calls", "consumed_micro_usd", b"consumed_micro_usd", "consumed_tokens", b"consumed_tokens", "killed", b"killed", "reserved_tokens", b"reserved_tokens", "world_cap_tokens", b"world_cap_tokens", "world_id", b"world_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorldSpend: _TypeAlias = WorldSpend  # noqa: Y015
+
+@_typing.final
+class ListWorldsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORLDS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    WINDOW_START_UNIX_MS_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    window_start_unix_ms: _builtins.int
+    @_builtins.property
+    def worlds(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorldSpend]: ...
+    def __init__(
+        self,
+        *,
+        worlds: _abc.Iterable[Global___WorldSpend] | None = ...,
+        next_page_token: _builtins.str = ...,
+        window_start_unix_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "window_start_unix_ms", b"window_start_unix_ms", "worlds", b"worlds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorldsResponse: _TypeAlias = ListWorldsResponse  # noqa: Y015
+
+@_typing.final
+class SetWorldCapRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    TOKENS_PER_HOUR_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    world_id: _builtins.str
+    tokens_per_hour: _builtins.int
+    """The world's cap per ledger window (an hour by default), 1 .. 1,000,000,000,000; the configured
+    homestead rest multiplier still lowers it.
+    """
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        world_id: _builtins.str = ...,
+        tokens_per_hour: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "tokens_per_hour", b"tokens_per_hour", "world_id", b"world_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetWorldCapRequest: _TypeAlias = SetWorldCapRequest  # noqa: Y015
+
+@_typing.final
+class SetWorldCapResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    TOKENS_PER_HOUR_FIELD_NUMBER: _builtins.int
+    WORLD_CAP_TOKENS_FIELD_NUMBER: _builtins.int
+    world_id: _builtins.str
+    tokens_per_hour: _builtins.int
+    world_cap_tokens: _builtins.int
+    """The cap admission now applies to the world (tokens_per_hour after homestead rest)."""
+    def __init__(
+        self,
+        *,
+        world_id: _builtins.str = ...,
+        tokens_per_hour: _builtins.int = ...,
+        world_cap_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tokens_per_hour", b"tokens_per_hour", "world_cap_tokens", b"world_cap_tokens", "world_id", b"world_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetWorldCapResponse: _TypeAlias = SetWorldCapResponse  # noqa: Y015
+
+@_typing.final
+class SetRunBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIER_FIELD_NUMBER: _builtins.int
+    MAX_MODEL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    tier: _common_pb2.CognitionTier.ValueType
+    max_model_calls: _builtins.int
+    """Each unset field keeps the budget in force. 1 .. 1,000."""
+    max_tool_calls: _builtins.int
+    """0 .. 1,000."""
+    max_tokens: _builtins.int
+    """1 .. 10,000,000."""
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        tier: _common_pb2.CognitionTier.ValueType = ...,
+        max_model_calls: _builtins.int | None = ...,
+        max_tool_calls: _builtins.int | None = ...,
+        max_tokens: _builtins.int | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls", "_max_tokens", b"_max_tokens", "_max_tool_calls", b"_max_tool_calls", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls", "_max_tokens", b"_max_tokens", "_max_tool_calls", b"_max_tool_calls", "max_model_calls", b"max_model_calls", "max_tokens", b"max_tokens", "max_tool_calls", b"max_tool_calls", "reason", b"reason", "tier", b"tier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_model_calls: _TypeAlias = _typing.Literal["max_model_calls"]  # noqa: Y015
+    _WhichOneofArgType__max_model_calls: _TypeAlias = _typing.Literal["_max_model_calls", b"_max_model_calls"]  # noqa: Y015
+    _WhichOneofReturnType__max_tokens: _TypeAlias = _typing.Literal["max_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_tokens: _TypeAlias = _typing.Literal["_max_tokens", b"_max_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__max_tool_calls: _TypeAlias = _typing.Literal["max_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__max_tool_calls: _TypeAlias = _typing.Literal["_max_tool_calls", b"_max_tool_calls"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_model_calls) -> _WhichOneofReturnType__max_model_calls | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tokens) -> _WhichOneofReturnType__max_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_tool_calls) -> _WhichOneofReturnType__max_tool_calls | None: ...
+
+Global___SetRunBudgetRequest: _TypeAlias = SetRunBudgetRequest  # noqa: Y015
+
+@_typing.final
+class SetRunBudgetResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIER_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
+    tier: _common_pb2.CognitionTier.ValueType
+    @_builtins.property
+    def budget(self) -> Global___RunBudget:
+        """The budget runs of the tier are admitted with from now on."""
+
+    def __init__(
+        self,
+        *,
+        tier: _common_pb2.CognitionTier.ValueType = ...,
+        budget: Global___RunBudget | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "tier", b"tier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetRunBudgetResponse: _TypeAlias = SetRunBudgetResponse  # noqa: Y015

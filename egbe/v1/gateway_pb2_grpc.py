@@ -510,7 +510,9 @@ class CognitionGatewayService:
 
 
 class OperatorServiceStub:
-    """Operator controls: only the operator role may call these, and every attempt is audited.
+    """Operator controls: only the operator role may call these, except the reads a world server makes
+    (GetSpend, ListControls, ListWorlds), which the world role may call too. Every operator-role attempt
+    and every refused attempt is audited; a world role's reads are not.
     """
 
     def __init__(self, channel):
@@ -574,14 +576,39 @@ class OperatorServiceStub:
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsResponse.FromString,
                 _registered_method=True)
+        self.KillWorld = channel.unary_unary(
+                '/egbe.v1.OperatorService/KillWorld',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.KillWorldRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.KillWorldResponse.FromString,
+                _registered_method=True)
+        self.ListWorlds = channel.unary_unary(
+                '/egbe.v1.OperatorService/ListWorlds',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.ListWorldsRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.ListWorldsResponse.FromString,
+                _registered_method=True)
+        self.SetWorldCap = channel.unary_unary(
+                '/egbe.v1.OperatorService/SetWorldCap',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.SetWorldCapRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.SetWorldCapResponse.FromString,
+                _registered_method=True)
+        self.SetRunBudget = channel.unary_unary(
+                '/egbe.v1.OperatorService/SetRunBudget',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
-    """Operator controls: only the operator role may call these, and every attempt is audited.
+    """Operator controls: only the operator role may call these, except the reads a world server makes
+    (GetSpend, ListControls, ListWorlds), which the world role may call too. Every operator-role attempt
+    and every refused attempt is audited; a world role's reads are not.
     """
 
     def KillOri(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A control's kill, pause and quarantine RPCs are idempotent: while an unexpired control of the same
+        kind, scope, target and world is active, the request answers that control (`existing`), commits
+        nothing new and ends no run.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -650,6 +677,37 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KillWorld(self, request, context):
+        """Stops every run of one world, as KillOri does for one Ori.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorlds(self, request, context):
+        """Every world the ledger knows, in world id order, with its spend, cap, calls and the controls scoped
+        to it; the figures are GetSpend's for that world.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetWorldCap(self, request, context):
+        """Changes one world's cap at run time: committed with its audit row, applied by every gateway sharing
+        the store (pushed as controls are).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetRunBudget(self, request, context):
+        """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
+        pushed as SetWorldCap is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -708,6 +766,26 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsResponse.SerializeToString,
             ),
+            'KillWorld': grpc.unary_unary_rpc_method_handler(
+                    servicer.KillWorld,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.KillWorldRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.KillWorldResponse.SerializeToString,
+            ),
+            'ListWorlds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorlds,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.ListWorldsRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.ListWorldsResponse.SerializeToString,
+            ),
+            'SetWorldCap': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetWorldCap,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.SetWorldCapRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.SetWorldCapResponse.SerializeToString,
+            ),
+            'SetRunBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRunBudget,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'egbe.v1.OperatorService', rpc_method_handlers)
@@ -717,7 +795,9 @@ def add_OperatorServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class OperatorService:
-    """Operator controls: only the operator role may call these, and every attempt is audited.
+    """Operator controls: only the operator role may call these, except the reads a world server makes
+    (GetSpend, ListControls, ListWorlds), which the world role may call too. Every operator-role attempt
+    and every refused attempt is audited; a world role's reads are not.
     """
 
     @staticmethod
@@ -1007,6 +1087,114 @@ class OperatorService:
             '/egbe.v1.OperatorService/ListOperatorAttempts',
             egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsRequest.SerializeToString,
             egbe_dot_v1_dot_gateway__pb2.ListOperatorAttemptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KillWorld(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.OperatorService/KillWorld',
+            egbe_dot_v1_dot_gateway__pb2.KillWorldRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.KillWorldResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorlds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.OperatorService/ListWorlds',
+            egbe_dot_v1_dot_gateway__pb2.ListWorldsRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.ListWorldsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetWorldCap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.OperatorService/SetWorldCap',
+            egbe_dot_v1_dot_gateway__pb2.SetWorldCapRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.SetWorldCapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetRunBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.OperatorService/SetRunBudget',
+            egbe_dot_v1_dot_gateway__pb2.SetRunBudgetRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.SetRunBudgetResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -214,13 +214,20 @@ class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
 def add_CognitionGatewayServiceServicer_to_server(servicer: CognitionGatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class OperatorServiceStub:
-    """Operator controls: only the operator role may call these, and every attempt is audited."""
+    """Operator controls: only the operator role may call these, except the reads a world server makes
+    (GetSpend, ListControls, ListWorlds), which the world role may call too. Every operator-role attempt
+    and every refused attempt is audited; a world role's reads are not.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> OperatorServiceAsyncStub: ...
     KillOri: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.KillOriRequest, _gateway_pb2.KillOriResponse]
+    """A control's kill, pause and quarantine RPCs are idempotent: while an unexpired control of the same
+    kind, scope, target and world is active, the request answers that control (`existing`), commits
+    nothing new and ends no run.
+    """
     KillTier: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.KillTierRequest, _gateway_pb2.KillTierResponse]
     KillTenant: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.KillTenantRequest, _gateway_pb2.KillTenantResponse]
     Pause: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PauseRequest, _gateway_pb2.PauseResponse]
@@ -237,13 +244,34 @@ class OperatorServiceStub:
     """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
     first; paginated and filterable by decision, method and operator.
     """
+    KillWorld: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.KillWorldRequest, _gateway_pb2.KillWorldResponse]
+    """Stops every run of one world, as KillOri does for one Ori."""
+    ListWorlds: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListWorldsRequest, _gateway_pb2.ListWorldsResponse]
+    """Every world the ledger knows, in world id order, with its spend, cap, calls and the controls scoped
+    to it; the figures are GetSpend's for that world.
+    """
+    SetWorldCap: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SetWorldCapRequest, _gateway_pb2.SetWorldCapResponse]
+    """Changes one world's cap at run time: committed with its audit row, applied by every gateway sharing
+    the store (pushed as controls are).
+    """
+    SetRunBudget: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SetRunBudgetRequest, _gateway_pb2.SetRunBudgetResponse]
+    """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
+    pushed as SetWorldCap is.
+    """
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
-    """Operator controls: only the operator role may call these, and every attempt is audited."""
+    """Operator controls: only the operator role may call these, except the reads a world server makes
+    (GetSpend, ListControls, ListWorlds), which the world role may call too. Every operator-role attempt
+    and every refused attempt is audited; a world role's reads are not.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     KillOri: _aio.UnaryUnaryMultiCallable[_gateway_pb2.KillOriRequest, _gateway_pb2.KillOriResponse]  # type: ignore[assignment]
+    """A control's kill, pause and quarantine RPCs are idempotent: while an unexpired control of the same
+    kind, scope, target and world is active, the request answers that control (`existing`), commits
+    nothing new and ends no run.
+    """
     KillTier: _aio.UnaryUnaryMultiCallable[_gateway_pb2.KillTierRequest, _gateway_pb2.KillTierResponse]  # type: ignore[assignment]
     KillTenant: _aio.UnaryUnaryMultiCallable[_gateway_pb2.KillTenantRequest, _gateway_pb2.KillTenantResponse]  # type: ignore[assignment]
     Pause: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PauseRequest, _gateway_pb2.PauseResponse]  # type: ignore[assignment]
@@ -260,16 +288,37 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
     first; paginated and filterable by decision, method and operator.
     """
+    KillWorld: _aio.UnaryUnaryMultiCallable[_gateway_pb2.KillWorldRequest, _gateway_pb2.KillWorldResponse]  # type: ignore[assignment]
+    """Stops every run of one world, as KillOri does for one Ori."""
+    ListWorlds: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListWorldsRequest, _gateway_pb2.ListWorldsResponse]  # type: ignore[assignment]
+    """Every world the ledger knows, in world id order, with its spend, cap, calls and the controls scoped
+    to it; the figures are GetSpend's for that world.
+    """
+    SetWorldCap: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SetWorldCapRequest, _gateway_pb2.SetWorldCapResponse]  # type: ignore[assignment]
+    """Changes one world's cap at run time: committed with its audit row, applied by every gateway sharing
+    the store (pushed as controls are).
+    """
+    SetRunBudget: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SetRunBudgetRequest, _gateway_pb2.SetRunBudgetResponse]  # type: ignore[assignment]
+    """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
+    pushed as SetWorldCap is.
+    """
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Operator controls: only the operator role may call these, and every attempt is audited."""
+    """Operator controls: only the operator role may call these, except the reads a world server makes
+    (GetSpend, ListControls, ListWorlds), which the world role may call too. Every operator-role attempt
+    and every refused attempt is audited; a world role's reads are not.
+    """
 
     @_abc_1.abstractmethod
     def KillOri(
         self,
         request: _gateway_pb2.KillOriRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_gateway_pb2.KillOriResponse, _abc.Awaitable[_gateway_pb2.KillOriResponse]]: ...
+    ) -> _typing.Union[_gateway_pb2.KillOriResponse, _abc.Awaitable[_gateway_pb2.KillOriResponse]]:
+        """A control's kill, pause and quarantine RPCs are idempotent: while an unexpired control of the same
+        kind, scope, target and world is active, the request answers that control (`existing`), commits
+        nothing new and ends no run.
+        """
 
     @_abc_1.abstractmethod
     def KillTier(
@@ -345,6 +394,44 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.ListOperatorAttemptsResponse, _abc.Awaitable[_gateway_pb2.ListOperatorAttemptsResponse]]:
         """Every attempt to use this service, allowed or refused (wrong role, missing or unknown token), oldest
         first; paginated and filterable by decision, method and operator.
+        """
+
+    @_abc_1.abstractmethod
+    def KillWorld(
+        self,
+        request: _gateway_pb2.KillWorldRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.KillWorldResponse, _abc.Awaitable[_gateway_pb2.KillWorldResponse]]:
+        """Stops every run of one world, as KillOri does for one Ori."""
+
+    @_abc_1.abstractmethod
+    def ListWorlds(
+        self,
+        request: _gateway_pb2.ListWorldsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListWorldsResponse, _abc.Awaitable[_gateway_pb2.ListWorldsResponse]]:
+        """Every world the ledger knows, in world id order, with its spend, cap, calls and the controls scoped
+        to it; the figures are GetSpend's for that world.
+        """
+
+    @_abc_1.abstractmethod
+    def SetWorldCap(
+        self,
+        request: _gateway_pb2.SetWorldCapRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.SetWorldCapResponse, _abc.Awaitable[_gateway_pb2.SetWorldCapResponse]]:
+        """Changes one world's cap at run time: committed with its audit row, applied by every gateway sharing
+        the store (pushed as controls are).
+        """
+
+    @_abc_1.abstractmethod
+    def SetRunBudget(
+        self,
+        request: _gateway_pb2.SetRunBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.SetRunBudgetResponse, _abc.Awaitable[_gateway_pb2.SetRunBudgetResponse]]:
+        """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
+        pushed as SetWorldCap is.
         """
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from gateway.config import TIER_NAMES
 from gateway.cost import Usage
@@ -23,9 +22,11 @@ from gateway.records import (
     AuditEntry,
     CallGrant,
     Control,
+    ControlAdded,
     ControlKind,
     ControlScope,
     LeaseCharge,
+    Limits,
     OperatorAttempt,
     RunEnd,
     RunSpec,
@@ -33,6 +34,7 @@ from gateway.records import (
     Spend,
     TierSpend,
 )
+from gateway.store import limits
 from gateway.store.group_commit import GroupCommitter, Refused
 from services.errors import (
     Aborted,
@@ -91,7 +93,11 @@ _RUN_COLUMNS = (
     " request_id, status, used_tokens, model_calls, tool_calls, window_start_ms, detail, kernel_call_id,"
     " tool_grants, lease_holder, released_tokens"
 )
-_CONTROL_COLUMNS = "control_id, kind, scope, target, reason, operator_id, created_at_ms, active"
+_CONTROL_COLUMNS = (
+    "control_id, kind, scope, target, reason, operator_id, created_at_ms, active, world_id, expires_at_ms"
+)
+# An active control that still applies at a time (the parameter, Unix ms).
+_APPLIES = "active = 1 AND (expires_at_ms = 0 OR expires_at_ms > ?)"
 _AUDIT_COLUMNS = (
     "call_id, run_id, tenant_id, world_id, ori_id, tier, cause, model_ref, model_class, input_context,"
     " output, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, micro_usd,"
@@ -539,6 +545,21 @@ def _no_run(run_id: str) -> NotFound:
     )
 
 
+# The runs a control's scope names: the column, and the value for a target.
+_RUN_FILTER = {
+    ControlScope.ORI: "ori_id = ?",
+    ControlScope.TIER: "tier = ?",
+    ControlScope.TENANT: "tenant_id = ?",
+    ControlScope.WORLD: "world_id = ?",
+}
+
+
+def _run_value(scope: ControlScope, target: str) -> object:
+    if scope is ControlScope.TIER:
+        return next(tier for tier, name in TIER_NAMES.items() if name == target)
+    return target
+
+
 def _control_from(row: Row) -> Control:
     return Control(
         control_id=row[0],
@@ -549,6 +570,8 @@ def _control_from(row: Row) -> Control:
         operator_id=row[5],
         created_at_ms=row[6],
         active=bool(row[7]),
+        world_id=row[8],
+        expires_at_ms=row[9],
     )
 
 
@@ -610,6 +633,7 @@ class GatewayStore(ABC):
         # Run rows are locked in id order, as every gateway sharing the database locks them.
         self._lock_in_order = f" ORDER BY run_id{for_update}"
         self._control_listeners: list[Callable[[Control], None]] = []
+        self._limits_listeners: list[Callable[[Limits], None]] = []
 
     # Set by each backend: its one writer (group commit) and how long a caller waits for it.
     _writer: GroupCommitter[Any]
@@ -1205,68 +1229,116 @@ class GatewayStore(ABC):
         return await self.transact(body, durable=False)
 
     # -- controls -----------------------------------------------------------------------------------
-    async def add_control(
-        self,
-        kind: ControlKind,
-        scope: ControlScope,
-        target: str,
-        *,
-        reason: str,
-        operator_id: str,
-        now_ms: int,
-    ) -> tuple[Control, int]:
-        """Commit a control and end every active run it matches; (control, runs ended)."""
-        control = Control(uuid.uuid4().hex, kind, scope, target, reason, operator_id, now_ms)
-        column = {ControlScope.ORI: "ori_id", ControlScope.TENANT: "tenant_id"}.get(scope)
+    async def add_control(self, control: Control) -> ControlAdded:
+        """Commit a control and end every active run it matches, with its operator audit row; or, while
+        an identical control (kind, scope, target, world) still applies, answer that one and commit only
+        the attempt's audit row. Serialized on that identity, so gateways sharing the store never commit
+        two."""
+        scope, target, world_id = control.scope, control.target, control.world_id
+        now_ms = control.created_at_ms
+        identity = f"{int(control.kind)}:{int(scope)}:{target}:{world_id}"
 
-        async def body(tx: Tx) -> int:
-            tx.execute(
-                f"INSERT INTO gateway_controls ({_CONTROL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-                (control.control_id, kind, scope, target, reason, operator_id, now_ms),
+        async def body(tx: Tx) -> ControlAdded:
+            tx.serialize([f"control:{identity}"])
+            row = await tx.one(
+                f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE kind = ? AND scope = ? AND target = ?"
+                f" AND world_id = ? AND {_APPLIES} ORDER BY seq LIMIT 1",
+                (control.kind, scope, target, world_id, now_ms),
             )
+            existing = None if row is None else _control_from(row)
+            where = f" in {world_id}" if world_id else ""
             await self._record_attempt(
                 tx,
-                f"{kind.name}:{scope.name}",
+                f"{control.kind.name}:{scope.name}",
                 role="operator",
-                operator_id=operator_id,
+                operator_id=control.operator_id,
                 allowed=True,
-                detail=f"{target}: {reason}",
+                detail=f"{target}{where}: {control.reason}"
+                + (f" (already active: {existing.control_id})" if existing else ""),
                 now_ms=now_ms,
             )
-            where, value = f"{column} = ?", cast(object, target)
-            if column is None:
-                where, value = "tier = ?", next(t for t, n in TIER_NAMES.items() if n == target)
+            seen = await self._seen(tx, scope, target, world_id)
+            if existing is not None:
+                return ControlAdded(existing, 0, existing=True, seen=seen)
+            tx.execute(
+                f"INSERT INTO gateway_controls ({_CONTROL_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, ?)",
+                (
+                    control.control_id,
+                    control.kind,
+                    scope,
+                    target,
+                    control.reason,
+                    control.operator_id,
+                    now_ms,
+                    world_id,
+                    control.expires_at_ms,
+                ),
+            )
+            filters = [_RUN_FILTER[scope]]
+            values = [_run_value(scope, target)]
+            if world_id:
+                filters.append("world_id = ?")
+                values.append(world_id)
             rows = await tx.all(
-                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {where}{self._lock_in_order}",
-                (RunStatus.ACTIVE.value, value),
+                f"SELECT {_RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND {' AND '.join(filters)}"
+                f"{self._lock_in_order}",
+                (RunStatus.ACTIVE.value, *values),
             )
             ledger = _LedgerChanges()
             ending = _RunEnding(RunStatus.KILLED, control.describe(), "{}", now_ms)
-            for row in rows:
-                _end(tx, ledger, _run_from(row), ending)
+            for run_row in rows:
+                _end(tx, ledger, _run_from(run_row), ending)
             ledger.write(tx)
             tx.notify(control.control_id)
-            return len(rows)
+            return ControlAdded(control, len(rows), existing=False, seen=seen or bool(rows))
 
-        ended = await self.transact(body)
-        self._publish([control])
-        return control, ended
+        added = await self.transact(body)
+        if not added.existing:
+            self._publish([control])
+        return added
+
+    @staticmethod
+    async def _seen(tx: Tx, scope: ControlScope, target: str, world_id: str) -> bool:
+        """Whether an Ori (a model call of it in the audit log, in the world when one is named) or a world
+        (a ledger window) was ever seen; a tier or a tenant counts as seen."""
+        if scope is ControlScope.WORLD:
+            row = await tx.one("SELECT 1 FROM gateway_ledger WHERE world_id = ? LIMIT 1", (target,))
+        elif scope is ControlScope.ORI:
+            row = await tx.one(
+                "SELECT 1 FROM gateway_audit WHERE ori_id = ? AND (? = '' OR world_id = ?) LIMIT 1",
+                (target, world_id, world_id),
+            )
+        else:
+            return True
+        return row is not None
 
     async def lift_controls(
-        self, scope: ControlScope, target: str, *, reason: str, operator_id: str, now_ms: int
+        self,
+        scope: ControlScope,
+        target: str,
+        *,
+        world_id: str,
+        reason: str,
+        operator_id: str,
+        now_ms: int,
     ) -> list[Control]:
-        """Resume: deactivate every active control on the scope and target."""
+        """Resume: deactivate every control on the scope and target that still applies (only those of
+        `world_id` when it is set, else whatever their world), with the attempt's audit row; none is
+        NOT_FOUND naming the target (nothing committed)."""
+        where = f"{_APPLIES} AND scope = ? AND target = ? AND (? = '' OR world_id = ?)"
+        params = (now_ms, scope, target, world_id, world_id)
 
         async def body(tx: Tx) -> list[Control]:
-            rows = await tx.all(
-                f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE active = 1 AND scope = ? AND target"
-                " = ?",
-                (scope, target),
-            )
+            rows = await tx.all(f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE {where}", params)
+            if not rows:
+                place = f" in world {world_id!r}" if world_id else ""
+                raise NotFound(
+                    f"no active control on {scope.name.lower()} {target!r}{place} to resume",
+                    metadata={"target": target},
+                    violations=[FieldViolation("target", "no active control names it")],
+                )
             tx.execute(
-                "UPDATE gateway_controls SET active = 0, lifted_at_ms = ? WHERE active = 1 AND scope = ?"
-                " AND target = ?",
-                (now_ms, scope, target),
+                f"UPDATE gateway_controls SET active = 0, lifted_at_ms = ? WHERE {where}", (now_ms, *params)
             )
             await self._record_attempt(
                 tx,
@@ -1274,10 +1346,10 @@ class GatewayStore(ABC):
                 role="operator",
                 operator_id=operator_id,
                 allowed=True,
-                detail=f"{target}: {reason}",
+                detail=f"{target}{f' in {world_id}' if world_id else ''}: {reason}",
                 now_ms=now_ms,
             )
-            lifted = [_control_from((*row[:-1], 0)) for row in rows]
+            lifted = [dataclasses.replace(_control_from(row), active=False) for row in rows]
             for control in lifted:
                 tx.notify(control.control_id)
             return lifted
@@ -1296,17 +1368,82 @@ class GatewayStore(ABC):
         return await self.transact(body, durable=False)
 
     async def list_controls(
-        self, *, include_inactive: bool, after_seq: int, limit: int
+        self, *, include_inactive: bool, after_seq: int, limit: int, now_ms: int
     ) -> list[tuple[int, Control]]:
+        """Controls after `after_seq` in commit order: those that apply at `now_ms`, or every one."""
+
         async def body(tx: Tx) -> list[tuple[int, Control]]:
             rows = await tx.all(
                 f"SELECT seq, {_CONTROL_COLUMNS} FROM gateway_controls"
-                " WHERE seq > ? AND (active = 1 OR ? = 1) ORDER BY seq LIMIT ?",
-                (after_seq, int(include_inactive), limit),
+                f" WHERE seq > ? AND (({_APPLIES}) OR ? = 1) ORDER BY seq LIMIT ?",
+                (after_seq, now_ms, int(include_inactive), limit),
             )
             return [(row[0], _control_from(row[1:])) for row in rows]
 
         return await self.transact(body, durable=False)
+
+    # -- limits operators change at run time, and the ledger by world ----------------------------------
+    def on_limits_change(self, listener: Callable[[Limits], None]) -> None:
+        """Called with every limit in force whenever one changes, by this process or (PostgreSQL) any
+        other, and (PostgreSQL) when the push channel reconnects."""
+        self._limits_listeners.append(listener)
+
+    def _publish_limits(self, current: Limits) -> None:
+        for listener in self._limits_listeners:
+            listener(current)
+
+    async def load_limits(self) -> Limits:
+        return await self.transact(limits.load_limits, durable=False)
+
+    async def set_world_cap(
+        self, world_id: str, tokens_per_hour: int, *, operator_id: str, reason: str, now_ms: int
+    ) -> Limits:
+        """Commit a world's cap with its operator audit row, and push it to every gateway."""
+        current = await self.transact(
+            lambda tx: limits.set_world_cap(
+                tx, world_id, tokens_per_hour, operator_id=operator_id, reason=reason, now_ms=now_ms
+            )
+        )
+        self._publish_limits(current)
+        return current
+
+    async def set_run_budget(
+        self, tier: int, budget: tuple[int, int, int], *, operator_id: str, reason: str, now_ms: int
+    ) -> Limits:
+        """Commit a tier's per-run budget with its operator audit row, and push it to every gateway."""
+        current = await self.transact(
+            lambda tx: limits.set_run_budget(
+                tx, tier, budget, operator_id=operator_id, reason=reason, now_ms=now_ms
+            )
+        )
+        self._publish_limits(current)
+        return current
+
+    async def list_worlds(
+        self, *, after_world: str, limit: int, window_start_ms: int, now_ms: int
+    ) -> list[limits.WorldLedger]:
+        """A page of the worlds the ledger knows (`limits.world_ledgers`), each with the controls scoped to
+        it that apply at `now_ms`."""
+
+        async def body(tx: Tx) -> list[limits.WorldLedger]:
+            worlds = await limits.world_ledgers(
+                tx, after_world=after_world, limit=limit, window_start_ms=window_start_ms
+            )
+            if not worlds:
+                return worlds
+            by_id = {world.world_id: world for world in worlds}
+            marks = ", ".join("?" * len(by_id))
+            rows = await tx.all(
+                f"SELECT {_CONTROL_COLUMNS} FROM gateway_controls WHERE {_APPLIES} AND"
+                f" ((scope = ? AND target IN ({marks})) OR world_id IN ({marks})) ORDER BY seq",
+                (now_ms, ControlScope.WORLD, *by_id, *by_id),
+            )
+            for row in rows:
+                control = _control_from(row)
+                by_id[control.world_id or control.target].controls.append(control)
+            return worlds
+
+        return await self.transact(body, durable=False, reads_ledger=True)
 
     # -- operator audit -----------------------------------------------------------------------------
     @staticmethod

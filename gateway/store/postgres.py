@@ -14,6 +14,7 @@ import psycopg
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, DeferredLedger, GatewayStore, Row
 from gateway.store.group_commit import GroupCommitter, Writing
+from gateway.store.limits import LIMITS_CHANGED
 from gateway.store.pg_pipeline import Pipeline, Reply, connect_timeout
 from gateway.store.schema import schema_statements, upgrade_statements
 from services.errors import EgbeError, Unavailable
@@ -249,7 +250,8 @@ class PostgresGatewayStore(GatewayStore):
         await self._writer.close()
 
     async def _listen(self) -> None:
-        """Hold one LISTEN connection; on each notification publish that control to this process.
+        """Hold one LISTEN connection; on each notification publish that control (or every limit in force,
+        when limits changed) to this process.
 
         Every LISTEN_HEARTBEAT_SECONDS the connection must answer a query within the store's timeout. A
         server that falls silent without closing it (a partition, a host gone without a reset) would
@@ -266,9 +268,13 @@ class PostgresGatewayStore(GatewayStore):
                 active = await self.load_controls()
                 for resync in self._resync_listeners:
                     resync(active)
+                self._publish_limits(await self.load_limits())
                 self._listening.set()  # (healthy again: no push missed from here)
                 while True:
                     async for notification in connection.notifies(timeout=LISTEN_HEARTBEAT_SECONDS):
+                        if notification.payload == LIMITS_CHANGED:
+                            self._publish_limits(await self.load_limits())
+                            continue
                         control = await self.get_control(notification.payload)
                         if control is not None:
                             self._publish([control])

@@ -99,6 +99,22 @@ CREATE TABLE IF NOT EXISTS gateway_operator_audit (
     detail TEXT NOT NULL,
     recorded_at_ms BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS gateway_world_caps (
+    world_id TEXT PRIMARY KEY,
+    tokens_per_hour BIGINT NOT NULL,
+    operator_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gateway_run_budgets (
+    tier INTEGER PRIMARY KEY,
+    max_model_calls INTEGER NOT NULL,
+    max_tool_calls INTEGER NOT NULL,
+    max_tokens BIGINT NOT NULL,
+    operator_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
 """
 
 
@@ -118,6 +134,9 @@ ADDED_COLUMNS = (
     ("gateway_runs", "released_tokens", "BIGINT NOT NULL DEFAULT 0"),
     # How long the model adapter took for the call (0 for calls audited before it was timed).
     ("gateway_audit", "model_latency_us", "BIGINT NOT NULL DEFAULT 0"),
+    # The one world a control applies in ('' = every world), and when it stops applying (0 = never).
+    ("gateway_controls", "world_id", "TEXT NOT NULL DEFAULT ''"),
+    ("gateway_controls", "expires_at_ms", "BIGINT NOT NULL DEFAULT 0"),
 )
 # Indexes over added columns, created once the columns exist.
 LATER_INDEXES = (

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -53,8 +54,14 @@ def message_body(text: str, *, model: str) -> dict[str, Any]:
 class FakeAnthropic:
     """Answers /v1/messages from a script (then a default reply); records every request it received."""
 
-    def __init__(self, reply_text: str = '{"utterance":"hi","addressed_to":"Bram","emotion":"warm"}') -> None:
+    def __init__(
+        self,
+        reply_text: str = '{"utterance":"hi","addressed_to":"Bram","emotion":"warm"}',
+        responder: Callable[[dict[str, Any]], str] | None = None,
+    ) -> None:
         self.reply_text = reply_text
+        # When set, the reply text is worked out from each request's parameters (a scripted body wins).
+        self.responder = responder
         self.script: deque[Scripted] = deque()
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
         self.default_delay_seconds = 0.0
@@ -96,7 +103,9 @@ class FakeAnthropic:
                     with fake._lock:
                         scripted = fake.script.popleft() if fake.script else Scripted()
                     time.sleep(scripted.delay_seconds or fake.default_delay_seconds)
-                    body = scripted.body or message_body(fake.reply_text, model=payload.get("model", "?"))
+                    body = scripted.body or message_body(
+                        fake.text_for(payload), model=payload.get("model", "?")
+                    )
                     try:
                         self.send_json(scripted.status, body, scripted.headers)
                     except (BrokenPipeError, ConnectionResetError):
@@ -128,6 +137,9 @@ class FakeAnthropic:
 
         return Handler
 
+    def text_for(self, params: dict[str, Any]) -> str:
+        return self.responder(params) if self.responder is not None else self.reply_text
+
     @property
     def base_url(self) -> str:
         host, port = self._server.server_address[:2]
@@ -157,7 +169,7 @@ class FakeAnthropic:
     def _create_batch(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = payload["requests"][0]
         batch_id = f"msgbatch_{len(self._batches) + 1}"
-        message = message_body(self.reply_text, model=request["params"]["model"])
+        message = message_body(self.text_for(request["params"]), model=request["params"]["model"])
         self._batches[batch_id] = {"custom_id": request["custom_id"], "message": message, "polls": 0}
         return self._batch_view(batch_id, ended=False)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +50,9 @@ async def test_operators_kill_list_spend_resume_and_export(
     listed = egbe(data_dir, "ops", "list")
     assert [json.loads(line)["target"] for line in listed.stdout.splitlines()] == ["cli-ada"]
     spend = json.loads(egbe(data_dir, "ops", "spend", "--world", "cli-world").stdout)
-    assert spend["admissions"] == "1"
-    assert int(spend["consumed_tokens"]) > 0
+    assert spend["admissions"] == 1  # numbers as numbers, money in dollars
+    assert spend["consumed_tokens"] > 0
+    assert isinstance(spend["consumed_usd"], float)
     attempts = egbe(data_dir, "ops", "attempts", "--decision", "allowed", "--method", "KILL:ORI")
     assert attempts.returncode == 0, attempts.stderr
     [kill_attempt] = [json.loads(line) for line in attempts.stdout.splitlines()]
@@ -95,3 +98,133 @@ def test_operators_kill_a_tier_and_a_tenant_pause_and_quarantine_then_resume_eac
         for _, scope, target, _, _ in controls:
             egbe(data_dir, "ops", "resume", scope, target, "--reason", "drill over")
     assert egbe(data_dir, "ops", "list").stdout == ""
+
+
+def test_listings_piped_into_a_reader_that_has_gone_end_quietly(embedded_egbe: EmbeddedEgbe) -> None:
+    """`egbe audit export | head -1` and `egbe ops attempts | head -1`, with the reader already gone."""
+    service = bearer_metadata(embedded_egbe.tokens["service"])
+    with grpc.insecure_channel(embedded_egbe.targets["gateway"]) as channel:
+        ori = common_pb2.OriRef(tenant_id="t", world_id="pipe-world", ori_id="pipe-ori")
+        run = gateway_pb2_grpc.CognitionGatewayServiceStub(channel).AdmitRun(
+            gateway_pb2.AdmitRunRequest(ori=ori, tier=common_pb2.COGNITION_TIER_CLOTHO, cause=2),
+            metadata=service,
+        )
+        gateway_pb2_grpc.CognitionGatewayServiceStub(channel).Generate(
+            gateway_pb2.GenerateRequest(run_id=run.run_id, mode=gateway_pb2.COGNITION_MODE_DIALOGUE),
+            metadata=service,
+        )
+    console_script = ROOT / ".venv" / "bin" / "egbe"
+    for command in (("audit", "export", "--ori", "pipe-ori"), ("ops", "attempts")):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            done = subprocess.run(
+                [str(console_script), "--data-dir", str(embedded_egbe.data_dir), *command],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(write_end)
+        assert (command, done.returncode, done.stderr) == (command, 1, "")
+
+
+def test_world_scoped_expiring_kills_worlds_caps_and_a_watched_spend(embedded_egbe: EmbeddedEgbe) -> None:
+    """`egbe ops kill ori ... --world W --for 10m`, its repeat, a resume of nothing, `egbe ops worlds`,
+    `egbe ops cap set` and `egbe ops spend --watch`, as an operator types them."""
+    data_dir = embedded_egbe.data_dir
+    service = bearer_metadata(embedded_egbe.tokens["service"])
+    with grpc.insecure_channel(embedded_egbe.targets["gateway"]) as channel:
+        stub = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
+        ori = common_pb2.OriRef(tenant_id="t", world_id="cli-hamlet-7", ori_id="cli-adaeze")
+        run = stub.AdmitRun(
+            gateway_pb2.AdmitRunRequest(ori=ori, tier=common_pb2.COGNITION_TIER_CLOTHO, cause=1),
+            metadata=service,
+        )
+        stub.Generate(
+            gateway_pb2.GenerateRequest(run_id=run.run_id, mode=gateway_pb2.COGNITION_MODE_DIALOGUE),
+            metadata=service,
+        )
+    kill = ("ops", "kill", "ori", "cli-adaeze", "--world", "cli-hamlet-7", "--for", "10m", "--reason", "loop")
+    try:
+        first = egbe(data_dir, *kill)
+        assert first.returncode == 0, first.stderr
+        killed = json.loads(first.stdout)
+        assert (killed["control"]["world_id"], killed["existing"], killed["warning"]) == (
+            "cli-hamlet-7",
+            False,
+            "",
+        )
+        assert killed["runs_aborted"] == 1
+        assert killed["control"]["expires_at"] > killed["control"]["created_at"]
+        again = json.loads(egbe(data_dir, *kill).stdout)
+        assert (again["control"]["control_id"], again["existing"]) == (killed["control"]["control_id"], True)
+        unseen = json.loads(egbe(data_dir, "ops", "kill", "ori", "cli-nobody", "--reason", "typo?").stdout)
+        assert unseen["warning"].startswith("no run of Ori 'cli-nobody' has been seen")
+
+        worlds = [json.loads(line) for line in egbe(data_dir, "ops", "worlds").stdout.splitlines()]
+        [world] = [w for w in worlds if w["world_id"] == "cli-hamlet-7"]
+        assert (world["calls"], world["admissions"]) == (1, 1)
+        assert isinstance(world["consumed_usd"], float)
+        assert world["consumed_tokens"] > 0
+        assert [c["target"] for c in world["active_controls"]] == ["cli-adaeze"]
+
+        capped = egbe(
+            data_dir,
+            "ops",
+            "cap",
+            "set",
+            "--world",
+            "cli-hamlet-7",
+            "--tokens-per-hour",
+            "9000",
+            "--reason",
+            "drill",
+        )
+        assert capped.returncode == 0, capped.stderr
+        assert json.loads(capped.stdout)["world_cap_tokens"] == 9_000
+        refused = egbe(
+            data_dir,
+            "ops",
+            "cap",
+            "set",
+            "--world",
+            "cli-hamlet-7",
+            "--tokens-per-hour",
+            "0",
+            "--reason",
+            "drill",
+        )
+        assert (refused.returncode, "tokens_per_hour" in refused.stderr) == (1, True), refused.stderr
+
+        watch = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "--data-dir",
+                str(data_dir),
+                "ops",
+                "spend",
+                "--world",
+                "cli-hamlet-7",
+                "--watch",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert watch.stdout is not None
+        lines = [json.loads(watch.stdout.readline()) for _ in range(2)]  # a second apart
+        watch.send_signal(signal.SIGINT)
+        assert watch.wait(timeout=30) == 0
+        assert [line["world_cap_tokens"] for line in lines] == [9_000, 9_000]
+    finally:
+        for target in ("cli-adaeze", "cli-nobody"):
+            egbe(data_dir, "ops", "resume", "ori", target, "--reason", "drill over")
+    nothing = egbe(data_dir, "ops", "resume", "ori", "cli-nobody", "--reason", "again")
+    assert nothing.returncode == 1
+    assert "NOT_FOUND" in nothing.stderr
+    assert "'cli-nobody'" in nothing.stderr

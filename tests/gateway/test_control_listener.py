@@ -49,14 +49,8 @@ async def test_a_silent_listener_counts_unhealthy_then_reconnects_and_hears_agai
             # Healthy again only on new connections (the old ones stay silent for ever).
             await _eventually(lambda: store.healthy, NOTICED_WITHIN_S)
             assert relay.connections > before
-            control, _ = await operator.add_control(
-                ControlKind.KILL,
-                ControlScope.ORI,
-                "ada",
-                reason="after the partition",
-                operator_id="op",
-                now_ms=1,
-            )
+            control = Control("c1", ControlKind.KILL, ControlScope.ORI, "ada", "after the partition", "op", 1)
+            await operator.add_control(control)
             await _eventually(lambda: control in heard, NOTICED_WITHIN_S)
         finally:
             await operator.close()

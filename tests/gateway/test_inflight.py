@@ -5,6 +5,7 @@ through any sequence of controls added, pushed again and lifted."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from hypothesis import given
@@ -16,43 +17,63 @@ from gateway.records import Control, ControlKind, ControlScope, RunSpec
 
 ORIS = ("ada", "bram", "cyr")
 TENANTS = ("t1", "t2")
+WORLDS = ("w1", "w2")
 TIERS = tuple(TIER_NAMES)
+NOW_MS = 1_000  # the view's clock in these tests: a control expiring at or before it stops nothing
 
 
-def control(control_id: str, scope: ControlScope, target: str, *, active: bool = True) -> Control:
-    return Control(control_id, ControlKind.KILL, scope, target, "reason", "op", 0, active)
+def control(
+    control_id: str,
+    scope: ControlScope,
+    target: str,
+    world: str = "",
+    *,
+    active: bool = True,
+    expires_at_ms: int = 0,
+) -> Control:
+    return Control(
+        control_id, ControlKind.KILL, scope, target, "reason", "op", 0, active, world, expires_at_ms
+    )
 
 
-def run(ori: str, tier: int = 1, tenant: str = "t1", run_id: str = "r1") -> RunSpec:
-    return RunSpec(run_id, tenant, "world", ori, tier, 1, 2, 2, 4_000)
+def run(ori: str, tier: int = 1, tenant: str = "t1", run_id: str = "r1", world: str = "w1") -> RunSpec:
+    return RunSpec(run_id, tenant, world, ori, tier, 1, 2, 2, 4_000)
 
 
 def scanned(controls: dict[str, Control], spec: RunSpec) -> Control | None:
-    """The reference: every active control, in arrival order."""
-    return next((c for c in controls.values() if c.matches(spec)), None)
+    """The reference: every active, unexpired control, in arrival order."""
+    return next((c for c in controls.values() if c.matches(spec, NOW_MS)), None)
 
 
+def view_at_now() -> InFlight:
+    return InFlight(clock=lambda: NOW_MS)
+
+
+worlds = st.sampled_from(("", *WORLDS))
 targets = st.one_of(
-    st.tuples(st.just(ControlScope.ORI), st.sampled_from(ORIS)),
-    st.tuples(st.just(ControlScope.TIER), st.sampled_from([TIER_NAMES[t] for t in TIERS])),
-    st.tuples(st.just(ControlScope.TENANT), st.sampled_from(TENANTS)),
+    st.tuples(st.just(ControlScope.ORI), st.sampled_from(ORIS), worlds),
+    st.tuples(st.just(ControlScope.TIER), st.sampled_from([TIER_NAMES[t] for t in TIERS]), worlds),
+    st.tuples(st.just(ControlScope.TENANT), st.sampled_from(TENANTS), worlds),
+    st.tuples(st.just(ControlScope.WORLD), st.sampled_from(WORLDS), st.just("")),
 )
-# (control number, scope and target, lift it instead of adding it)
-operations = st.lists(st.tuples(st.integers(0, 7), targets, st.booleans()), max_size=40)
+# When a control expires: never, already (at or before the clock), or later.
+expiries = st.sampled_from((0, NOW_MS - 1, NOW_MS, NOW_MS + 1))
+# (control number, scope, target and world, its expiry, lift it instead of adding it)
+operations = st.lists(st.tuples(st.integers(0, 7), targets, expiries, st.booleans()), max_size=40)
 
 
 @given(operations)
 def test_the_index_answers_what_a_scan_in_arrival_order_answers(
-    steps: list[tuple[int, tuple[ControlScope, str], bool]],
+    steps: list[tuple[int, tuple[ControlScope, str, str], int, bool]],
 ) -> None:
-    view = InFlight()
+    view = view_at_now()
     reference: dict[str, Control] = {}
-    made: dict[str, Control] = {}  # a control id always names the same scope and target
-    for number, (scope, target), lift in steps:
+    made: dict[str, Control] = {}  # a control id always names the same scope, target, world and expiry
+    for number, key, expires_at_ms, lift in steps:
         control_id = f"c{number}"
-        made.setdefault(control_id, control(control_id, scope, target))
+        made.setdefault(control_id, control(control_id, *key, expires_at_ms=expires_at_ms))
         if lift:
-            view.apply(control(control_id, made[control_id].scope, made[control_id].target, active=False))
+            view.apply(dataclasses.replace(made[control_id], active=False))
             reference.pop(control_id, None)
         else:
             view.apply(made[control_id])
@@ -60,9 +81,23 @@ def test_the_index_answers_what_a_scan_in_arrival_order_answers(
         for ori in ORIS:
             for tier in TIERS:
                 for tenant in TENANTS:
-                    spec = run(ori, tier, tenant)
-                    assert view.blocking(spec) == scanned(reference, spec)
-    assert view.controls == list(reference.values())
+                    for world in WORLDS:
+                        spec = run(ori, tier, tenant, world=world)
+                        assert view.blocking(spec) == scanned(reference, spec)
+    assert view.controls == [c for c in reference.values() if c.applies(NOW_MS)]
+
+
+def test_a_world_scoped_control_stops_only_that_worlds_runs_and_an_expired_one_nothing() -> None:
+    clock = [NOW_MS]
+    view = InFlight(clock=lambda: clock[0])
+    view.apply(control("k", ControlScope.ORI, "ada", "w1", expires_at_ms=NOW_MS + 10))
+    assert view.blocking(run("ada", world="w1")) == control(
+        "k", ControlScope.ORI, "ada", "w1", expires_at_ms=NOW_MS + 10
+    )
+    assert view.blocking(run("ada", world="w2")) is None
+    clock[0] = NOW_MS + 10
+    assert view.blocking(run("ada", world="w1")) is None
+    assert view.controls == []  # (met expired: dropped from the index)
 
 
 def test_the_first_arrived_of_several_matching_controls_is_the_one_named() -> None:
@@ -116,17 +151,18 @@ class Forget:
 @dataclass(frozen=True)
 class Push:
     number: int
-    target: tuple[ControlScope, str]
+    target: tuple[ControlScope, str, str]
     lift: bool
 
 
 run_ids = st.sampled_from(("r1", "r2", "r3", "r4"))
 specs = st.builds(
-    lambda run_id, ori, tier, tenant: run(ori, tier, tenant, run_id),
+    lambda run_id, ori, tier, tenant, world: run(ori, tier, tenant, run_id, world),
     run_ids,
     st.sampled_from(ORIS),
     st.sampled_from(TIERS),
     st.sampled_from(TENANTS),
+    st.sampled_from(WORLDS),
 )
 run_steps = st.lists(
     st.one_of(
@@ -143,7 +179,7 @@ def test_a_pushed_control_stops_exactly_the_runs_a_scan_of_every_run_would_stop(
     steps: list[Track | Forget | Push],
 ) -> None:
     """The runs indexed by target against the reference: every run in flight, scanned at each push."""
-    view = InFlight()
+    view = view_at_now()
     controls: dict[str, Control] = {}  # the active ones, in arrival order
     made: dict[str, Control] = {}  # a control id always names the same scope and target
     tracked: dict[str, RunSpec] = {}
@@ -161,12 +197,12 @@ def test_a_pushed_control_stops_exactly_the_runs_a_scan_of_every_run_would_stop(
             pushed = made.setdefault(f"c{step.number}", control(f"c{step.number}", *step.target))
             if step.lift:
                 controls.pop(pushed.control_id, None)
-                view.apply(control(pushed.control_id, pushed.scope, pushed.target, active=False))
+                view.apply(dataclasses.replace(pushed, active=False))
                 continue
             controls.setdefault(pushed.control_id, pushed)
-            assert view.matching(pushed) == [r for r in view.runs.values() if pushed.matches(r.spec)]
+            assert view.matching(pushed) == [r for r in view.runs.values() if pushed.matches(r.spec, NOW_MS)]
             for run_id, stopping in stopped.items():
-                if stopping is None and pushed.matches(tracked[run_id]):
+                if stopping is None and pushed.matches(tracked[run_id], NOW_MS):
                     stopped[run_id] = pushed
             view.apply(pushed)
         assert {run_id: r.stopped_by for run_id, r in view.runs.items()} == stopped
