@@ -34,9 +34,11 @@ $(BUF):
 	npm install --silent --no-audit --no-fund --prefix .tools @bufbuild/buf@1.75.0
 
 protos: install
+	$(PY) scripts/export_output_schemas.py
 	$(PY) scripts/gen_protos.py
 
 protos-check: install
+	$(PY) scripts/export_output_schemas.py --check
 	$(PY) scripts/gen_protos.py --check
 
 buf-lint: $(BUF)

@@ -24,12 +24,12 @@ import numpy as np
 
 from egbe.v1 import common_pb2, kernel_pb2
 from kernel_service.agent_state import AgentArrays
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.personality_tree import TreeInputs, evaluate_personality_tree
 from kernel_service.behavior.profile import profile_from_registration
 from kernel_service.behavior.vocabulary import TRAIT_FIELDS, GoalFamily
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorSignals, decisions_of, signals_of
+from services.goal_refs import encode_goal_ref
 
 POPULATION = 20_000
 AGENTS = 10_000

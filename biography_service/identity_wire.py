@@ -15,6 +15,7 @@ from biography_service.events import canonical_json
 from biography_service.identity import IdentityRecorded, Registration
 from biography_service.wire import Violations, ori_id_problems
 from egbe.v1 import biography_pb2
+from services.vocabulary import VALUE_DOMAINS_BY_NAME
 
 MAX_REGISTRATIONS = 100_000
 BASIS_POINTS_MAX = 10_000
@@ -27,9 +28,6 @@ MAX_RELATIONSHIPS = 32
 LOCALE_CHARS = 35
 PERSONALITY_AXES = frozenset(
     {"warmth", "curiosity", "caution", "ambition", "conscientiousness", "candor", "defiance", "playfulness"}
-)
-VALUE_DOMAINS = frozenset(
-    {"child_safety", "safety", "craft", "kinship", "knowledge", "autonomy", "honesty", "community", "joy"}
 )
 NEEDS = ("safety_bp", "sustaining_bp", "social_bp", "purpose_bp", "fatigue_bp")
 # C0 and C1 controls and DEL, except tab and newline.
@@ -121,8 +119,8 @@ def _personality(identity: biography_pb2.OriIdentity, field: str, problems: Viol
 def _values(identity: biography_pb2.OriIdentity, field: str, problems: Violations) -> None:
     refs: set[str] = set()
     for i, value in enumerate(identity.values):
-        if value.value_ref not in VALUE_DOMAINS:
-            problems.add(f"{field}.values[{i}].value_ref", f"must be one of {sorted(VALUE_DOMAINS)}")
+        if value.value_ref not in VALUE_DOMAINS_BY_NAME:
+            problems.add(f"{field}.values[{i}].value_ref", f"must be one of {sorted(VALUE_DOMAINS_BY_NAME)}")
         elif value.value_ref in refs:
             problems.add(f"{field}.values[{i}].value_ref", f"repeats the value {value.value_ref!r}")
         refs.add(value.value_ref)

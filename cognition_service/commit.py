@@ -12,9 +12,8 @@ from google.protobuf import struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from cognition_service.failures import AttributionMismatch
+from cognition_service.errors import AttributionMismatch
 from cognition_service.output_schemas import (
-    GOAL_LIBRARY,
     ChosenGoal,
     DecisionReply,
     DialogueReply,
@@ -22,7 +21,8 @@ from cognition_service.output_schemas import (
     SummaryReply,
 )
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, gateway_pb2, policy_pb2
-from kernel_service.behavior.goal_refs import INSTANCE_MASK, encode_goal_ref
+from services.goal_refs import INSTANCE_MASK, encode_goal_ref, tag_mask_of
+from services.vocabulary import GOAL_FAMILIES_BY_NAME
 
 ACTION_KINDS = {
     "dialogue": action_pb2.ACTION_KIND_SAY,
@@ -219,11 +219,12 @@ def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
 
 
 def goal_ref_for(goal: ChosenGoal, target: str) -> int:
-    """A decision's chosen goal as the kernel's structured goal ref (kernel_service/behavior/goal_refs):
+    """A decision's chosen goal as a structured goal ref (the protocol's layout, services.goal_refs):
     its family and tags, and an instance named by the target (never 0, which marks a goal the Ori
     surfaced from its own needs). The kernel adopts it, so the HTN pursues it after the call."""
-    tags = sum(GOAL_LIBRARY.tag_bit(tag) for tag in set(goal.tags))
-    return encode_goal_ref(goal.family.family, tags, zlib.crc32(target.encode()) % INSTANCE_MASK + 1)
+    tags = tag_mask_of(set(goal.tags))
+    family = GOAL_FAMILIES_BY_NAME[goal.family]
+    return encode_goal_ref(family, tags, zlib.crc32(target.encode()) % INSTANCE_MASK + 1)
 
 
 def _intent(

@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from cognition_service.failures import peer_failure
+from cognition_service.errors import PeerFailed
 from cognition_service.peers import Peers
 from cognition_service.social.config import SocialConfig
 from cognition_service.social.layer import SocialLayer
@@ -21,6 +21,7 @@ from egbe.v1 import (
 )
 from services.auth import bearer_metadata
 from services.channels import ChannelOpener
+from services.errors import peer_violations
 
 
 class _Caller:
@@ -35,7 +36,10 @@ class _Caller:
         try:
             return await rpc(request, metadata=self._metadata, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
-            raise peer_failure(f"{self._peer} {name}", error) from error
+            code = error.code()
+            # Only an unknown id names a field of ours (the same field the peer named).
+            named = peer_violations(error) if code is grpc.StatusCode.NOT_FOUND else ()
+            raise PeerFailed(f"{self._peer} {name}", code, str(error.details()), named) from error
 
 
 class GatewayClient:

@@ -1,8 +1,9 @@
-"""The structured reply each cognition mode must produce; shared by the pipeline and the offline adapter.
+"""The structured reply each cognition mode must produce: cognition's output contract.
 
-A model reply is JSON validated against the schema of its mode. The gateway's offline adapter builds
-replies that pass these schemas; the cognition service re-asks with the validation error when a reply
-fails, and falls back to the behaviour tree after the retries.
+A model reply is JSON validated against the schema of its mode; the cognition service re-asks with
+the validation error when a reply fails, and falls back to the behaviour tree after the retries.
+These models are published as JSON Schemas beside the protocol (protos/egbe/v1/schemas/, written by
+scripts/export_output_schemas.py), which is how the gateway's offline adapter knows them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel_service.behavior.htn import DEFAULT_METHODS_PATH, PERCEIVED_TAGS, FamilyName, load_method_library
+from services.vocabulary import CHOSEN_GOAL_TAGS, GOAL_FAMILY_NAMES
 
 Text = Annotated[str, Field(min_length=1, max_length=600)]
 Ref = Annotated[str, Field(min_length=1, max_length=128)]
@@ -47,11 +48,12 @@ class DialogueReply(BaseModel):
     claimed_capabilities: list[Ref] = Field(default_factory=list, max_length=8)
 
 
-# The kernel HTN library's context tags a chosen goal may carry (not the ones perception sets).
-GOAL_LIBRARY = load_method_library(DEFAULT_METHODS_PATH)
-GoalTag = StrEnum(  # type: ignore[misc]
-    "GoalTag", {tag: tag for tag in GOAL_LIBRARY.tags if tag not in PERCEIVED_TAGS}
+# The protocol's goal families, and the context tags a chosen goal may carry (not the ones the
+# kernel sets from perception).
+GoalFamilyName = StrEnum(  # type: ignore[misc]
+    "GoalFamilyName", {name.upper().replace("-", "_"): name for name in GOAL_FAMILY_NAMES.values()}
 )
+GoalTag = StrEnum("GoalTag", {tag: tag for tag in CHOSEN_GOAL_TAGS})  # type: ignore[misc]
 
 
 class ChosenGoal(BaseModel):
@@ -60,7 +62,7 @@ class ChosenGoal(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    family: FamilyName
+    family: GoalFamilyName
     tags: list[GoalTag] = Field(default_factory=list, max_length=8)
 
 

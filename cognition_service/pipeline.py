@@ -27,8 +27,9 @@ from cognition_service.peers import Peers
 from cognition_service.psyche import spoken_reply_plan
 from cognition_service.structured_output import AttemptRecord, generate_validated
 from cognition_service.zoning import Feedback, build_envelope
-from egbe.v1 import action_pb2, biography_pb2, cognition_pb2, common_pb2, gateway_pb2, policy_pb2
+from egbe.v1 import action_pb2, biography_pb2, cognition_pb2, gateway_pb2, policy_pb2
 from services.logging import get_logger
+from services.vocabulary import TIER_NAMES
 
 log = get_logger(__name__)
 
@@ -43,11 +44,6 @@ SCHEMA_NAMES = {
     "decision": OutputSchemaName.DECISION,
     "reflection": OutputSchemaName.REFLECTION,
     "summary": OutputSchemaName.SUMMARY,
-}
-TIER_NAMES = {
-    common_pb2.COGNITION_TIER_CLOTHO: "clotho",
-    common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
-    common_pb2.COGNITION_TIER_ATROPOS: "atropos",
 }
 DEFAULT_LOCALE = "en-US"
 

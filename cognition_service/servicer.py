@@ -7,8 +7,9 @@ import re
 from collections.abc import Callable
 
 from cognition_service.config import CognitionConfig
+from cognition_service.errors import answers_in_status
 from cognition_service.peers import Peers
-from cognition_service.pipeline import MODE_NAMES, TIER_NAMES, think
+from cognition_service.pipeline import MODE_NAMES, think
 from cognition_service.social import wire as social_wire
 from cognition_service.social.layer import SocialLayer
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc, policy_pb2
@@ -16,6 +17,7 @@ from services.auth import Role
 from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
 from services.logging import get_logger
+from services.vocabulary import TIER_NAMES
 
 log = get_logger(__name__)
 
@@ -82,6 +84,7 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         self._social = social
         self.validation_fallbacks_total = 0
 
+    @answers_in_status
     async def Think(
         self, request: cognition_pb2.ThinkRequest, context: Context
     ) -> cognition_pb2.ThinkResponse:
@@ -99,12 +102,14 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
 
     # --- the social layer: validate whole, decide, write the events, answer ------------------------
 
+    @answers_in_status
     async def NegotiateObjective(
         self, request: cognition_pb2.NegotiateObjectiveRequest, context: Context
     ) -> cognition_pb2.NegotiateObjectiveResponse:
         ori, objective, tick = social_wire.negotiate_request(request)
         return social_wire.negotiate_response(await self._social().assign_objective(ori, objective, tick))
 
+    @answers_in_status
     async def ObserveStewardExample(
         self, request: cognition_pb2.ObserveStewardExampleRequest, context: Context
     ) -> cognition_pb2.ObserveStewardExampleResponse:
@@ -112,12 +117,14 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         learned = await self._social().learn_from_demonstration(ori_id, values, demonstration, tick)
         return social_wire.observe_response(learned)
 
+    @answers_in_status
     async def AdvanceGoalArc(
         self, request: cognition_pb2.AdvanceGoalArcRequest, context: Context
     ) -> cognition_pb2.AdvanceGoalArcResponse:
         arc, session = social_wire.advance_request(request)
         return social_wire.advance_response(await self._social().advance_goal_arc(arc, session))
 
+    @answers_in_status
     async def ResolveCrossroads(
         self, request: cognition_pb2.ResolveCrossroadsRequest, context: Context
     ) -> cognition_pb2.ResolveCrossroadsResponse:
@@ -127,12 +134,14 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         )
         return social_wire.crossroads_response(resolved)
 
+    @answers_in_status
     async def AdvanceLifeArc(
         self, request: cognition_pb2.AdvanceLifeArcRequest, context: Context
     ) -> cognition_pb2.AdvanceLifeArcResponse:
         arc, values, session = social_wire.life_arc_request(request)
         return social_wire.life_arc_response(await self._social().advance_life_arc(arc, values, session))
 
+    @answers_in_status
     async def SeedRelationship(
         self, request: cognition_pb2.SeedRelationshipRequest, context: Context
     ) -> cognition_pb2.SeedRelationshipResponse:

@@ -10,17 +10,13 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ValidationError
 
-from cognition_service.failures import EmptyReply
+from cognition_service.errors import EmptyReply, ReplyInvalid
 from cognition_service.peers import GatewayPort
 from cognition_service.zoning import Feedback
 from egbe.v1 import gateway_pb2
 
 _THINKING = re.compile(r"<thinking>.*?</thinking>", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
-
-
-class ReplyInvalid(ValueError):
-    """The reply is not a JSON object that satisfies the schema; the message is fed back to the model."""
 
 
 @dataclass(frozen=True)

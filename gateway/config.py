@@ -6,14 +6,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from egbe.v1 import common_pb2
+from services import vocabulary
 
-TIER_NAMES: dict[int, str] = {
-    common_pb2.COGNITION_TIER_CLOTHO: "clotho",
-    common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
-    common_pb2.COGNITION_TIER_ATROPOS: "atropos",
-}
-TIERS_BY_NAME: dict[str, int] = {name: tier for tier, name in TIER_NAMES.items()}
+# The protocol's tier names (services.vocabulary), where the gateway's modules look for them.
+TIER_NAMES = vocabulary.TIER_NAMES
+TIERS_BY_NAME = vocabulary.TIERS_BY_NAME
 
 # The eval gate every routing change must re-run (validateMoiraiModelRoutingConfig).
 AGENT_BEHAVIOR_EVAL_GATE = "verify:v6 agent-behavior-evals"

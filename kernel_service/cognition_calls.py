@@ -8,14 +8,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from egbe.v1 import action_pb2, common_pb2
+from egbe.v1 import action_pb2
 from kernel_service.config import KernelConfig
+from services.vocabulary import TIER_NAMES
 
-TIER_NAMES = {
-    common_pb2.COGNITION_TIER_CLOTHO: "clotho",
-    common_pb2.COGNITION_TIER_LACHESIS: "lachesis",
-    common_pb2.COGNITION_TIER_ATROPOS: "atropos",
-}
 # Reflection and summary calls are deferrable enough to coalesce; live planning and dialogue never wait
 # for a batch.
 BATCHABLE_CAUSES = frozenset(

@@ -8,26 +8,22 @@ does the kernel register the Ori. A refusal or an unreachable biography leaves t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from typing import cast
+from collections.abc import Sequence
 
 import grpc
-from google.rpc import status_pb2
 
 from egbe.v1 import biography_pb2, kernel_pb2
 from kernel_service.dispatcher import Dispatcher
-from kernel_service.kernel import Kernel
-from services.errors import (
-    EgbeError,
-    FailedPrecondition,
-    FieldViolation,
-    InvalidArgument,
-    Unavailable,
-    field_violations,
+from kernel_service.errors import (
+    BiographyRefused,
+    BiographyUnreachable,
+    IdentitiesInvalid,
+    KernelError,
+    NoBiography,
 )
+from kernel_service.kernel import Kernel
+from services.errors import FieldViolation, InvalidArgument, peer_violations
 
-# Where gRPC carries the google.rpc.Status (with its BadRequest) of a failed call.
-_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _UNREACHABLE = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 )
@@ -51,10 +47,7 @@ async def record_identities(
             )
         first[ori_id] = index
     if dispatcher.biography_target is None:
-        raise FailedPrecondition(
-            "identities are recorded in the biography: configure kernel.biography_target",
-            violations=[FieldViolation(f"agents[{carried[0]}].identity", "no biography to record it")],
-        )
+        raise NoBiography(f"agents[{carried[0]}].identity")
     world_tick = 0 if kernel.last_tick is None else kernel.last_tick + 1
     registrations = [
         biography_pb2.IdentityRegistration(
@@ -70,20 +63,15 @@ async def record_identities(
         raise _refusal(error, carried) from error
 
 
-def _refusal(error: grpc.aio.AioRpcError, carried: Sequence[int]) -> EgbeError:
+def _refusal(error: grpc.aio.AioRpcError, carried: Sequence[int]) -> KernelError:
     """The biography's refusal as the kernel's: its field paths re-rooted under `agents[i]`."""
     code = error.code()
-    metadata = {"peer": "biography", "peer_code": code.name}
     if code is grpc.StatusCode.INVALID_ARGUMENT:
-        violations = [_reroot(v, carried) for v in _peer_violations(error)]
-        return InvalidArgument(violations or [FieldViolation("agents", f"biography: {error.details()}")])
+        violations = [_reroot(v, carried) for v in peer_violations(error)]
+        return IdentitiesInvalid(violations or [FieldViolation("agents", f"biography: {error.details()}")])
     if code in _UNREACHABLE:
-        return Unavailable(
-            f"the biography could not record the identities ({code.name}); nothing was registered, "
-            "and a retry is safe",
-            metadata=metadata,
-        )
-    return FailedPrecondition(f"the biography refused the identities: {code.name}: {error.details()}")
+        return BiographyUnreachable(code.name)
+    return BiographyRefused(code.name, str(error.details()))
 
 
 def _reroot(violation: FieldViolation, carried: Sequence[int]) -> FieldViolation:
@@ -94,11 +82,3 @@ def _reroot(violation: FieldViolation, carried: Sequence[int]) -> FieldViolation
     agent, rest = carried[int(matched.group(1))], matched.group(2)
     rest = ".ori.ori_id" if rest == ".ori_id" else rest if rest.startswith(".identity") else ".identity"
     return FieldViolation(f"agents[{agent}]{rest}", violation.description)
-
-
-def _peer_violations(error: grpc.aio.AioRpcError) -> list[FieldViolation]:
-    trailing = cast(Iterable[tuple[str, str | bytes]], error.trailing_metadata() or ())
-    for key, value in trailing:
-        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
-            return field_violations(status_pb2.Status.FromString(value))
-    return []

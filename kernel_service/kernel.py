@@ -23,6 +23,7 @@ from kernel_service.behavior_seam import BehaviorLayer, Escalations
 from kernel_service.cognition_calls import CallTables
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
+from kernel_service.errors import UnknownAgent
 from kernel_service.fragments import FragmentStore
 from kernel_service.moment import Moments, capture_moments
 from kernel_service.perception_codec import DecodedBatch, decode_batch
@@ -36,7 +37,7 @@ from kernel_service.tick_result import (
     guard_stamps,
     report_constants,
 )
-from services.errors import FieldViolation, InvalidArgument, NotFound
+from services.errors import FieldViolation, InvalidArgument
 
 # Bit t of a tick's `cognition_unavailable_tiers` is CognitionTier t (Clotho 1, Lachesis 2, Atropos 3).
 ALL_TIER_BITS = (
@@ -309,19 +310,13 @@ class Kernel:
         )
 
     def slot_of(self, slot: int | None, ori_id: str | None) -> int:
-        """Resolve a slot or an Ori id; NotFound when neither names a registered agent."""
+        """Resolve a slot or an Ori id; UnknownAgent when neither names a registered agent."""
         if ori_id is not None:
             if ori_id not in self.slot_by_ori:
-                raise NotFound(
-                    f"ori {ori_id!r} is not registered",
-                    violations=[FieldViolation("ori_id", "names no registered Ori")],
-                )
+                raise UnknownAgent(f"ori {ori_id!r} is not registered", "ori_id", "names no registered Ori")
             return self.slot_by_ori[ori_id]
         if slot is None or slot >= self.arrays.count:
-            raise NotFound(
-                f"slot {slot} is not registered",
-                violations=[FieldViolation("slot", "names no registered slot")],
-            )
+            raise UnknownAgent(f"slot {slot} is not registered", "slot", "names no registered slot")
         return slot
 
     def capture_moments(self) -> Moments:

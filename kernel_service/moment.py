@@ -17,13 +17,14 @@ from numpy.typing import NDArray
 from egbe.v1 import action_pb2, perception_pb2
 from kernel_service.agent_state import AgentArrays, guard_names
 from kernel_service.behavior.compiled_plans import NO_METHOD
-from kernel_service.behavior.goal_refs import goal_family, goal_tags
 from kernel_service.behavior.htn import MethodLibrary
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
-from kernel_service.behavior.vocabulary import Emotion, GoalFamily
+from kernel_service.behavior.vocabulary import Emotion
 from kernel_service.behavior_seam import BehaviorLayer
 from kernel_service.situations import Situations
 from kernel_service.tick_result import GuardStamps
+from services.goal_refs import goal_family, goal_tags
+from services.vocabulary import GOAL_FAMILY_NAMES
 
 # Kernel arrays a moment reads, by CallMoment field (goal, step and source as the tick answered them;
 # the goal falls back to the one perceived when the answer names none).
@@ -48,10 +49,9 @@ _MINOR = 1 << perception_pb2.PERCEPTION_FLAG_BIT_MINOR_PRESENT
 def goal_words(goal_ref: int, library: MethodLibrary | None) -> str:
     """A structured goal ref in words: its family, then its context tags ("vocation: station-known");
     "" for no goal or a ref outside the layout (a world's own interned goal)."""
-    family = goal_family(goal_ref)
-    if goal_ref == 0 or family not in GoalFamily._value2member_map_ or family == GoalFamily.NONE:
+    name = GOAL_FAMILY_NAMES.get(goal_family(goal_ref), "")
+    if goal_ref == 0 or not name:
         return ""
-    name = GoalFamily(family).name.lower().replace("_", "-")
     tags = goal_tags(goal_ref)
     named = [tag for bit, tag in enumerate(library.tags) if tags >> bit & 1] if library is not None else []
     return f"{name}: {', '.join(named)}" if named else name

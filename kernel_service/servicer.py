@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from kernel_service.dispatcher import Dispatcher
+from kernel_service.errors import mapped
 from kernel_service.identities import record_identities
 from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics
@@ -61,7 +62,8 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self, request: kernel_pb2.RegisterAgentsRequest, context: Context
     ) -> kernel_pb2.RegisterAgentsResponse:
         # Identities first: the biography records them before the kernel registers anyone.
-        await record_identities(self._kernel, self._dispatcher, request)
+        with mapped():
+            await record_identities(self._kernel, self._dispatcher, request)
         slots = self._kernel.register(request.world_id, request.agents)
         if self._tick_log is not None:
             self._tick_log.record_registration(request)
@@ -139,9 +141,10 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         which = request.WhichOneof("agent")
         if which is None:
             raise InvalidArgument.field("agent", "set slot or ori_id")
-        slot = self._kernel.slot_of(
-            request.slot if which == "slot" else None, request.ori_id if which == "ori_id" else None
-        )
+        with mapped():
+            slot = self._kernel.slot_of(
+                request.slot if which == "slot" else None, request.ori_id if which == "ori_id" else None
+            )
         return self._kernel.agent_state(slot)
 
     async def ApplyStewardDirective(
@@ -152,7 +155,8 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         if not request.ori_id:
             raise InvalidArgument.field("ori_id", "must be set")
         self._check_world(request.world_id)
-        slot = self._kernel.slot_of(None, request.ori_id)
+        with mapped():
+            slot = self._kernel.slot_of(None, request.ori_id)
         decision = enforce_steward_not_owner(request.directive, slot, request.ori_id)
         return kernel_pb2.ApplyStewardDirectiveResponse(
             allowed=decision.allowed,

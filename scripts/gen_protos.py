@@ -1,5 +1,8 @@
 """Regenerate the egbe.v1 Python package (messages, gRPC stubs, mypy stubs) from protos/.
 
+The package also carries the protocol's published JSON Schemas (protos/egbe/v1/schemas/, the reply
+contract scripts/export_output_schemas.py writes), copied as they are into egbe/v1/schemas/.
+
 Generated code is committed so a checkout imports without a build step; `--check` (run by CI)
 regenerates into a temporary folder and fails if the committed files differ.
 """
@@ -43,6 +46,10 @@ def generate(out_dir: Path) -> list[Path]:
     for package in (out_dir / "egbe", out_dir / PACKAGE_DIR):
         init = package / "__init__.py"
         init.write_text('"""Generated egbe-protocol code; regenerate with scripts/gen_protos.py."""\n')
+    schemas = out_dir / PACKAGE_DIR / "schemas"
+    schemas.mkdir()
+    for schema in sorted((PROTO_ROOT / PACKAGE_DIR / "schemas").glob("*.json")):
+        shutil.copyfile(schema, schemas / schema.name)
     return sorted(p for p in (out_dir / "egbe").rglob("*") if p.is_file())
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 from google.protobuf import any_pb2
@@ -120,21 +121,24 @@ class PermissionDenied(EgbeError):
     reason = "PERMISSION_DENIED"
 
 
-class NotBuilt(EgbeError):
-    """A capability owned by a later piece of work: says so loudly instead of faking success."""
-
-    code = grpc.StatusCode.UNIMPLEMENTED
-    reason = "NOT_BUILT"
-
-    def __init__(self, capability: str) -> None:
-        super().__init__(f"{capability} is not built yet", metadata={"capability": capability})
-
-
 def to_rpc_status(error: EgbeError) -> status_pb2.Status:
     """The google.rpc.Status for a domain error, details included."""
     code_value = error.code.value[0]
     assert code_pb2.Code.Name(code_value)  # every grpc.StatusCode is a google.rpc code
     return status_pb2.Status(code=code_value, message=error.message, details=error.details())
+
+
+# Where gRPC carries the google.rpc.Status (with its BadRequest) of a failed call.
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def peer_violations(error: grpc.aio.AioRpcError) -> list[FieldViolation]:
+    """The fields a peer's refusal named, from the status details in its trailing metadata."""
+    trailing = cast(Iterable[tuple[str, str | bytes]], error.trailing_metadata() or ())
+    for key, value in trailing:
+        if key == _STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return field_violations(status_pb2.Status.FromString(value))
+    return []
 
 
 def field_violations(status: status_pb2.Status) -> list[FieldViolation]:

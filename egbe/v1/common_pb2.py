@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65gbe/v1/common.proto\x12\x07\x65gbe.v1\"=\n\x06OriRef\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x10\n\x08world_id\x18\x02 \x01(\t\x12\x0e\n\x06ori_id\x18\x03 \x01(\t\"p\n\nTokenUsage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x04\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x04\"4\n\x0c\x43ostMicroUsd\x12\x11\n\tmicro_usd\x18\x01 \x01(\x04\x12\x11\n\testimated\x18\x02 \x01(\x08\"3\n\x11\x43onfigFingerprint\x12\x0f\n\x07\x66nv1a64\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t*\x83\x01\n\rCognitionTier\x12\x1e\n\x1a\x43OGNITION_TIER_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43OGNITION_TIER_CLOTHO\x10\x01\x12\x1b\n\x17\x43OGNITION_TIER_LACHESIS\x10\x02\x12\x1a\n\x16\x43OGNITION_TIER_ATROPOS\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x65gbe/v1/common.proto\x12\x07\x65gbe.v1\"=\n\x06OriRef\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x10\n\x08world_id\x18\x02 \x01(\t\x12\x0e\n\x06ori_id\x18\x03 \x01(\t\"p\n\nTokenUsage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x04\x12\x15\n\routput_tokens\x18\x02 \x01(\x04\x12\x19\n\x11\x63\x61\x63he_read_tokens\x18\x03 \x01(\x04\x12\x1a\n\x12\x63\x61\x63he_write_tokens\x18\x04 \x01(\x04\"4\n\x0c\x43ostMicroUsd\x12\x11\n\tmicro_usd\x18\x01 \x01(\x04\x12\x11\n\testimated\x18\x02 \x01(\x08\"3\n\x11\x43onfigFingerprint\x12\x0f\n\x07\x66nv1a64\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t*\x83\x01\n\rCognitionTier\x12\x1e\n\x1a\x43OGNITION_TIER_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43OGNITION_TIER_CLOTHO\x10\x01\x12\x1b\n\x17\x43OGNITION_TIER_LACHESIS\x10\x02\x12\x1a\n\x16\x43OGNITION_TIER_ATROPOS\x10\x03*\x8e\x01\n\nGoalFamily\x12\x1b\n\x17GOAL_FAMILY_UNSPECIFIED\x10\x00\x12\x18\n\x14GOAL_FAMILY_VOCATION\x10\x01\x12\x16\n\x12GOAL_FAMILY_TRAVEL\x10\x02\x12\x16\n\x12GOAL_FAMILY_SOCIAL\x10\x03\x12\x19\n\x15GOAL_FAMILY_SELF_CARE\x10\x04*\xe6\x01\n\x07GoalTag\x12\x18\n\x14GOAL_TAG_UNSPECIFIED\x10\x00\x12\x1a\n\x16GOAL_TAG_STATION_KNOWN\x10\x01\x12\x18\n\x14GOAL_TAG_ROUTE_KNOWN\x10\x02\x12 \n\x1cGOAL_TAG_RELATIONSHIP_REPAIR\x10\x03\x12\x16\n\x12GOAL_TAG_NEED_REST\x10\x04\x12\x18\n\x14GOAL_TAG_SEEK_SAFETY\x10\x05\x12\x1b\n\x17GOAL_TAG_THREAT_PRESENT\x10\x06\x12\x1a\n\x16GOAL_TAG_MINOR_PRESENT\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,6 +33,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_COGNITIONTIER']._serialized_start=318
   _globals['_COGNITIONTIER']._serialized_end=449
+  _globals['_GOALFAMILY']._serialized_start=452
+  _globals['_GOALFAMILY']._serialized_end=594
+  _globals['_GOALTAG']._serialized_start=597
+  _globals['_GOALTAG']._serialized_end=827
   _globals['_ORIREF']._serialized_start=33
   _globals['_ORIREF']._serialized_end=94
   _globals['_TOKENUSAGE']._serialized_start=96

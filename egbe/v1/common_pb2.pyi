@@ -43,6 +43,70 @@ COGNITION_TIER_ATROPOS: CognitionTier.ValueType  # 3
 """Offline or distant: a narrative summary 4 times a game-day."""
 Global___CognitionTier: _TypeAlias = CognitionTier  # noqa: Y015
 
+class _GoalFamily:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GoalFamilyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GoalFamily.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GOAL_FAMILY_UNSPECIFIED: _GoalFamily.ValueType  # 0
+    GOAL_FAMILY_VOCATION: _GoalFamily.ValueType  # 1
+    GOAL_FAMILY_TRAVEL: _GoalFamily.ValueType  # 2
+    GOAL_FAMILY_SOCIAL: _GoalFamily.ValueType  # 3
+    GOAL_FAMILY_SELF_CARE: _GoalFamily.ValueType  # 4
+
+class GoalFamily(_GoalFamily, metaclass=_GoalFamilyEnumTypeWrapper):
+    """A structured goal ref is the uint32 that AgentPerception.goal_ref, ActionIntent.goal_ref and
+    CallMoment.goal_ref carry. A world interns its goals into refs; laid out as below, the kernel
+    decomposes a ref without a lookup table, and cognition writes the goal a decision chose:
+      bits 28..31  family: a GoalFamily number (0 only in ref 0, which means "no structured goal")
+      bits 12..27  context tags: GoalTag number n is bit n-1 of this 16-bit field
+      bits  0..11  instance: which goal of that family; 0 is reserved for goals the Ori surfaced
+                   itself from its needs, so a goal chosen by cognition or a world is never 0.
+    The lowercase, hyphenated enum suffix is a family's or tag's name in text (self-care,
+    station-known): the HTN method library and cognition's decision replies use these names.
+
+    The authored HTN families; a structured goal carries exactly one.
+    """
+
+GOAL_FAMILY_UNSPECIFIED: GoalFamily.ValueType  # 0
+GOAL_FAMILY_VOCATION: GoalFamily.ValueType  # 1
+GOAL_FAMILY_TRAVEL: GoalFamily.ValueType  # 2
+GOAL_FAMILY_SOCIAL: GoalFamily.ValueType  # 3
+GOAL_FAMILY_SELF_CARE: GoalFamily.ValueType  # 4
+Global___GoalFamily: _TypeAlias = GoalFamily  # noqa: Y015
+
+class _GoalTag:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GoalTagEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GoalTag.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GOAL_TAG_UNSPECIFIED: _GoalTag.ValueType  # 0
+    GOAL_TAG_STATION_KNOWN: _GoalTag.ValueType  # 1
+    GOAL_TAG_ROUTE_KNOWN: _GoalTag.ValueType  # 2
+    GOAL_TAG_RELATIONSHIP_REPAIR: _GoalTag.ValueType  # 3
+    GOAL_TAG_NEED_REST: _GoalTag.ValueType  # 4
+    GOAL_TAG_SEEK_SAFETY: _GoalTag.ValueType  # 5
+    GOAL_TAG_THREAT_PRESENT: _GoalTag.ValueType  # 6
+    GOAL_TAG_MINOR_PRESENT: _GoalTag.ValueType  # 7
+
+class GoalTag(_GoalTag, metaclass=_GoalTagEnumTypeWrapper):
+    """Context tags of a structured goal. The number fixes the bit, so values are append-only. The
+    kernel sets NEED_REST, THREAT_PRESENT and MINOR_PRESENT from perception on every evaluation: a
+    goal chosen by cognition never carries them, so it cannot pin a situation that has passed.
+    """
+
+GOAL_TAG_UNSPECIFIED: GoalTag.ValueType  # 0
+GOAL_TAG_STATION_KNOWN: GoalTag.ValueType  # 1
+GOAL_TAG_ROUTE_KNOWN: GoalTag.ValueType  # 2
+GOAL_TAG_RELATIONSHIP_REPAIR: GoalTag.ValueType  # 3
+GOAL_TAG_NEED_REST: GoalTag.ValueType  # 4
+GOAL_TAG_SEEK_SAFETY: GoalTag.ValueType  # 5
+GOAL_TAG_THREAT_PRESENT: GoalTag.ValueType  # 6
+GOAL_TAG_MINOR_PRESENT: GoalTag.ValueType  # 7
+Global___GoalTag: _TypeAlias = GoalTag  # noqa: Y015
+
 @_typing.final
 class OriRef(_message.Message):
     """Who an Ori belongs to and where it lives."""

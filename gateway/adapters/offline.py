@@ -7,36 +7,37 @@ the crossroads and its options, the top objective, the place and the emotion; it
 a small template grammar whose choices come from the SHA-256 of the prompt, so the reply varies with
 the call. It cites a recalled memory by ref and never quotes a memory's text. Nothing it writes can
 pass for a model's: every text field starts with OFFLINE_LABEL and every reply is `offline=True`.
+
+It knows cognition's replies only through the protocol: the JSON Schema published for each output
+schema name (egbe/v1/schemas/<name>.json), against which every reply it builds is checked.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
+from typing import Any
 
-from cognition_service.output_schemas import (
-    OUTPUT_SCHEMAS,
-    ChosenGoal,
-    DecisionReply,
-    DialogueReply,
-    OutputSchemaName,
-    ReflectionReply,
-    SummaryReply,
-)
+from jsonschema import Draft202012Validator
+
 from gateway.adapters.base import ModelReply, ModelRequest
 from gateway.cost import Usage, estimate_tokens
-from kernel_service.behavior.htn import FamilyName
 from services.errors import InvalidArgument, ResourceExhausted
 
 OFFLINE_LABEL = "[offline]"
 OFFLINE_MODEL_REF = "offline:deterministic-v1"
+# The published reply contract, by output schema name ("egbe.cognition.dialogue.v1").
+REPLY_SCHEMAS: dict[str, Draft202012Validator] = {
+    entry.name.removesuffix(".json"): Draft202012Validator(json.loads(entry.read_text(encoding="utf-8")))
+    for entry in sorted(resources.files("egbe.v1").joinpath("schemas").iterdir(), key=lambda e: e.name)
+    if entry.name.endswith(".json")
+}
 MODE_SCHEMAS = {
-    "dialogue": OutputSchemaName.DIALOGUE,
-    "decision": OutputSchemaName.DECISION,
-    "reflection": OutputSchemaName.REFLECTION,
-    "summary": OutputSchemaName.SUMMARY,
+    mode: f"egbe.cognition.{mode}.v1" for mode in ("dialogue", "decision", "reflection", "summary")
 }
 EMOTIONS = ("calm", "curious", "warm", "wary", "hopeful", "tired")
 DEFAULT_OBJECTIVE = "get through the day"
@@ -60,9 +61,9 @@ _WHETHER = re.compile(r"\bwhether (?:to )?(.+?)[.?!]*$", re.I)
 # else is the Ori's vocation (mending a net or repairing a mill is work). An apology, amends or a
 # reconciliation names the relationship-repair tag too.
 _FAMILY_WORDS = (
-    (FamilyName.SOCIAL, re.compile(r"\b(talk|friend|apolog|amends|reconcil|visit|comfort|thank)", re.I)),
-    (FamilyName.SELF_CARE, re.compile(r"\b(rest|sleep|eat|heal|recover|food|drink)", re.I)),
-    (FamilyName.TRAVEL, re.compile(r"\b(travel|journey|walk to|go to|return to|reach|follow)", re.I)),
+    ("social", re.compile(r"\b(talk|friend|apolog|amends|reconcil|visit|comfort|thank)", re.I)),
+    ("self-care", re.compile(r"\b(rest|sleep|eat|heal|recover|food|drink)", re.I)),
+    ("travel", re.compile(r"\b(travel|journey|walk to|go to|return to|reach|follow)", re.I)),
 )
 _REPAIR_WORDS = re.compile(r"\b(apolog|amends|reconcil)", re.I)
 
@@ -256,7 +257,10 @@ def _need_line(voice: Voice, context: PromptContext) -> str:
     )
 
 
-def _dialogue(voice: Voice, context: PromptContext) -> DialogueReply:
+Reply = dict[str, Any]
+
+
+def _dialogue(voice: Voice, context: PromptContext) -> Reply:
     speaker = context.speaker or "friend"
     if context.heard:
         opening = voice.pick(
@@ -287,19 +291,22 @@ def _dialogue(voice: Voice, context: PromptContext) -> DialogueReply:
     utterance = " ".join(
         [OFFLINE_LABEL, opening, answer, _self_line(voice, context), _scene_line(voice, context)]
     )
-    return DialogueReply(
-        utterance=_clip(utterance, 600),
-        addressed_to=(context.speaker_id or speaker)[:128],
-        emotion=context.emotion or voice.pick(EMOTIONS),
-        cited_memory_refs=[context.memory_ref] if context.memory_ref else [],
-    )
+    return {
+        "utterance": _clip(utterance, 600),
+        "addressed_to": (context.speaker_id or speaker)[:128],
+        "emotion": context.emotion or voice.pick(EMOTIONS),
+        "cited_memory_refs": [context.memory_ref] if context.memory_ref else [],
+        "claims": [],
+        "claimed_capabilities": [],
+    }
 
 
-def _goal_for(objective: str) -> ChosenGoal:
-    """The structured goal the objective names, so the kernel's HTN can pursue the decision."""
-    family = next((family for family, words in _FAMILY_WORDS if words.search(objective)), FamilyName.VOCATION)
-    tags = ["relationship-repair"] if family is FamilyName.SOCIAL and _REPAIR_WORDS.search(objective) else []
-    return ChosenGoal.model_validate({"family": family, "tags": tags})
+def _goal_for(objective: str) -> Reply:
+    """The structured goal the objective names (protocol family and tag names), so the kernel's
+    HTN can pursue the decision."""
+    family = next((family for family, words in _FAMILY_WORDS if words.search(objective)), "vocation")
+    tags = ["relationship-repair"] if family == "social" and _REPAIR_WORDS.search(objective) else []
+    return {"family": family, "tags": tags}
 
 
 def _choose(voice: Voice, context: PromptContext) -> tuple[int, str]:
@@ -320,7 +327,7 @@ def _choose(voice: Voice, context: PromptContext) -> tuple[int, str]:
     return voice.number(len(options)), reason
 
 
-def _decision(voice: Voice, context: PromptContext) -> DecisionReply:
+def _decision(voice: Voice, context: PromptContext) -> Reply:
     who = _who(context)
     if context.options:
         index, why = _choose(voice, context)
@@ -371,16 +378,17 @@ def _decision(voice: Voice, context: PromptContext) -> DecisionReply:
             _scene_line(voice, context),
         ]
     )
-    return DecisionReply(
-        action=action,
-        target=_clip(target, 128),
-        rationale=_clip(rationale, 600),
-        goal=_goal_for(goal_words),
-        cited_memory_refs=[context.memory_ref] if context.memory_ref else [],
-    )
+    return {
+        "action": action,
+        "target": _clip(target, 128),
+        "rationale": _clip(rationale, 600),
+        "goal": _goal_for(goal_words),
+        "cited_memory_refs": [context.memory_ref] if context.memory_ref else [],
+        "claimed_capabilities": [],
+    }
 
 
-def _reflection(voice: Voice, context: PromptContext) -> ReflectionReply:
+def _reflection(voice: Voice, context: PromptContext) -> Reply:
     insight = voice.pick(
         [
             "{who} thinks the day has asked a lot.",
@@ -393,14 +401,14 @@ def _reflection(voice: Voice, context: PromptContext) -> ReflectionReply:
     )
     parts = [insight, _self_line(voice, context), _need_line(voice, context), _scene_line(voice, context)]
     text = " ".join([OFFLINE_LABEL, *parts])
-    return ReflectionReply(
-        insight=_clip(text, 600),
-        salience_bp=3_000 + voice.number(5_000),
-        cited_memory_refs=[context.memory_ref] if context.memory_ref else [],
-    )
+    return {
+        "insight": _clip(text, 600),
+        "salience_bp": 3_000 + voice.number(5_000),
+        "cited_memory_refs": [context.memory_ref] if context.memory_ref else [],
+    }
 
 
-def _summary(voice: Voice, context: PromptContext) -> SummaryReply:
+def _summary(voice: Voice, context: PromptContext) -> Reply:
     who = _who(context)
     summary = voice.pick(
         ["{who} had a steady day.", "{who} had a full day.", "{who} had a quiet day."], who=who
@@ -409,33 +417,35 @@ def _summary(voice: Voice, context: PromptContext) -> SummaryReply:
         voice.pick(["Morning: the usual work.", "Morning: an early start.", "Morning: slow going."]),
         voice.pick(["Evening: rest at last.", "Evening: a meal and bed.", "Evening: talk by the fire."]),
     ]
-    return SummaryReply(
-        summary=_clip(" ".join([OFFLINE_LABEL, summary, _self_line(voice, context)]), 600),
-        beats=[f"{OFFLINE_LABEL} {beat}" for beat in beats],
-    )
+    return {
+        "summary": _clip(" ".join([OFFLINE_LABEL, summary, _self_line(voice, context)]), 600),
+        "beats": [f"{OFFLINE_LABEL} {beat}" for beat in beats],
+    }
 
 
-def _reply_for(schema: OutputSchemaName, context: PromptContext, voice: Voice) -> str:
-    reply: DialogueReply | DecisionReply | ReflectionReply | SummaryReply
-    if schema is OutputSchemaName.DIALOGUE:
-        reply = _dialogue(voice, context)
-    elif schema is OutputSchemaName.DECISION:
-        reply = _decision(voice, context)
-    elif schema is OutputSchemaName.REFLECTION:
-        reply = _reflection(voice, context)
-    else:
-        reply = _summary(voice, context)
-    return reply.model_dump_json(exclude_none=True)
+# Each reply by the schema name of its mode.
+_BUILDERS: dict[str, Callable[[Voice, PromptContext], Reply]] = {
+    MODE_SCHEMAS["dialogue"]: _dialogue,
+    MODE_SCHEMAS["decision"]: _decision,
+    MODE_SCHEMAS["reflection"]: _reflection,
+    MODE_SCHEMAS["summary"]: _summary,
+}
 
 
-def schema_for(request: ModelRequest) -> OutputSchemaName:
+def _reply_for(schema: str, context: PromptContext, voice: Voice) -> str:
+    """The reply as compact JSON, checked against its published schema (a failure is a bug here)."""
+    reply = _BUILDERS[schema](voice, context)
+    REPLY_SCHEMAS[schema].validate(reply)
+    return json.dumps(reply, ensure_ascii=False, separators=(",", ":"))
+
+
+def schema_for(request: ModelRequest) -> str:
     """The output schema named by the request, else the one of its mode."""
     if request.output_schema:
-        try:
-            return OutputSchemaName(request.output_schema)
-        except ValueError:
-            names = ", ".join(s.value for s in OUTPUT_SCHEMAS)
-            raise InvalidArgument.field("output_schema", f"unknown schema; expected one of {names}") from None
+        if request.output_schema not in _BUILDERS:
+            names = ", ".join(_BUILDERS)
+            raise InvalidArgument.field("output_schema", f"unknown schema; expected one of {names}")
+        return request.output_schema
     try:
         return MODE_SCHEMAS[request.mode]
     except KeyError:

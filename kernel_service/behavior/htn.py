@@ -1,4 +1,8 @@
-"""The HTN method library (a versioned TOML file validated by pydantic) and the scalar planner."""
+"""The HTN method library (a versioned TOML file validated by pydantic) and the scalar planner.
+
+Families and tags are the protocol's (GoalFamily, GoalTag): a method names them as the chassis
+vocabulary spells them, and a goal ref's tag bit i is the protocol's tag i.
+"""
 
 from __future__ import annotations
 
@@ -11,30 +15,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from egbe.v1 import action_pb2
-from kernel_service.behavior.goal_refs import TAG_BITS
-from kernel_service.behavior.vocabulary import GoalFamily
 from services.errors import FieldViolation
+from services.goal_refs import tag_mask_of
+from services.vocabulary import GOAL_FAMILIES_BY_NAME, GOAL_FAMILY_NAMES, GOAL_TAG_NAMES
 
 DEFAULT_METHODS_PATH = Path(__file__).with_name("methods.toml")
 
-# Tags the layer derives from perception or surfaces with autonomous goals; every library declares them.
-LAYER_TAGS = ("station-known", "need-rest", "seek-safety", "threat-present", "minor-present")
-# The ones it sets from perception on every evaluation (fatigue, threat, a minor present): a goal
-# chosen by cognition never carries them, so it cannot pin a situation that has passed.
-PERCEIVED_TAGS = ("need-rest", "threat-present", "minor-present")
-
 Slug = Annotated[str, Field(pattern=r"^[a-z][a-z0-9.-]{0,63}$")]
-
-
-class FamilyName(StrEnum):
-    VOCATION = "vocation"
-    TRAVEL = "travel"
-    SOCIAL = "social"
-    SELF_CARE = "self-care"
-
-    @property
-    def family(self) -> GoalFamily:
-        return GoalFamily[self.name]
 
 
 class StepAction(StrEnum):
@@ -68,7 +55,7 @@ class MethodSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: Slug
-    family: FamilyName
+    family: Slug
     priority: int = Field(ge=0, le=100)
     requires: list[Slug] = Field(default_factory=list)
     excludes: list[Slug] = Field(default_factory=list)
@@ -82,7 +69,6 @@ class MethodLibrarySpec(BaseModel):
 
     schema_version: Literal[1]
     library_version: Annotated[str, Field(min_length=1, max_length=64)]
-    tags: list[Slug] = Field(min_length=1, max_length=TAG_BITS)
     methods: list[MethodSpec] = Field(min_length=1)
 
 
@@ -107,7 +93,7 @@ class Method:
     """A validated method: its tags as bit masks over the library's tag vocabulary."""
 
     method_id: str
-    family: GoalFamily
+    family: int  # a GoalFamily number
     priority: int
     requires_mask: int
     excludes_mask: int
@@ -119,7 +105,8 @@ class Method:
 
 @dataclass(frozen=True)
 class MethodLibrary:
-    """Methods ordered by family, then priority (highest first), then file order."""
+    """Methods ordered by family, then priority (highest first), then file order; `tags` is the
+    protocol's tag vocabulary (index = bit)."""
 
     library_version: str
     tags: tuple[str, ...]
@@ -138,27 +125,27 @@ class MethodLibrary:
 
 def _cross_check(spec: MethodLibrarySpec) -> list[FieldViolation]:
     violations: list[FieldViolation] = []
-    known = set(spec.tags)
-    for i, tag in enumerate(spec.tags):
-        if tag in spec.tags[:i]:
-            violations.append(FieldViolation(f"tags.{i}", f"duplicate tag {tag!r}"))
     seen_ids: set[str] = set()
     for m, method in enumerate(spec.methods):
         if method.id in seen_ids:
             violations.append(FieldViolation(f"methods.{m}.id", f"duplicate method id {method.id!r}"))
         seen_ids.add(method.id)
+        if method.family not in GOAL_FAMILIES_BY_NAME:
+            violations.append(
+                FieldViolation(
+                    f"methods.{m}.family",
+                    f"unknown family {method.family!r}; known: {', '.join(GOAL_FAMILIES_BY_NAME)}",
+                )
+            )
         for key in ("requires", "excludes"):
             for t, tag in enumerate(getattr(method, key)):
-                if tag not in known:
+                if tag not in GOAL_TAG_NAMES:
                     violations.append(FieldViolation(f"methods.{m}.{key}.{t}", f"unknown tag {tag!r}"))
+    covered = {method.family for method in spec.methods}
     violations.extend(
-        FieldViolation("tags", f"missing tag {tag!r} the behaviour layer sets itself")
-        for tag in LAYER_TAGS
-        if tag not in known
-    )
-    missing = set(FamilyName) - {method.family for method in spec.methods}
-    violations.extend(
-        FieldViolation("methods", f"no method for family {name.value!r}") for name in sorted(missing)
+        FieldViolation("methods", f"no method for family {name!r}")
+        for name in sorted(GOAL_FAMILY_NAMES.values())
+        if name not in covered
     )
     return violations
 
@@ -178,24 +165,21 @@ def parse_method_library(document: object, path: Path) -> MethodLibrary:
     violations = _cross_check(spec)
     if violations:
         raise MethodLibraryInvalid(path, violations)
-    tags = tuple(spec.tags)
-
-    def mask(names: list[str]) -> int:
-        return sum(1 << tags.index(name) for name in set(names))
-
-    ranked = sorted(enumerate(spec.methods), key=lambda im: (im[1].family.family, -im[1].priority, im[0]))
+    ranked = sorted(
+        enumerate(spec.methods), key=lambda im: (GOAL_FAMILIES_BY_NAME[im[1].family], -im[1].priority, im[0])
+    )
     methods = tuple(
         Method(
             method_id=spec_m.id,
-            family=spec_m.family.family,
+            family=GOAL_FAMILIES_BY_NAME[spec_m.family],
             priority=spec_m.priority,
-            requires_mask=mask(spec_m.requires),
-            excludes_mask=mask(spec_m.excludes),
+            requires_mask=tag_mask_of(set(spec_m.requires)),
+            excludes_mask=tag_mask_of(set(spec_m.excludes)),
             steps=tuple(PlannedStep(step.task, step.action.action_kind) for step in spec_m.steps),
         )
         for _, spec_m in ranked
     )
-    return MethodLibrary(spec.library_version, tags, methods)
+    return MethodLibrary(spec.library_version, GOAL_TAG_NAMES, methods)
 
 
 def load_method_library(path: Path = DEFAULT_METHODS_PATH) -> MethodLibrary:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from kernel_service.behavior.goal_refs import AUTONOMOUS_INSTANCE, encode_goal_ref
 from kernel_service.behavior.htn import MethodLibrary
 from kernel_service.behavior.vocabulary import GoalFamily, Need
+from services.goal_refs import AUTONOMOUS_INSTANCE, encode_goal_ref
 
 
 @dataclass(frozen=True)

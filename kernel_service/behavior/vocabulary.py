@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from egbe.v1 import action_pb2, kernel_pb2, perception_pb2
+from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 
 
 class Routine(IntEnum):
@@ -30,13 +30,13 @@ ROUTINE_ACTION: dict[Routine, int] = {
 
 
 class GoalFamily(IntEnum):
-    """The four authored HTN families; a goal ref carries one of them."""
+    """The protocol's goal families (common.proto GoalFamily); a goal ref carries one of them."""
 
-    NONE = 0
-    VOCATION = 1
-    TRAVEL = 2
-    SOCIAL = 3
-    SELF_CARE = 4
+    NONE = common_pb2.GOAL_FAMILY_UNSPECIFIED
+    VOCATION = common_pb2.GOAL_FAMILY_VOCATION
+    TRAVEL = common_pb2.GOAL_FAMILY_TRAVEL
+    SOCIAL = common_pb2.GOAL_FAMILY_SOCIAL
+    SELF_CARE = common_pb2.GOAL_FAMILY_SELF_CARE
 
 
 class Need(IntEnum):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from biography_service.continuity_eval import (
+from biography_service.rehydration import LoadBudget
+from biography_service.service import Biography
+from tests.biography.conftest import TEST_CONFIG
+from tests.biography.continuity_eval import (
     CONTINUITY_EVAL_PASS_THRESHOLD_BASIS_POINTS,
     FIXED_CASE_SEEDS,
     build_case,
     evaluate_continuity,
 )
-from biography_service.rehydration import LoadBudget
-from biography_service.service import Biography
-from tests.biography.conftest import TEST_CONFIG
 
 DEFAULT_BUDGET = LoadBudget(TEST_CONFIG.rehydrate_max_events, TEST_CONFIG.rehydrate_max_chars)
 

@@ -6,17 +6,11 @@ import pytest
 from pydantic import ValidationError
 
 from cognition_service import commit
-from cognition_service.failures import AttributionMismatch
-from cognition_service.output_schemas import (
-    GOAL_LIBRARY,
-    DecisionReply,
-    DialogueReply,
-    ReflectionReply,
-    SummaryReply,
-)
+from cognition_service.errors import AttributionMismatch
+from cognition_service.output_schemas import DecisionReply, DialogueReply, ReflectionReply, SummaryReply
 from egbe.v1 import action_pb2, biography_pb2, common_pb2, gateway_pb2, policy_pb2
-from kernel_service.behavior.goal_refs import AUTONOMOUS_INSTANCE, INSTANCE_MASK, goal_family, goal_tags
-from kernel_service.behavior.vocabulary import GoalFamily
+from kernel_service.behavior.htn import load_method_library
+from services.goal_refs import AUTONOMOUS_INSTANCE, INSTANCE_MASK, goal_family, goal_tags, tag_bit
 
 ORI = common_pb2.OriRef(tenant_id="t", world_id="w", ori_id="ori-1")
 REPLIES = {
@@ -103,12 +97,13 @@ def test_a_decisions_chosen_goal_becomes_the_goal_ref_the_kernels_htn_decomposes
         }
     )
     intent = commit.action_for(_identity("decision"), _dispatched("decision", reply=reply), 5_000, {})
-    assert goal_family(intent.goal_ref) == GoalFamily.SOCIAL
-    assert goal_tags(intent.goal_ref) == GOAL_LIBRARY.tag_bit("relationship-repair")
+    assert goal_family(intent.goal_ref) == common_pb2.GOAL_FAMILY_SOCIAL
+    assert goal_tags(intent.goal_ref) == tag_bit("relationship-repair") == 1 << 2
     assert intent.goal_ref & INSTANCE_MASK != AUTONOMOUS_INSTANCE  # not a need-surfaced goal
-    chosen = GOAL_LIBRARY.decompose(goal_family(intent.goal_ref), goal_tags(intent.goal_ref))
+    # The kernel's shipped method library decomposes it into its relationship-repair method.
+    chosen = load_method_library().decompose(goal_family(intent.goal_ref), goal_tags(intent.goal_ref))
     assert chosen is not None
-    assert chosen[1].requires_mask & GOAL_LIBRARY.tag_bit("relationship-repair")  # the repair method
+    assert chosen[1].requires_mask & tag_bit("relationship-repair")
     # The same decision always names the same goal; a decision without one names none.
     again = commit.action_for(_identity("decision"), _dispatched("decision", reply=reply), 5_000, {})
     assert again.goal_ref == intent.goal_ref

@@ -151,7 +151,7 @@ async def test_a_gateway_failure_fails_loud_and_commits_nothing(failure: Excepti
 
 
 async def test_an_empty_utterance_fails_loud() -> None:
-    from cognition_service.failures import EmptyReply
+    from cognition_service.errors import EmptyReply
 
     biography = RecordingBiography()
     with pytest.raises(EmptyReply):

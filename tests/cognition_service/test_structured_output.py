@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cognition_service.failures import EmptyReply
+from cognition_service.errors import EmptyReply
 from cognition_service.output_schemas import DialogueReply
 from cognition_service.structured_output import ReplyInvalid, extract_json, generate_validated, parse_reply
 from cognition_service.zoning import Feedback

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import COUNT_CANDIDATES
 from kernel_service.behavior.config import BehaviorConfig
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.vocabulary import THREAT_FLAG, GoalFamily
 from kernel_service.behavior_seam import Escalations
@@ -22,6 +21,7 @@ from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter, deterministic_digest, read_records, replay
 from services.errors import InvalidArgument
+from services.goal_refs import encode_goal_ref
 from tests.kernel_service.frames import CORES, WORLD, columns, registrations
 
 NEARBY = 1 << perception_pb2.PERCEPTION_FLAG_BIT_PLAYER_NEARBY_IN_WORLD  # every agent Lachesis

@@ -15,13 +15,13 @@ from egbe.v1 import action_pb2, common_pb2, kernel_pb2
 from kernel_service.agent_state import AgentArrays
 from kernel_service.behavior.config import BehaviorConfig
 from kernel_service.behavior.emotion import EmotionalEpisode
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.vocabulary import MINOR_PRESENT_FLAG, THREAT_FLAG, TRAIT_FIELDS, GoalFamily
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import TickCore, select_core
 from kernel_service.tick_log import deterministic_digest
+from services.goal_refs import encode_goal_ref
 from tests.kernel_service.frames import WORLD, columns
 
 LIBRARY = PersonalityBehaviorLayer().library

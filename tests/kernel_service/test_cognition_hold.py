@@ -11,13 +11,13 @@ from pydantic import ValidationError
 
 from egbe.v1 import action_pb2, kernel_pb2
 from kernel_service.behavior.config import BehaviorConfig
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.vocabulary import GoalFamily
 from kernel_service.config import KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter, replay
+from services.goal_refs import encode_goal_ref
 from tests.kernel_service.frames import CORES, WORLD, columns, registrations
 
 A = action_pb2

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.tree_kernel import ROUTINE_KIND
 from kernel_service.behavior.vocabulary import TRAIT_FIELDS, GoalFamily
 from kernel_service.config import GAME_MINUTE_TICKS, KernelConfig
 from kernel_service.kernel import Kernel
 from kernel_service.tick_core import select_core
+from services.goal_refs import encode_goal_ref
 from tests.kernel_service.frames import FAR_MM, WORLD, columns
 
 A = action_pb2

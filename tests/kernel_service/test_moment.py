@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from egbe.v1 import action_pb2, biography_pb2, kernel_pb2, perception_pb2
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.htn import load_method_library
 from kernel_service.behavior.vocabulary import GoalFamily
 from kernel_service.kernel import Kernel
+from services.goal_refs import encode_goal_ref
 from tests.kernel_service.frames import CORES, WORLD, frame, make_kernel, registrations, rows
 
 LIBRARY = load_method_library()

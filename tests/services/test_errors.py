@@ -11,7 +11,6 @@ from services.errors import (
     EgbeError,
     FieldViolation,
     InvalidArgument,
-    NotBuilt,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
@@ -45,7 +44,6 @@ def test_invalid_argument_needs_a_violation() -> None:
         (Unavailable("db down"), grpc.StatusCode.UNAVAILABLE, "UNAVAILABLE"),
         (Unauthenticated("no token"), grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"),
         (PermissionDenied("role"), grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"),
-        (NotBuilt("the thing"), grpc.StatusCode.UNIMPLEMENTED, "NOT_BUILT"),
     ],
 )
 def test_each_error_maps_to_its_code_and_reason(error: EgbeError, code: grpc.StatusCode, reason: str) -> None:
@@ -57,14 +55,6 @@ def test_each_error_maps_to_its_code_and_reason(error: EgbeError, code: grpc.Sta
     infos[0].Unpack(info)
     assert info.reason == reason
     assert info.domain == "egbe.dev"
-
-
-def test_not_built_names_the_capability() -> None:
-    status = to_rpc_status(NotBuilt("the kernel tick"))
-    assert status.message == "the kernel tick is not built yet"
-    info = error_details_pb2.ErrorInfo()
-    status.details[0].Unpack(info)
-    assert info.metadata["capability"] == "the kernel tick"
 
 
 def test_a_refusal_about_a_field_names_it_beside_its_error_info() -> None:

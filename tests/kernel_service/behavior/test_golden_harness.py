@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_service.behavior.golden_harness import run_golden_harness
+from tests.kernel_service.behavior.golden_harness import run_golden_harness
 
 FIXTURE = Path(__file__).with_name("golden_profiles.toml")
 

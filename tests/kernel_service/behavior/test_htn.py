@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from egbe.v1 import action_pb2
+from egbe.v1 import action_pb2, common_pb2
 from kernel_service.behavior.compiled_plans import NO_METHOD, CompiledMethods
 from kernel_service.behavior.htn import (
     DEFAULT_METHODS_PATH,
@@ -19,6 +19,7 @@ from kernel_service.behavior.htn import (
     parse_method_library,
 )
 from kernel_service.behavior.vocabulary import GoalFamily
+from services.vocabulary import GOAL_TAG_NAMES
 
 LIBRARY = load_method_library()
 A = action_pb2
@@ -99,6 +100,23 @@ def test_cross_references_are_checked() -> None:
     assert ("methods.0.requires.0", "unknown tag 'no-such-tag'") in described
     assert ("methods.1.id", "duplicate method id 'vocation.station-work'") in described
     assert ("methods", "no method for family 'travel'") in described
+
+
+def test_families_and_tags_are_the_protocols() -> None:
+    assert LIBRARY.tags == GOAL_TAG_NAMES
+    assert LIBRARY.tag_bit("minor-present") == 1 << (common_pb2.GOAL_TAG_MINOR_PRESENT - 1)
+    doc = _document()
+    doc["methods"][0]["family"] = "farming"  # type: ignore[index]
+    doc["tags"] = ["station-known"]  # the vocabulary is the protocol's, not the file's
+    with pytest.raises(MethodLibraryInvalid) as refused:
+        parse_method_library(doc, Path("m.toml"))
+    assert [v.field for v in refused.value.violations] == ["tags"]
+    del doc["tags"]
+    with pytest.raises(MethodLibraryInvalid) as refused:
+        parse_method_library(doc, Path("m.toml"))
+    assert [(v.field, v.description) for v in refused.value.violations] == [
+        ("methods.0.family", "unknown family 'farming'; known: vocation, travel, social, self-care")
+    ]
 
 
 def test_bad_toml_and_wrong_schema_version_are_refused(tmp_path: Path) -> None:

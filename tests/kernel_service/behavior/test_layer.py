@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from egbe.v1 import action_pb2, kernel_pb2
 from kernel_service.behavior.emotion import EmotionalEpisode, Mood, evaluate_emotion
-from kernel_service.behavior.goal_refs import encode_goal_ref
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.behavior.personality_tree import TreeInputs, evaluate_personality_tree
 from kernel_service.behavior.profile import profile_from_registration
@@ -22,6 +21,7 @@ from kernel_service.behavior.vocabulary import (
 )
 from kernel_service.behavior_seam import BehaviorDecisions, BehaviorLayer, BehaviorSignals
 from services.errors import InvalidArgument
+from services.goal_refs import encode_goal_ref
 
 A = action_pb2
 D = kernel_pb2.ValueDomain

@@ -16,10 +16,10 @@ from kernel_service.behavior.emotion import (
     evaluate_emotion,
     evaluate_emotions,
 )
-from kernel_service.behavior.goal_refs import goal_family, goal_tags
 from kernel_service.behavior.htn import load_method_library
 from kernel_service.behavior.needs import NeedGoals, most_pressing_need, most_pressing_needs, surface_goals
 from kernel_service.behavior.vocabulary import Emotion, GoalFamily, Need
+from services.goal_refs import goal_family, goal_tags
 
 CONFIG = BehaviorConfig()
 LIBRARY = load_method_library()

@@ -67,7 +67,7 @@ class ContinuityReport:
 
 def build_case(seed: int) -> ContinuityCase:
     """A deterministic case from its seed: mundane noise, a few significant moments, one live arc."""
-    rng = random.Random(seed)  # noqa: S311 -- a seeded, reproducible case set, not a secret
+    rng = random.Random(seed)
     ori_id = f"ori-eval-{seed}"
     others = [f"ori-neighbour-{seed}-{i}" for i in range(rng.randint(3, 12))]
     history: list[tuple[EventKind, JsonObject]] = [

@@ -1,0 +1,109 @@
+"""Cognition's domain errors; `status_error` maps each to a gRPC status in one place.
+
+A peer's failure keeps its status class (a kill stays ABORTED, an outage UNAVAILABLE); an empty
+model reply or a misattributed response fails loud and is never replaced by a template.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+import grpc
+
+from services.errors import (
+    Aborted,
+    EgbeError,
+    FailedPrecondition,
+    FieldViolation,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
+
+
+class CognitionError(Exception):
+    """Base of every error cognition's domain raises."""
+
+
+class ReplyInvalid(CognitionError):
+    """The reply is not a JSON object that satisfies the schema; the message is fed back to the model."""
+
+
+class EmptyReply(CognitionError):
+    """The gateway answered with no text or an empty utterance."""
+
+
+class AttributionMismatch(CognitionError):
+    """A response or policy decision names another Ori, tier or output than the request."""
+
+
+class PeerFailed(CognitionError):
+    """A call to a peer (gateway, policy, biography) failed with `code`; `violations` are the
+    fields it named (an unknown `run_id` is the same field of our own request)."""
+
+    def __init__(
+        self, peer: str, code: grpc.StatusCode, details: str, violations: Sequence[FieldViolation] = ()
+    ) -> None:
+        self.peer = peer
+        self.code = code
+        self.violations = list(violations)
+        super().__init__(f"{peer} failed: {code.name}: {details}")
+
+
+# A peer's status class, kept; anything else is INTERNAL.
+_PEER_STATUS: dict[grpc.StatusCode, type[EgbeError]] = {
+    grpc.StatusCode.ABORTED: Aborted,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    # A peer that shuts down with our call in flight cancels it: to us the peer is unavailable.
+    grpc.StatusCode.CANCELLED: Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+}
+# INTERNAL refusals, by the ErrorInfo reason that tells them apart.
+_INTERNAL_REASONS: dict[type[CognitionError], str] = {
+    EmptyReply: "EMPTY_MODEL_REPLY",
+    AttributionMismatch: "ATTRIBUTION_MISMATCH",
+}
+
+
+def status_error(error: CognitionError) -> EgbeError:
+    """The one mapping from cognition's domain errors to gRPC statuses."""
+    message = str(error)
+    if isinstance(error, PeerFailed):
+        return _PEER_STATUS.get(error.code, EgbeError)(
+            message, metadata={"peer": error.peer, "peer_code": error.code.name}, violations=error.violations
+        )
+    mapped = EgbeError(message)
+    mapped.reason = _INTERNAL_REASONS.get(type(error), mapped.reason)
+    return mapped
+
+
+@contextmanager
+def mapped() -> Iterator[None]:
+    """Raise a CognitionError as the status error the servicer answers with."""
+    try:
+        yield
+    except CognitionError as error:
+        raise status_error(error) from error
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def answers_in_status(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """An RPC method whose CognitionErrors reach the caller as their mapped status."""
+
+    @functools.wraps(method)
+    async def answer(*args: P.args, **kwargs: P.kwargs) -> R:
+        with mapped():
+            return await method(*args, **kwargs)
+
+    return answer
