@@ -42,7 +42,7 @@ def _figures(artifact: RunArtifact) -> dict[str, object]:
         "calls_issued": bill.calls_issued,
         "naive_calls": bill.naive_calls,
         "calls_to_naive_ratio": round(bill.relevance_ratio, 6),
-        "model_calls_run": bill.calls_run,
+        "model_calls_run": bill.model_calls_run,
         "ledger_tokens": bill.consumed_tokens,
         "answered_by": artifact.answered_by,
         "saturation": None

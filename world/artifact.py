@@ -10,10 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from egbe.v1 import common_pb2
 
-# 2: the bill tells admissions and in-flight kills apart; 3: conversations, moments, featured timelines
-ARTIFACT_SCHEMA_VERSION: Literal[3] = 3
+# 2: the bill tells admissions and in-flight kills apart; 3: conversations, moments, featured timelines;
+# 4: each call's outcome, the run's outcomes, the ledger's spend over real time, the stopping controls
+ARTIFACT_SCHEMA_VERSION: Literal[4] = 4
 Count = Annotated[int, Field(ge=0)]
 TierName = Literal["clotho", "lachesis", "atropos", "unspecified"]
+CallOutcome = Literal["model", "offline", "failed", "stopped"]
+AnsweredBy = Literal["model", "offline", "mixed", "failed", "none"]
 TIER_NAME: dict[int, TierName] = {
     common_pb2.COGNITION_TIER_UNSPECIFIED: "unspecified",
     common_pb2.COGNITION_TIER_CLOTHO: "clotho",
@@ -77,9 +80,62 @@ class CognitionCall(_Strict):
     cost_micro_usd: Count
     cost_estimated: bool = Field(description="True when priced from an estimate (the offline adapter).")
     policy_decision: str
-    answered_by: Literal["offline", "model"]
+    outcome: CallOutcome = Field(
+        description="model: a model answered; offline: the offline adapter answered; failed: no answer "
+        "(error_class says why); stopped: a control or the caller ended it (error_class killed, cancelled)."
+    )
+    error_class: str = Field(description="The gateway audit's error class; empty when the call was answered.")
+    fallback: str = Field(
+        description="Cognition's fallback reason when the call's run reached the world as its validation or "
+        "policy fallback (a template line); empty otherwise."
+    )
+    issued_at_tick: Count | None = Field(
+        description="The tick the kernel issued the call on (from its kernel call id); None if unnamed."
+    )
     merged_at_tick: Count | None = Field(
         description="The tick the run's result re-entered the world; None if it never did."
+    )
+
+
+class CallOutcomes(_Strict):
+    """What became of the model calls run (one gateway audit record each) and of their runs' results."""
+
+    answered_by_model: Count
+    answered_offline: Count
+    failed: Count = Field(description="Model calls that got no answer (provider error, timeout, ...).")
+    failed_by_class: dict[str, Count] = Field(description="The failed calls by the audit's error class.")
+    stopped: Count = Field(description="Model calls a control or the caller ended in flight.")
+    fallbacks: Count = Field(
+        description="Runs whose result reached the world as cognition's validation or policy fallback."
+    )
+    fallback_reasons: dict[str, Count]
+
+
+class SpendPoll(_Strict):
+    """One reading of the gateway's ledger during the run: what it had charged this run so far."""
+
+    tick: Count = Field(description="Ticks run when the ledger answered.")
+    elapsed_seconds: float = Field(description="Real seconds since the run's first tick was sent.")
+    tokens_charged: Count
+    micro_usd_charged: Count
+    world_cap_tokens: Count = Field(description="The world cap per ledger window (an hour) at that reading.")
+
+
+class ControlRecord(_Strict):
+    """An operator control that stopped at least one of this run's calls."""
+
+    control_id: str
+    kind: str = Field(description="kill, pause or quarantine.")
+    scope: str = Field(description="ori, tier, tenant or world.")
+    target: str
+    world_id: str = Field(description="The one world it applies in; empty = every world.")
+    reason: str
+    operator_id: str
+    created_at: str = Field(description="UTC, ISO 8601.")
+    expires_at: str | None = Field(description="UTC, ISO 8601; None = until resumed.")
+    left_over: bool = Field(description="Created before this run began (by an operator or an earlier run).")
+    calls_stopped: Count = Field(
+        description="This run's calls it stopped: refused at admission while in force, or ended in flight."
     )
 
 
@@ -211,12 +267,14 @@ class Bill(_Strict):
     """What the run cost, from the gateway's ledger, and what it would have cost naively."""
 
     world_cap_tokens: Count
-    consumed_tokens: Count
-    consumed_micro_usd: Count
+    consumed_tokens: Count = Field(description="Tokens charged: what the gateway's ledger charged this run.")
+    consumed_micro_usd: Count = Field(description="What the ledger charged this run, in micro-USD.")
     blocked_by_world_cap: Count
     by_tier: list[TierSpend]
-    calls_issued: Count
-    calls_run: Count = Field(description="Model calls the gateway's audit log holds for this world.")
+    calls_issued: Count = Field(description="Calls issued: cognition calls the kernel issued over the run.")
+    model_calls_run: Count = Field(
+        description="Model calls run: model calls the gateway's audit log holds for this run's calls."
+    )
     admissions: Count = Field(description="Runs the gateway admitted for this run's calls.")
     killed: Count = Field(description="Calls refused under a kill switch, and admitted runs a kill ended.")
     killed_in_flight: Count = Field(
@@ -271,7 +329,7 @@ class SnapshotRecord(_Strict):
 class RunArtifact(_Strict):
     """One run of a scenario against the services; `schema/run-artifact.schema.json` is this model."""
 
-    schema_version: Literal[3] = ARTIFACT_SCHEMA_VERSION
+    schema_version: Literal[4] = ARTIFACT_SCHEMA_VERSION
     run_id: str
     created_at: str = Field(description="UTC wall-clock time the run started (not used by the run).")
     egbe_version: str
@@ -279,9 +337,12 @@ class RunArtifact(_Strict):
     seed: int
     ticks_run: Count
     reduced_time: bool
-    answered_by: Literal["offline", "model"] = Field(
-        description="offline when no ANTHROPIC_API_KEY: the offline adapter answered every call."
+    answered_by: AnsweredBy = Field(
+        description="Who answered the model calls run (stopped calls aside): model or offline when that one "
+        "answered every call; mixed when both did, or some failed; failed when calls ran and none was "
+        "answered; none when no model call ran."
     )
+    outcomes: CallOutcomes
     config_fingerprints: list[Fingerprint]
     population: dict[str, Count]
     featured: list[str]
@@ -294,6 +355,8 @@ class RunArtifact(_Strict):
     conversations: list[ConversationRecord] = Field(description="Every line the player said, in tick order.")
     moments: list[MomentRecord] = Field(description="Each crossroads and irreversible action, in tick order.")
     bill: Bill
+    spend: list[SpendPoll] = Field(description="The ledger's charge for this run, polled over real time.")
+    controls: list[ControlRecord] = Field(description="Every control that stopped one of this run's calls.")
     saturation: Saturation | None = None
     replay: ReplayCheck
     tick_log: TickLogRecord | None

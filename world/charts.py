@@ -1,7 +1,8 @@
-"""Inline SVG charts for the run report: stacked areas, lines against a cap, bars. No scripts, no fetches."""
+"""Inline SVG charts for the run report: stacked areas, lines over time, bars. No scripts, no fetches."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 
@@ -10,7 +11,8 @@ HEIGHT = 260
 PAD_LEFT = 64
 PAD_RIGHT = 16
 PAD_TOP = 18
-PAD_BOTTOM = 34
+PAD_BOTTOM = 52
+LEGEND_STEP = 190
 MAX_POINTS = 600
 COLOURS = {
     "clotho": "#d9480f",
@@ -22,6 +24,9 @@ COLOURS = {
     "deferred": "#f08c00",
     "refused": "#c92a2a",
     "cap": "#c92a2a",
+    "tokens charged (ledger)": "#2b8a3e",
+    "world cap per window": "#c92a2a",
+    "cap per hour × elapsed hours": "#f08c00",
 }
 
 
@@ -48,28 +53,58 @@ def _downsample(xs: Sequence[int], series: Sequence[Sequence[float]]) -> tuple[l
     return out_x, out
 
 
-def _frame(title: str, y_max: float, x_label: str, body: str, legend: Sequence[tuple[str, str]]) -> str:
+def _frame(
+    title: str,
+    y_ticks: Sequence[tuple[float, str]],
+    labels: tuple[str, str],
+    body: str,
+    legend: Sequence[tuple[str, str]],
+) -> str:
+    """The chart's box: y gridlines at `y_ticks` (fraction of the plot height, label), the x axis's title
+    under the plot on the right and the y axis's title turned up on the left (`labels`), and the legend
+    on its own row at the bottom, so no two labels share a line."""
+    x_label, y_label = labels
     plot_h = HEIGHT - PAD_TOP - PAD_BOTTOM
     ticks = "".join(
         f'<line x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{PAD_TOP + plot_h * (1 - f):.1f}" '
         f'y2="{PAD_TOP + plot_h * (1 - f):.1f}" stroke="#e9ecef"/>'
         f'<text x="{PAD_LEFT - 6}" y="{PAD_TOP + plot_h * (1 - f) + 4:.1f}" text-anchor="end" '
-        f'font-size="11" fill="#495057">{_fmt(y_max * f)}</text>'
-        for f in (0.0, 0.25, 0.5, 0.75, 1.0)
+        f'font-size="11" fill="#495057">{escape(label)}</text>'
+        for f, label in y_ticks
     )
     keys = "".join(
-        f'<rect x="{PAD_LEFT + 130 * i}" y="{HEIGHT - 14}" width="10" height="10" fill="{colour}"/>'
-        f'<text x="{PAD_LEFT + 130 * i + 14}" y="{HEIGHT - 5}" font-size="11">{escape(name)}</text>'
+        f'<rect x="{PAD_LEFT + LEGEND_STEP * i}" y="{HEIGHT - 14}" width="10" height="10" fill="{colour}"/>'
+        f'<text x="{PAD_LEFT + LEGEND_STEP * i + 14}" y="{HEIGHT - 5}" font-size="11">{escape(name)}</text>'
         for i, (name, colour) in enumerate(legend)
+    )
+    y_title = (
+        f'<text transform="translate(12 {PAD_TOP + plot_h / 2:.1f}) rotate(-90)" text-anchor="middle" '
+        f'font-size="11" fill="#495057">{escape(y_label)}</text>'
+        if y_label
+        else ""
     )
     return (
         f"<figure><figcaption>{escape(title)}</figcaption>"
         f'<svg class="chart" role="img" aria-label="{escape(title)}" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
-        f"{ticks}{body}"
-        f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - 20}" text-anchor="end" font-size="11" fill="#495057">'
-        f"{escape(x_label)}</text>{keys}</svg></figure>"
+        f"{ticks}{body}{y_title}"
+        f'<text x="{WIDTH - PAD_RIGHT}" y="{HEIGHT - PAD_BOTTOM + 30}" text-anchor="end" font-size="11" '
+        f'fill="#495057">{escape(x_label)}</text>{keys}</svg></figure>'
     )
+
+
+def _wrap(label: str, width: float) -> list[str]:
+    """A group label on one line if it fits its slot (about 6.5 px a character at 11 px), else on two,
+    broken at the space nearest its middle."""
+    if len(label) * 6.5 <= width * 0.95 or " " not in label:
+        return [label]
+    spaces = [i for i, ch in enumerate(label) if ch == " "]
+    cut = min(spaces, key=lambda i: abs(i - len(label) / 2))
+    return [label[:cut], label[cut + 1 :]]
+
+
+def _linear_ticks(y_max: float) -> list[tuple[float, str]]:
+    return [(f, _fmt(y_max * f)) for f in (0.0, 0.25, 0.5, 0.75, 1.0)]
 
 
 def stacked_area(
@@ -77,7 +112,7 @@ def stacked_area(
 ) -> str:
     """Layers stacked bottom-up (e.g. Ori per tier per tick)."""
     if not xs:
-        return _frame(title, 1, x_label, "", [])
+        return _frame(title, _linear_ticks(1), (x_label, ""), "", [])
     px, values = _downsample(xs, [layer for _, layer in layers])
     totals = [sum(v[i] for v in values) for i in range(len(px))]
     y_max = max(*totals, 1.0)
@@ -99,44 +134,66 @@ def stacked_area(
         colour = COLOURS.get(name, "#adb5bd")
         body += f'<polygon class="mark" points="{upper} {lower}" fill="{colour}" opacity="0.85"/>'
         base = top
-    return _frame(title, y_max, x_label, body, [(n, COLOURS.get(n, "#adb5bd")) for n, _ in layers])
+    legend = [(n, COLOURS.get(n, "#adb5bd")) for n, _ in layers]
+    return _frame(title, _linear_ticks(y_max), (x_label, "Ori"), body, legend)
 
 
-def line_against_cap(
-    title: str, xs: Sequence[int], series: Sequence[tuple[str, Sequence[float]]], cap: float, x_label: str
+def lines(
+    title: str,
+    series: Sequence[tuple[str, Sequence[float], Sequence[float], bool]],
+    labels: tuple[str, str],
 ) -> str:
-    """Cumulative lines with a horizontal cap line (spend against the world cap)."""
-    if not xs:
-        return _frame(title, 1, x_label, "", [])
-    px, values = _downsample(xs, [s for _, s in series])
-    y_max = max([cap * 1.1, 1.0, *(max(v) * 1.05 for v in values)])
+    """Lines over a numeric x (e.g. real seconds), each (name, xs, ys, dashed), with the x axis marked."""
+    drawn = [(name, xs, ys, dashed) for name, xs, ys, dashed in series if xs]
+    if not drawn:
+        return _frame(title, _linear_ticks(1), labels, "", [])
+    x0 = min(min(xs) for _, xs, _, _ in drawn)
+    x1 = max(*(max(xs) for _, xs, _, _ in drawn), x0 + 1e-9)
+    y_max = max([1.0, *(max(ys) * 1.1 for _, _, ys, _ in drawn)])
     plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
-    x0, x1 = px[0], max(px[-1], px[0] + 1)
-    body = ""
-    for (name, _), v in zip(series, values, strict=True):
+
+    def x(v: float) -> float:
+        return PAD_LEFT + plot_w * (v - x0) / (x1 - x0)
+
+    body = "".join(
+        f'<text x="{x(x0 + (x1 - x0) * f):.1f}" y="{HEIGHT - PAD_BOTTOM + 14}" text-anchor="middle" '
+        f'font-size="11" fill="#495057">{_fmt(x0 + (x1 - x0) * f)}</text>'
+        for f in (0.0, 0.25, 0.5, 0.75, 1.0)
+    )
+    for name, xs, ys, dashed in drawn:
         points = " ".join(
-            f"{PAD_LEFT + plot_w * (px[i] - x0) / (x1 - x0):.1f},{PAD_TOP + plot_h * (1 - v[i] / y_max):.1f}"
-            for i in range(len(px))
+            f"{x(a):.1f},{PAD_TOP + plot_h * (1 - b / y_max):.1f}" for a, b in zip(xs, ys, strict=True)
         )
+        dash = ' stroke-dasharray="6 4"' if dashed else ""
         colour = COLOURS.get(name, "#2b8a3e")
-        body += f'<polyline class="mark" points="{points}" fill="none" stroke="{colour}" stroke-width="2.5"/>'
-    legend = [(n, COLOURS.get(n, "#2b8a3e")) for n, _ in series]
-    if cap > 0:
-        cy = PAD_TOP + plot_h * (1 - cap / y_max)
         body += (
-            f'<line class="mark" x1="{PAD_LEFT}" x2="{WIDTH - PAD_RIGHT}" y1="{cy:.1f}" y2="{cy:.1f}" '
-            f'stroke="{COLOURS["cap"]}" stroke-dasharray="6 4" stroke-width="2"/>'
-            f'<text x="{WIDTH - PAD_RIGHT - 4}" y="{cy - 5:.1f}" text-anchor="end" font-size="11" '
-            f'fill="{COLOURS["cap"]}">world cap {_fmt(cap)} tokens</text>'
+            f'<polyline class="mark" points="{points}" fill="none" stroke="{colour}" '
+            f'stroke-width="2.5"{dash}>'
+            f"<title>{escape(name)}: {_fmt(ys[-1])}</title></polyline>"
         )
-        legend.append(("world cap", COLOURS["cap"]))
-    return _frame(title, y_max, x_label, body, legend)
+    legend = [(name, COLOURS.get(name, "#2b8a3e")) for name, _, _, _ in drawn]
+    return _frame(title, _linear_ticks(y_max), labels, body, legend)
 
 
-def grouped_bars(title: str, groups: Sequence[tuple[str, Sequence[tuple[str, float]]]], y_label: str) -> str:
-    """One cluster per group (e.g. per cause), one bar per series (e.g. per tier), labelled with values."""
+def grouped_bars(
+    title: str,
+    groups: Sequence[tuple[str, Sequence[tuple[str, float]]]],
+    y_label: str,
+    *,
+    log: bool = False,
+) -> str:
+    """One cluster per group (e.g. per cause), one bar per series (e.g. per tier), labelled with values;
+    on a log scale (decades from 1) when `log`, so a bar a thousandth of another still shows."""
     series_names = sorted({name for _, bars in groups for name, _ in bars})
     y_max = max([v for _, bars in groups for _, v in bars] + [1.0])
+    decades = max(math.ceil(math.log10(y_max)), 1)
+
+    def height(v: float) -> float:
+        if not log:
+            return v / y_max
+        return math.log10(v) / decades if v >= 1 else 0.0
+
+    y_ticks = [(d / decades, _fmt(10.0**d)) for d in range(decades + 1)] if log else _linear_ticks(y_max)
     plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
     slot = plot_w / max(len(groups), 1)
     bar_w = slot * 0.8 / max(len(series_names), 1)
@@ -145,7 +202,7 @@ def grouped_bars(title: str, groups: Sequence[tuple[str, Sequence[tuple[str, flo
         values = dict(bars)
         for s, name in enumerate(series_names):
             v = values.get(name, 0.0)
-            h = plot_h * v / y_max
+            h = plot_h * height(v)
             bx = PAD_LEFT + g * slot + slot * 0.1 + s * bar_w
             body += (
                 f'<rect class="mark" x="{bx:.1f}" y="{PAD_TOP + plot_h - h:.1f}" width="{bar_w - 2:.1f}" '
@@ -157,11 +214,15 @@ def grouped_bars(title: str, groups: Sequence[tuple[str, Sequence[tuple[str, flo
                     f'<text x="{bx + bar_w / 2:.1f}" y="{PAD_TOP + plot_h - h - 3:.1f}" text-anchor="middle" '
                     f'font-size="10">{_fmt(v)}</text>'
                 )
-        body += (
-            f'<text x="{PAD_LEFT + g * slot + slot / 2:.1f}" y="{HEIGHT - PAD_BOTTOM + 14}" '
-            f'text-anchor="middle" font-size="11">{escape(group)}</text>'
+        cx = PAD_LEFT + g * slot + slot / 2
+        body += "".join(
+            f'<text x="{cx:.1f}" y="{HEIGHT - PAD_BOTTOM + 14 + 13 * k}" text-anchor="middle" '
+            f'font-size="11">{escape(part)}</text>'
+            for k, part in enumerate(_wrap(group, slot))
         )
-    return _frame(title, y_max, y_label, body, [(n, COLOURS.get(n, "#adb5bd")) for n in series_names])
+    legend = [(n, COLOURS.get(n, "#adb5bd")) for n in series_names]
+    scale = " (log scale)" if log else ""
+    return _frame(title, y_ticks, ("", y_label + scale), body, legend)
 
 
 def timeline(title: str, end_tick: int, rows: Sequence[tuple[str, Sequence[tuple[int, str]]]]) -> str:

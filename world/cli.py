@@ -23,9 +23,9 @@ def _guarded(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Nam
 
     def guarded(args: argparse.Namespace) -> int:
         from world.artifact import ArtifactError
+        from world.errors import WorldRunError
         from world.fork import ForkError
         from world.framing import FrameError
-        from world.loop import WorldRunError
         from world.scenario import ScenarioError
 
         try:
@@ -51,7 +51,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     """Adds `demo`, `replay` and `fork` to the egbe CLI."""
 
     def cmd_demo(args: argparse.Namespace) -> int:
-        from world.demo import run_demo, summary
+        from world.demo import exit_status, run_demo, summary
 
         loaded = quiet_services(settings(args))
         run_dir, artifact = asyncio.run(
@@ -67,7 +67,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
             )
         )
         print(summary(run_dir, artifact))
-        return 0
+        return exit_status(artifact)
 
     def cmd_replay(args: argparse.Namespace) -> int:
         from world.replay import replay_run

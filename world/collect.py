@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from dataclasses import dataclass, replace
 
 import grpc
 import numpy as np
@@ -19,11 +17,13 @@ from world.artifact import (
     IssuedCalls,
     KillRecord,
     Saturation,
-    TierSpend,
     TimelineEntry,
 )
 from world.clients import ServiceClients
-from world.loop import LoopRecording, WorldRunError, describe_rpc_error
+from world.errors import WorldRunError, describe_rpc_error
+from world.ledger import LedgerView
+from world.loop import LoopRecording
+from world.outcomes import call_outcome, issue_tick
 from world.population import Population
 from world.scenario import TICK_HZ
 
@@ -31,8 +31,6 @@ GAME_HOUR_TICKS = TICK_HZ * 3_600
 ACTIVE_MINUTE_TICKS = TICK_HZ * 60
 REFLECTION_TICKS = TICK_HZ * 600  # a Lachesis reflection is due every 10 game-minutes
 AUDIT_PAGE = 500
-DRAIN_POLL_SECONDS = 0.25
-DRAIN_MAX_SECONDS = 30.0
 BIOGRAPHY_LINES = 12
 UNCAPPED_TOKENS = 2**62  # more than any tier cap: the gateway clamps each request to its tier's
 BIOGRAPHY_LINE_CHARS = 240
@@ -46,93 +44,6 @@ IDENTITY_KINDS = (
 def cause_name(cause: int) -> str:
     name: str = action_pb2.CognitionCause.Name(cause)  # type: ignore[arg-type]
     return name.removeprefix("COGNITION_CAUSE_").lower()
-
-
-@dataclass(frozen=True)
-class LedgerView:
-    """The gateway's ledger for one world, summed over the windows since the run started."""
-
-    since_unix_ms: int
-    world_cap_tokens: int = 0
-    reserved_tokens: int = 0
-    consumed_tokens: int = 0
-    consumed_micro_usd: int = 0
-    admissions: int = 0
-    blocked_by_world_cap: int = 0
-    killed: int = 0
-    killed_in_flight: int = 0
-    by_tier: tuple[TierSpend, ...] = ()  # audited spend by tier over the same windows
-
-    @property
-    def outcomes(self) -> int:
-        """Calls the gateway has answered at admission: admitted, refused under a control, or deferred."""
-        return self.admissions + self.killed - self.killed_in_flight + self.blocked_by_world_cap
-
-    def minus(self, start: LedgerView) -> LedgerView:
-        """What happened between `start` and this view (the cap and reservations are levels, kept)."""
-        return replace(
-            self,
-            consumed_tokens=self.consumed_tokens - start.consumed_tokens,
-            consumed_micro_usd=self.consumed_micro_usd - start.consumed_micro_usd,
-            admissions=self.admissions - start.admissions,
-            blocked_by_world_cap=self.blocked_by_world_cap - start.blocked_by_world_cap,
-            killed=self.killed - start.killed,
-            killed_in_flight=self.killed_in_flight - start.killed_in_flight,
-        )
-
-
-async def ledger_view(
-    clients: ServiceClients, world_id: str, tenant_id: str, *, since_unix_ms: int
-) -> LedgerView:
-    """The world's ledger from the window holding `since_unix_ms` (0: the current one) to now, on the
-    gateway's clock; all zero when the gateway keeps none (UNIMPLEMENTED)."""
-    try:
-        spend = await clients.operator.GetSpend(
-            gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id, since_unix_ms=since_unix_ms),
-            metadata=clients.world_md,
-        )
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-            raise WorldRunError(describe_rpc_error("GetSpend", exc)) from exc
-        return LedgerView(since_unix_ms)
-    return LedgerView(
-        spend.window_start_unix_ms,
-        world_cap_tokens=spend.world_cap_tokens,
-        reserved_tokens=spend.reserved_tokens,
-        consumed_tokens=spend.consumed_tokens,
-        consumed_micro_usd=spend.consumed_micro_usd,
-        admissions=spend.admissions,
-        blocked_by_world_cap=spend.blocked_by_world_cap,
-        killed=spend.killed,
-        killed_in_flight=spend.killed_in_flight,
-        by_tier=tuple(
-            TierSpend(
-                tier=TIER_NAME.get(t.tier, "unspecified"),
-                calls=t.calls,
-                tokens=t.tokens,
-                micro_usd=t.micro_usd,
-            )
-            for t in spend.by_tier
-        ),
-    )
-
-
-async def wait_for_dispatch(
-    clients: ServiceClients, world_id: str, tenant_id: str, start: LedgerView, issued: int
-) -> LedgerView:
-    """Wait until the gateway has answered every call the run issued and no admitted run is still in flight.
-
-    Bounded by DRAIN_MAX_SECONDS: a call the dispatcher lost never arrives, and the bill then shows it
-    as issued but unaccounted for rather than the run hanging. Returns the last view (the run's share)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DRAIN_MAX_SECONDS
-    while True:
-        view = await ledger_view(clients, world_id, tenant_id, since_unix_ms=start.since_unix_ms)
-        share = view.minus(start)
-        settled = share.outcomes >= issued and share.reserved_tokens == 0
-        if settled or loop.time() >= deadline:
-            return share
-        await asyncio.sleep(DRAIN_POLL_SECONDS)
 
 
 async def audit_records(clients: ServiceClients, world_id: str) -> dict[str, gateway_pb2.AuditRecord]:
@@ -171,10 +82,9 @@ def issued_calls(recording: LoopRecording) -> list[IssuedCalls]:
     ]
 
 
-def audited_calls(
-    audit: dict[str, gateway_pb2.AuditRecord], run_ticks: dict[str, int]
-) -> list[CognitionCall]:
-    """Every model call the gateway ran for this world, with the tick its result came back."""
+def audited_calls(audit: dict[str, gateway_pb2.AuditRecord], recording: LoopRecording) -> list[CognitionCall]:
+    """Every model call the gateway ran for this world: its outcome, the tick its call was issued on and
+    the tick its result came back, and cognition's fallback reason if the result was a fallback."""
     return [
         CognitionCall(
             call_id=r.call_id,
@@ -188,8 +98,11 @@ def audited_calls(
             cost_micro_usd=r.cost.micro_usd,
             cost_estimated=r.cost.estimated,
             policy_decision=r.policy_decision or "none",
-            answered_by="offline" if r.offline else "model",
-            merged_at_tick=run_ticks.get(r.run_id),
+            outcome=call_outcome(r),
+            error_class=r.error_class,
+            fallback=recording.fallbacks.get(r.run_id, ""),
+            issued_at_tick=issue_tick(r.kernel_call_id),
+            merged_at_tick=recording.run_ticks.get(r.run_id),
         )
         for r in sorted(audit.values(), key=lambda r: (r.recorded_at.seconds, r.recorded_at.nanos, r.call_id))
     ]
@@ -325,7 +238,7 @@ def bill(
         blocked_by_world_cap=ledger.blocked_by_world_cap,
         by_tier=list(ledger.by_tier),
         calls_issued=issued,
-        calls_run=len(calls),
+        model_calls_run=len(calls),
         admissions=ledger.admissions,
         killed=ledger.killed,
         killed_in_flight=ledger.killed_in_flight,

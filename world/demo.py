@@ -8,6 +8,7 @@ from pathlib import Path
 from services.settings import EgbeSettings
 from world.artifact import RunArtifact, write_artifact
 from world.embedded import DemoTarget, services_for_run
+from world.outcomes import describe_control, figures, headline, model_path_failure
 from world.report import write_report
 from world.report_story import conversation_summary
 from world.run import RunOptions, execute, new_run_id
@@ -50,19 +51,19 @@ async def run_demo(
 
 def summary(run_dir: Path, artifact: RunArtifact) -> str:
     bill = artifact.bill
+    label, sentence = headline(artifact)
     lines = [
-        f"{artifact.answered_by.upper()}: "
-        + (
-            "no ANTHROPIC_API_KEY; the offline adapter answered every call"
-            if artifact.answered_by == "offline"
-            else "Claude answered through the gateway"
-        ),
+        f"{label}: {sentence}",
         f"run        {artifact.run_id} ({artifact.ticks_run:,} ticks, "
         f"{artifact.population.get('total', 0):,} Ori, {artifact.wall_seconds:.1f} s)",
-        f"calls      {bill.calls_issued:,} issued vs {bill.naive_calls:,} naive ({bill.relevance_ratio:.2%})",
-        f"ledger     {bill.consumed_tokens:,} tokens, ${bill.consumed_micro_usd / 1e6:,.4f}"
-        f" (cap {bill.world_cap_tokens:,})",
+        *(f"{name:<16} {value}" for name, value in figures(artifact)),
+        f"naive      {bill.naive_calls:,} calls (calls issued are {bill.relevance_ratio:.2%} of them); "
+        f"world cap {bill.world_cap_tokens:,} tokens per hour",
     ]
+    lines += [f"control    {describe_control(c)}" for c in artifact.controls]
+    failure = model_path_failure(artifact)
+    if failure:
+        lines.append(f"FAILED     {failure}")
     if artifact.saturation is not None:
         s = artifact.saturation
         lines.append(
@@ -76,3 +77,8 @@ def summary(run_dir: Path, artifact: RunArtifact) -> str:
         lines.append(f"replay     {'matches' if replay.matches else 'diverges at ' + replay.divergence}")
     lines += [f"artifact   {run_dir / ARTIFACT_FILE}", f"report     {run_dir / REPORT_FILE}"]
     return "\n".join(lines)
+
+
+def exit_status(artifact: RunArtifact) -> int:
+    """1 when the model path failed entirely (the summary's FAILED line says why), else 0."""
+    return 1 if model_path_failure(artifact) else 0

@@ -77,7 +77,7 @@ async def services_for_run(
             yield Services(targets, client_tokens(settings), settings, embedded=False, tick_log=None)
             return
         if required:
-            from world.loop import WorldRunError
+            from world.errors import WorldRunError
 
             down = {name: status for name, status in statuses.items() if status != "SERVING"}
             raise WorldRunError(f"--target {target.value} needs every service SERVING; not serving: {down}")

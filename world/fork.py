@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from egbe.v1 import kernel_pb2
 from services.settings import EgbeSettings, load_settings
-from world.artifact import ArtifactError, RunArtifact, read_artifact
+from world.artifact import RunArtifact, read_artifact
 from world.embedded import DemoTarget, services_for_run
 from world.replay import read_tick_log
 from world.report import write_report
@@ -21,7 +21,7 @@ from world.simulation import WorldState
 
 
 class ForkError(ValueError):
-    """A fork that cannot start: no snapshot at that tick, or a config file that does not load."""
+    """A fork that cannot start: a tick past the run's end or with no snapshot, or a config that fails."""
 
 
 @dataclass(frozen=True)
@@ -78,22 +78,42 @@ def side_by_side(parent: BillColumn, fork: BillColumn, at_tick: int, end_tick: i
     return "\n".join(lines)
 
 
-def _kernel_snapshot(run_dir: Path, artifact: RunArtifact, at_tick: int) -> kernel_pb2.KernelSnapshot:
+def _kernel_snapshots(run_dir: Path, artifact: RunArtifact) -> dict[int, kernel_pb2.KernelSnapshot]:
+    """The kernel's snapshots in the run's tick log, by the first tick they precede."""
     if artifact.tick_log is None:
-        raise ArtifactError(f"run {run_dir} recorded no kernel tick log, so it has no snapshot to fork from")
+        return {}
     _, records = read_tick_log(run_dir / artifact.tick_log.path)
-    snapshots = {
+    return {
         r.snapshot.last_tick + 1: r.snapshot
         for r in records
         if r.WhichOneof("entry") == "snapshot" and r.snapshot.has_ticked
     }
-    worlds = {s.tick for s in artifact.snapshots}
-    if at_tick not in snapshots or at_tick not in worlds:
-        usable = sorted(set(snapshots) & worlds)
+
+
+def _fork_start(run_dir: Path, artifact: RunArtifact, at_tick: int) -> kernel_pb2.KernelSnapshot | None:
+    """The kernel state a fork at `at_tick` restores; None at tick 0, where a fresh kernel holds it.
+
+    A fork needs the world's and the kernel's state before `at_tick`. Before tick 0 the kernel holds
+    only the registrations, which the fork makes again; at a later tick both must have snapshotted
+    (the scenario's snapshot_every_ticks: a reduced-time run shorter than that has tick 0 alone).
+    """
+    if not artifact.tiers.ticks:
+        raise ForkError(f"run {artifact.run_id} ran no ticks; there is nothing to fork")
+    last = artifact.tiers.ticks[-1]
+    kernel = _kernel_snapshots(run_dir, artifact)
+    usable = sorted(
+        s.tick for s in artifact.snapshots if s.tick <= last and (s.tick == 0 or s.tick in kernel)
+    )
+    if at_tick > last:
+        raise ForkError(
+            f"run {artifact.run_id} ends at tick {last}; --at {at_tick} is past its end "
+            f"(snapshots at ticks {usable})"
+        )
+    if at_tick not in usable:
         raise ForkError(
             f"run {artifact.run_id} has no snapshot at tick {at_tick}; snapshots at ticks {usable}"
         )
-    return snapshots[at_tick]
+    return kernel.get(at_tick)
 
 
 def _fork_settings(config: Path) -> EgbeSettings:
@@ -108,13 +128,16 @@ async def fork_run(
 ) -> str:
     """Runs the parent's scenario from its snapshot at `at_tick` to its end under `config`; both bills."""
     parent = read_artifact(run_dir / ARTIFACT_FILE)
-    snapshot = _kernel_snapshot(run_dir, parent, at_tick)
-    world = WorldState.from_json(json.loads(world_snapshot_path(run_dir, at_tick).read_text()))
+    snapshot = _fork_start(run_dir, parent, at_tick)
     fork_settings = _fork_settings(config).model_copy(
         update={"log_level": settings.log_level, "log_format": settings.log_format}
     )
     scenario = parse_scenario(parent.scenario.document, f"run {parent.run_id}")
-    end_tick = parent.tiers.ticks[-1] + 1 if parent.tiers.ticks else at_tick
+    end_tick = parent.tiers.ticks[-1] + 1
+    start = None
+    if snapshot is not None:
+        world = WorldState.from_json(json.loads(world_snapshot_path(run_dir, at_tick).read_text()))
+        start = (world, snapshot)
     options = RunOptions(
         scenario, parent.seed, reduced_time=parent.reduced_time, progress=progress, ticks=end_tick
     )
@@ -130,7 +153,7 @@ async def fork_run(
             options=options,
             run_dir=fork_dir,
             run_id=run_id,
-            start=(world, snapshot),
+            start=start,
             forked_from=forked_from,
         )
     write_report(artifact, fork_dir / REPORT_FILE)

@@ -18,9 +18,12 @@ import numpy.typing as npt
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2, kernel_pb2, perception_pb2
 from world.actions import decode_actions
-from world.artifact import DirectiveRecord
+from world.artifact import TIER_NAME, DirectiveRecord, SpendPoll
 from world.clients import ServiceClients
+from world.controls import IssuedCall
+from world.errors import WorldRunError, describe_rpc_error
 from world.framing import write_frame
+from world.ledger import LedgerView, run_share
 from world.perception import Perception, build_perception, to_columns, to_rows
 from world.population import Population
 from world.progress import Progress, ProgressBar
@@ -34,14 +37,6 @@ TIER_COUNT = 4  # unspecified, clotho, lachesis, atropos: indexes of CognitionTi
 
 
 StreamTicksCall = grpc.aio.StreamStreamCall[kernel_pb2.StreamTicksRequest, kernel_pb2.StreamTicksResponse]
-
-
-class WorldRunError(RuntimeError):
-    """The services refused or failed the run; the message says which call and why."""
-
-
-def describe_rpc_error(what: str, exc: grpc.aio.AioRpcError) -> str:
-    return f"{what} failed: {exc.code().name}: {exc.details()}"
 
 
 @dataclass
@@ -70,6 +65,11 @@ class LoopRecording:
     issued: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     # gateway run id -> the tick its result was merged into the world's actions
     run_ticks: dict[str, int] = field(default_factory=dict)
+    # every call the kernel issued, with the wall time its tick was sent (to match controls in force)
+    issued_calls: list[IssuedCall] = field(default_factory=list)
+    # gateway run id -> cognition's fallback reason, for results that reached the world as a fallback
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    spend: list[SpendPoll] = field(default_factory=list)  # the ledger's charge for the run, polled
     directives: list[DirectiveRecord] = field(default_factory=list)
     kills: list[KillEffect] = field(default_factory=list)
     fingerprints: dict[str, str] = field(default_factory=dict)
@@ -132,36 +132,47 @@ async def apply_directive(
     )
 
 
-async def apply_operator_action(clients: ServiceClients, action: OperatorAction) -> tuple[bool, str]:
-    """Throws an operator kill switch through the gateway's OperatorService: (applied, control id or why not).
+async def apply_operator_action(
+    clients: ServiceClients, world_id: str, action: OperatorAction
+) -> tuple[bool, str]:
+    """Throws an operator kill switch, scoped to this world, through the gateway's OperatorService:
+    (applied, control id or why not).
 
     A refused switch does not stop the world: the run records it and the report says it was not thrown.
     """
     try:
         if action.kind is OperatorActionKind.KILL_ORI:
             ori_reply = await clients.operator.KillOri(
-                gateway_pb2.KillOriRequest(ori_id=action.target, reason=action.reason),
+                gateway_pb2.KillOriRequest(ori_id=action.target, reason=action.reason, world_id=world_id),
                 metadata=clients.operator_md,
             )
             return True, str(ori_reply.control.control_id)
         tier = common_pb2.CognitionTier.Value(f"COGNITION_TIER_{action.target.upper()}")
         tier_reply = await clients.operator.KillTier(
-            gateway_pb2.KillTierRequest(tier=tier, reason=action.reason), metadata=clients.operator_md
+            gateway_pb2.KillTierRequest(tier=tier, reason=action.reason, world_id=world_id),
+            metadata=clients.operator_md,
         )
         return True, str(tier_reply.control.control_id)
     except grpc.aio.AioRpcError as exc:
         return False, describe_rpc_error(f"operator {action.kind.value} {action.target}", exc)
 
 
-async def current_spend(clients: ServiceClients, world_id: str, tenant_id: str) -> tuple[int, int] | None:
-    """(consumed tokens, world cap) from the gateway's ledger; None when the gateway cannot say."""
-    try:
-        spend = await clients.operator.GetSpend(
-            gateway_pb2.GetSpendRequest(world_id=world_id, tenant_id=tenant_id), metadata=clients.world_md
+async def lift_run_controls(clients: ServiceClients, world_id: str, kills: list[KillEffect]) -> None:
+    """Lifts the world-scoped kill switches the run threw, so the next run of this world starts free of
+    them; one already lifted or expired is left as it is."""
+    for kill in kills:
+        if not kill.applied:
+            continue
+        by_ori = kill.action.kind is OperatorActionKind.KILL_ORI
+        scope = gateway_pb2.CONTROL_SCOPE_ORI if by_ori else gateway_pb2.CONTROL_SCOPE_TIER
+        request = gateway_pb2.ResumeRequest(
+            scope=scope, target=kill.action.target, reason="the run that threw it ended", world_id=world_id
         )
-    except grpc.aio.AioRpcError:
-        return None
-    return int(spend.consumed_tokens), int(spend.world_cap_tokens)
+        try:
+            await clients.operator.Resume(request, metadata=clients.operator_md)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise WorldRunError(describe_rpc_error(f"Resume {kill.action.target}", exc)) from exc
 
 
 @dataclass
@@ -177,7 +188,12 @@ class WorldLoop:
     """One pass over ticks state.tick .. end_tick-1, lock-step with the kernel."""
 
     def __init__(
-        self, clients: ServiceClients, setup: WorldSetup, progress: ProgressBar, hooks: LoopHooks
+        self,
+        clients: ServiceClients,
+        setup: WorldSetup,
+        progress: ProgressBar,
+        hooks: LoopHooks,
+        ledger_start: LedgerView,
     ) -> None:
         self.clients = clients
         self.setup = setup
@@ -190,7 +206,10 @@ class WorldLoop:
         self.slots = np.arange(size, dtype=np.uint32)
         self.kinds = np.zeros(size, dtype=np.uint8)
         self.tiers = np.zeros(size, dtype=np.uint8)
-        self.spent, self.cap, self.calls, self.tokens = 0, 0, 0, 0
+        self.ledger_start = ledger_start
+        self.calls = 0
+        self.charged: int | None = None  # unknown until the ledger first answers
+        self.started = time.monotonic()
 
     async def _script(self, tick: int, first_tick: int) -> None:
         """The steward's directives and the operator's kill switches due on this tick.
@@ -205,7 +224,7 @@ class WorldLoop:
                 )
         for action in script.operator_actions:
             if action.at_tick == tick or (tick == first_tick and action.at_tick < tick):
-                applied, detail = await apply_operator_action(self.clients, action)
+                applied, detail = await apply_operator_action(self.clients, self.setup.world_id, action)
                 by_ori = action.kind is OperatorActionKind.KILL_ORI
                 row = self.setup.population.index_of(action.target) if by_ori else -1
                 tier = (
@@ -213,7 +232,9 @@ class WorldLoop:
                 )
                 self.recording.kills.append(KillEffect(action, applied, detail, row, tier))
 
-    def _record(self, tick: int, result: action_pb2.TickResult, results: list[CognitionResult]) -> None:
+    def _record(
+        self, tick: int, sent_unix_ms: int, result: action_pb2.TickResult, results: list[CognitionResult]
+    ) -> None:
         recording, report = self.recording, result.report
         recording.ticks.append(tick)
         recording.clotho.append(report.clotho_count)
@@ -229,7 +250,11 @@ class WorldLoop:
         for kill in recording.kills:
             if kill.row >= 0 and self.kinds[kill.row] != action_pb2.ACTION_KIND_UNSPECIFIED:
                 kill.ticks_acting_after += 1
+        ids = self.setup.population.ids
         for c in result.candidates:
+            recording.issued_calls.append(
+                IssuedCall(tick, ids[c.slot], TIER_NAME.get(c.tier, "unspecified"), sent_unix_ms)
+            )
             sums = recording.issued.setdefault((c.tier, c.cause), [0, 0, 0])
             sums[0] += 1
             sums[1] += c.token_estimate
@@ -238,9 +263,29 @@ class WorldLoop:
                 if kill.row == c.slot or (kill.row < 0 and kill.tier == c.tier):
                     kill.calls_issued_after += 1
         for merged in results:
-            recording.run_ticks.setdefault(merged.payload.fields["run_id"].string_value, tick)
+            run_id = merged.payload.fields["run_id"].string_value
+            recording.run_ticks.setdefault(run_id, tick)
+            if "fallback" in merged.payload.fields:
+                recording.fallbacks.setdefault(run_id, merged.payload.fields["fallback"].string_value)
         self.calls += report.calls_issued
-        self.tokens += report.estimated_tokens
+
+    async def poll_spend(self, ticks_run: int) -> None:
+        """Reads what the ledger has charged this run so far; a reading that fails is skipped."""
+        world, tenant = self.setup.world_id, self.setup.scenario.tenant_id
+        try:
+            share = await run_share(self.clients, world, tenant, self.ledger_start)
+        except WorldRunError:
+            return
+        self.charged = share.consumed_tokens
+        self.recording.spend.append(
+            SpendPoll(
+                tick=ticks_run,
+                elapsed_seconds=round(time.monotonic() - self.started, 3),
+                tokens_charged=share.consumed_tokens,
+                micro_usd_charged=share.consumed_micro_usd,
+                world_cap_tokens=share.world_cap_tokens,
+            )
+        )
 
     async def _after_step(
         self, state: WorldState, first_tick: int, end_tick: int, result: action_pb2.TickResult
@@ -248,18 +293,27 @@ class WorldLoop:
         scenario = self.setup.scenario
         if state.tick % scenario.snapshot_every_ticks == 0 and self.hooks.on_snapshot is not None:
             self.hooks.on_snapshot(state.tick, state)
-        if (state.tick - first_tick) % SPEND_POLL_TICKS == 0 or state.tick == end_tick:
-            polled = await current_spend(self.clients, self.setup.world_id, scenario.tenant_id)
-            if polled is not None:
-                self.spent, self.cap = polled
+        ticks_run = state.tick - first_tick
+        if (ticks_run - 1) % SPEND_POLL_TICKS == 0 or state.tick == end_tick:  # from the first tick on
+            await self.poll_spend(ticks_run)
         report = result.report
         tiers = (report.clotho_count, report.lachesis_count, report.atropos_count)
-        self.progress.update(Progress(state.tick, tiers, self.calls, self.tokens, self.spent, self.cap))
+        cap = self.recording.spend[-1].world_cap_tokens if self.recording.spend else None
+        self.progress.update(Progress(state.tick, tiers, self.calls, self.charged, cap))
 
     async def run(self, state: WorldState, end_tick: int) -> LoopRecording:
         setup = self.setup
         previous: Perception | None = None
-        started = time.monotonic()
+        self.started = started = time.monotonic()
+        self.recording.spend.append(
+            SpendPoll(
+                tick=0,
+                elapsed_seconds=0.0,
+                tokens_charged=0,
+                micro_usd_charged=0,
+                world_cap_tokens=self.ledger_start.world_cap_tokens,
+            )
+        )
         first_tick = state.tick
         story = self.story
         stream: StreamTicksCall = self.clients.kernel.StreamTicks(  # type: ignore[call-arg]
@@ -274,6 +328,7 @@ class WorldLoop:
                     batch=perception_batch(setup, perception, previous, self.slots)
                 )
                 story.sent(tick, time.monotonic())
+                sent_unix_ms = time.time_ns() // 1_000_000
                 await stream.write(request)
                 reply = await stream.read()
                 received_at = time.monotonic()
@@ -285,7 +340,7 @@ class WorldLoop:
                 decode_actions(result.actions, self.kinds, self.tiers)
                 results = cognition_results(result.actions)
                 story.received(tick, results, received_at)
-                self._record(tick, result, results)
+                self._record(tick, sent_unix_ms, result, results)
                 previous = perception
                 setup.stepper.apply_actions(state, self.kinds)
                 setup.stepper.advance(state)

@@ -1,4 +1,5 @@
-"""The live progress line: tick, tiers, calls, tokens and spend against the world cap."""
+"""The live progress line: tick, tiers, calls issued, and the tokens the gateway's ledger has charged
+against the world cap ("…" until the ledger first answers: never a made-up zero, never an estimate)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,19 @@ def _short(n: int) -> str:
     return str(n)
 
 
+def _charge(p: Progress) -> str:
+    if p.charged is None:
+        return "…"
+    return _short(p.charged) + (f" of {_short(p.cap)} cap" if p.cap else "")
+
+
 @dataclass(frozen=True)
 class Progress:
     tick: int
     tiers: tuple[int, int, int]
     calls: int
-    tokens: int
-    spent: int
-    cap: int
+    charged: int | None  # tokens the ledger has charged this run; None until it first answers
+    cap: int | None
 
 
 class ProgressBar:
@@ -46,8 +52,7 @@ class ProgressBar:
         clotho, lachesis, atropos = p.tiers
         return (
             f"tick {p.tick:>6}/{self.total} [{bar}] clotho {clotho} lachesis {lachesis} atropos {atropos}"
-            f" | calls {_short(p.calls)} | est tokens {_short(p.tokens)}"
-            f" | spend {_short(p.spent)}/{_short(p.cap)} tokens"
+            f" | calls issued {_short(p.calls)} | tokens charged {_charge(p)}"
         )
 
     def update(self, p: Progress) -> None:

@@ -22,8 +22,8 @@ from services.settings import EgbeSettings, Endpoint
 from world.artifact import ArtifactError, ReplayCheck, read_artifact
 from world.clients import ServiceClients
 from world.divergence import first_divergence
+from world.errors import WorldRunError, describe_rpc_error
 from world.framing import FrameError, raw_frames, read_frames
-from world.loop import WorldRunError, describe_rpc_error
 from world.run_folder import ARTIFACT_FILE, RESULT_LOG_FILE
 
 

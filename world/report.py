@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from html import escape
-from itertools import accumulate
 from pathlib import Path
 
-from world.artifact import RunArtifact
-from world.charts import grouped_bars, line_against_cap, stacked_area
+from world.artifact import ArtifactError, RunArtifact, read_artifact
+from world.charts import grouped_bars, stacked_area
+from world.report_bill import (
+    banner,
+    controls_section,
+    figures_line,
+    fork_section,
+    outcomes_line,
+    spend_section,
+)
 from world.report_story import conversations_section, lives_section, moments_section
+from world.run_folder import ARTIFACT_FILE
 
 TIERS = ("clotho", "lachesis", "atropos")
 # Counts drawn charts once laid out, so a headless browser (and a reader's devtools) can tell they rendered.
@@ -32,6 +39,9 @@ _STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:24px auto;max-width:860px;color:#212529}
 .banner{padding:10px 14px;border-radius:6px;font-weight:600}
 .offline{background:#fff3bf;border:1px solid #f08c00}.model{background:#d3f9d8;border:1px solid #2b8a3e}
+.mixed{background:#ffe8cc;border:1px solid #e8590c}.failed{background:#ffe3e3;border:1px solid #c92a2a}
+table.bill{border-collapse:collapse;font-size:14px}table.bill th,table.bill td{border:1px solid #dee2e6;
+padding:4px 8px;text-align:right}table.bill th:first-child{text-align:left}
 figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}
 .big{font-size:28px;font-weight:700}.muted{color:#6c757d;font-size:13px}
 .card{border:1px solid #dee2e6;border-radius:6px;padding:10px 14px;margin:10px 0}
@@ -39,15 +49,6 @@ figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}
 blockquote{margin:4px 0 4px 12px;color:#495057;font-style:italic}
 blockquote.reply{font-style:normal;color:#212529}ol.timeline{margin:6px 0;padding-left:20px;font-size:14px}
 """
-
-
-def _offline_line(artifact: RunArtifact) -> str:
-    if artifact.answered_by == "offline":
-        return (
-            '<p class="banner offline">OFFLINE: no ANTHROPIC_API_KEY was set, so the offline deterministic '
-            "adapter answered every cognition call. Nothing in this report came from a language model.</p>"
-        )
-    return '<p class="banner model">MODEL: cognition calls were answered by Claude through the gateway.</p>'
 
 
 def _money(micro_usd: int) -> str:
@@ -62,14 +63,15 @@ def _relevance(artifact: RunArtifact) -> str:
         "Cognition calls: this run against an every-agent-every-tick design",
         [("calls", [("issued", float(bill.calls_issued)), ("naive", float(bill.naive_calls))])],
         "calls",
+        log=True,
     )
     return (
         "<h2>Cost scales with relevance, not with agent count</h2>"
         f'<p><span class="big">{ratio:.2%}</span> of the calls a naive design would make '
         f"({bill.calls_issued:,} issued against {bill.naive_calls:,}: {times:,.0f}x fewer). "
         f"Naive cost at this run's mean call cost: {_money(bill.naive_micro_usd)} and "
-        f"{bill.naive_tokens:,} tokens; this run's ledger: {_money(bill.consumed_micro_usd)} and "
-        f"{bill.consumed_tokens:,} tokens.</p>{chart}"
+        f"{bill.naive_tokens:,} tokens (kernel estimates); tokens charged by this run's ledger: "
+        f"{bill.consumed_tokens:,} ({_money(bill.consumed_micro_usd)}).</p>{chart}"
     )
 
 
@@ -83,24 +85,6 @@ def _tiers(artifact: RunArtifact) -> str:
     )
 
 
-def _spend(artifact: RunArtifact) -> str:
-    t = artifact.tiers
-    issued = list(accumulate(t.estimated_tokens))
-    chart = line_against_cap(
-        "Tokens the kernel asked for (cumulative) against the world cap",
-        t.ticks,
-        [("estimated tokens", issued)],
-        float(artifact.bill.world_cap_tokens),
-        "tick",
-    )
-    bill = artifact.bill
-    return (
-        f"<h2>Spend against the world cap</h2>{chart}"
-        f'<p class="muted">Gateway ledger: {bill.consumed_tokens:,} tokens consumed of a '
-        f"{bill.world_cap_tokens:,}-token cap; {bill.blocked_by_world_cap:,} calls held back by the cap.</p>"
-    )
-
-
 def _calls_by_cause(artifact: RunArtifact) -> str:
     causes = sorted({g.cause for g in artifact.issued})
     counts: dict[tuple[str, str], int] = {(g.cause, g.tier): g.calls for g in artifact.issued}
@@ -108,20 +92,12 @@ def _calls_by_cause(artifact: RunArtifact) -> str:
         (cause.replace("_", " "), [(tier, float(counts.get((cause, tier), 0))) for tier in TIERS])
         for cause in causes
     ]
-    answered = Counter(c.answered_by for c in artifact.calls)
-    detail = ", ".join(
-        f"{n:,} by the {who} adapter" if who == "offline" else f"{n:,} by a model"
-        for who, n in sorted(answered.items())
-    )
     return (
         "<h2>Calls by cause and tier</h2>"
         + grouped_bars(
             "Cognition calls the kernel issued, by cause, per tier", groups or [("none", [])], "calls"
         )
-        + f'<p class="muted">{artifact.bill.calls_issued:,} calls issued; the gateway ran '
-        f"{len(artifact.calls):,} model calls ({escape(detail or 'none')}) and stopped "
-        f"{artifact.bill.killed:,} under a kill switch ({artifact.bill.killed_in_flight:,} of them in "
-        "flight).</p>"
+        + outcomes_line(artifact)
     )
 
 
@@ -200,29 +176,25 @@ def _replay(artifact: RunArtifact) -> str:
     return f"<h2>Replay check</h2><p>{verdict}</p>"
 
 
-def render_report(artifact: RunArtifact) -> str:
+def render_report(artifact: RunArtifact, parent: RunArtifact | None = None) -> str:
+    """The page for `artifact`; a fork's page also shows `parent`'s bill beside its own."""
     fingerprints = (
         ", ".join(f"{f.scope} {f.fnv1a64}" for f in artifact.config_fingerprints) or "none reported"
     )
-    fork = ""
-    if artifact.forked_from:
-        parent = escape(str(artifact.forked_from.get("run_id", "")))
-        fork = (
-            f"<p>Forked from run <code>{parent}</code> at tick {artifact.forked_from.get('at_tick', '')}.</p>"
-        )
     body = (
-        _offline_line(artifact)
+        banner(artifact)
         + f"<h1>{escape(artifact.scenario.title)}</h1>"
         + f'<p class="muted">run {escape(artifact.run_id)} · scenario {escape(artifact.scenario.name)} '
         f"(fingerprint {artifact.scenario.fingerprint}) · seed {artifact.seed} · {artifact.ticks_run:,} ticks"
         f"{' (reduced time)' if artifact.reduced_time else ''} · "
         f"{artifact.population.get('total', 0):,} Ori · "
         f"config {escape(fingerprints)} · {artifact.wall_seconds:.1f} s wall</p>"
-        + fork
+        + f"<p>{figures_line(artifact)}</p>"
+        + fork_section(artifact, parent)
         + _relevance(artifact)
         + "<h2>Who thought how much</h2>"
         + _tiers(artifact)
-        + _spend(artifact)
+        + spend_section(artifact)
         + _calls_by_cause(artifact)
         + _saturation(artifact)
         + conversations_section(artifact)
@@ -230,6 +202,7 @@ def render_report(artifact: RunArtifact) -> str:
         + lives_section(artifact)
         + _directives(artifact)
         + _kills(artifact)
+        + controls_section(artifact)
         + _replay(artifact)
     )
     return (
@@ -240,4 +213,13 @@ def render_report(artifact: RunArtifact) -> str:
 
 
 def write_report(artifact: RunArtifact, path: Path) -> None:
-    path.write_text(render_report(artifact))
+    """Writes report.html; a fork's report reads its parent's artifact from the parent's run folder
+    beside its own, when it is there."""
+    parent = None
+    if artifact.forked_from:
+        parent_dir = path.parent.parent / str(artifact.forked_from.get("run_id", ""))
+        try:
+            parent = read_artifact(parent_dir / ARTIFACT_FILE)
+        except ArtifactError:
+            parent = None
+    path.write_text(render_report(artifact, parent))

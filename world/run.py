@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
 
 import grpc
 
 from egbe.v1 import gateway_pb2, kernel_pb2
 from services.fingerprint import fingerprint
 from world.artifact import (
-    CognitionCall,
     Fingerprint,
     ReplayCheck,
     RunArtifact,
     ScenarioRecord,
     SnapshotRecord,
+    SpendPoll,
     TickLogRecord,
     TierSeries,
     write_artifact,
@@ -36,13 +34,15 @@ from world.collect import (
     calls_issued,
     issued_calls,
     kill_records,
-    ledger_view,
     saturation,
     tier_occupancy,
-    wait_for_dispatch,
 )
+from world.controls import RunScope, list_controls, stopping_controls
 from world.embedded import Services
-from world.loop import LoopHooks, LoopRecording, WorldLoop, WorldRunError, WorldSetup, describe_rpc_error
+from world.errors import WorldRunError, describe_rpc_error
+from world.ledger import LedgerView, ledger_view, wait_for_dispatch
+from world.loop import LoopHooks, LoopRecording, WorldLoop, WorldSetup, lift_run_controls
+from world.outcomes import answered_by, outcomes
 from world.population import build_population
 from world.progress import ProgressBar
 from world.registration import registration_request
@@ -142,6 +142,8 @@ async def execute(
     try:
         await register(clients, setup)
         ledger_start = await ledger_view(clients, world_id, scenario.tenant_id, since_unix_ms=0)
+        scope = RunScope(world_id, scenario.tenant_id, time.time_ns() // 1_000_000)
+        controls_before = await list_controls(clients, include_inactive=False)
         if start is None:
             save_world_snapshot(run_dir, 0, state)
         else:
@@ -153,14 +155,18 @@ async def execute(
                 result_log=result_log,
             )
             loop_started = time.monotonic()
-            loop = WorldLoop(clients, setup, progress, hooks)
+            loop = WorldLoop(clients, setup, progress, hooks, ledger_start)
             recording = await loop.run(state, options.end_tick)
             loop_seconds = time.monotonic() - loop_started
         ledger = await wait_for_dispatch(
             clients, world_id, scenario.tenant_id, ledger_start, issued=calls_issued(recording)
         )
+        _close_spend(recording, ledger, time.monotonic() - loop_started)
         audit = await audit_records(clients, world_id)
-        calls = audited_calls(audit, recording.run_ticks)
+        calls = audited_calls(audit, recording)
+        controls_after = await list_controls(clients, include_inactive=True)
+        await lift_run_controls(clients, world_id, recording.kills)
+        run_outcomes = outcomes(calls)
         artifact = RunArtifact(
             run_id=run_id,
             created_at=started_at,
@@ -174,7 +180,8 @@ async def execute(
             seed=seed,
             ticks_run=len(recording.ticks),
             reduced_time=options.reduced_time,
-            answered_by=_answered_by(calls),
+            answered_by=answered_by(run_outcomes),
+            outcomes=run_outcomes,
             config_fingerprints=_fingerprints(recording, audit.values()),
             population={"total": setup.population.size, **tier_occupancy(recording)},
             featured=[i for i, f in zip(setup.population.ids, setup.population.featured, strict=True) if f],
@@ -189,6 +196,8 @@ async def execute(
                 issue_ticks({r.run_id: r.kernel_call_id for r in audit.values() if r.kernel_call_id})
             ),
             bill=bill(recording, calls, setup.population, ledger),
+            spend=recording.spend,
+            controls=stopping_controls(controls_before, controls_after, scope, recording.issued_calls, calls),
             saturation=await saturation(clients, recording, setup.population.ids),
             replay=ReplayCheck(checked=False),
             tick_log=_tick_log_record(services, run_dir),
@@ -210,11 +219,17 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _answered_by(calls: list[CognitionCall]) -> Literal["offline", "model"]:
-    """Offline unless a key is configured and some call was answered by a model."""
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        return "offline"
-    return "model" if any(c.answered_by == "model" for c in calls) else "offline"
+def _close_spend(recording: LoopRecording, ledger: LedgerView, elapsed_seconds: float) -> None:
+    """The drained ledger is the series' last reading, so the chart ends at the bill's tokens charged."""
+    recording.spend.append(
+        SpendPoll(
+            tick=len(recording.ticks),
+            elapsed_seconds=round(elapsed_seconds, 3),
+            tokens_charged=ledger.consumed_tokens,
+            micro_usd_charged=ledger.consumed_micro_usd,
+            world_cap_tokens=ledger.world_cap_tokens,
+        )
+    )
 
 
 def _fingerprints(recording: LoopRecording, audit: Iterable[gateway_pb2.AuditRecord]) -> list[Fingerprint]:

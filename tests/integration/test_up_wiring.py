@@ -76,9 +76,9 @@ async def test_a_world_against_egbe_up_has_its_calls_run_by_the_gateway(
     )
     assert artifact.ticks_run == 1200
     assert artifact.bill.calls_issued > 0
-    assert artifact.bill.calls_run > 0
+    assert artifact.bill.model_calls_run > 0
     records = _audit_records(up)
-    assert len(records) >= artifact.bill.calls_run
+    assert len(records) >= artifact.bill.model_calls_run
     assert {call.run_id for call in artifact.calls} <= {record.run_id for record in records}
 
 

@@ -15,7 +15,7 @@ from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settin
 from tests.conftest import ROOT
 from world.artifact import ArtifactError, RunArtifact, read_artifact
 from world.demo import run_demo, summary
-from world.fork import fork_run
+from world.fork import ForkError, fork_run
 from world.framing import FrameError, read_frames, write_frame
 from world.replay import replay_run
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE, RESULT_LOG_FILE, TICK_LOG_FILE
@@ -55,7 +55,9 @@ async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     assert artifact.bill.calls_issued == sum(tiers.calls_issued) > 0
     assert artifact.bill.relevance_ratio < 0.05  # cost follows relevance, not 12 Ori x 3,600 ticks
     assert artifact.calls
-    assert all(c.answered_by == "offline" for c in artifact.calls)
+    assert {c.outcome for c in artifact.calls} <= {"offline", "stopped"}
+    assert artifact.outcomes.answered_offline == len(artifact.calls) - artifact.outcomes.stopped > 0
+    assert artifact.outcomes.failed == artifact.outcomes.answered_by_model == 0
     assert artifact.bill.consumed_tokens > 0
     directives = {d.kind: d for d in artifact.directives}
     assert directives["offer_counsel"].allowed
@@ -76,7 +78,17 @@ async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     bill = artifact.bill
     refused_by_kill = bill.killed - bill.killed_in_flight
     assert bill.calls_issued == bill.admissions + refused_by_kill + bill.blocked_by_world_cap
-    assert bill.calls_run >= bill.admissions - bill.killed_in_flight
+    assert bill.model_calls_run >= bill.admissions - bill.killed_in_flight
+    # The run's own kill switch, scoped to its world, is listed with the calls it stopped.
+    (control,) = artifact.controls
+    assert control.control_id == kill.detail
+    assert (control.scope, control.target, control.world_id) == ("ori", kill.target, "hamlet-7")
+    assert not control.left_over
+    assert control.calls_stopped > 0
+    # The spend series is the ledger's readings; its last is the bill's tokens charged.
+    assert artifact.spend[0].tokens_charged == 0
+    assert artifact.spend[-1].tokens_charged == bill.consumed_tokens
+    assert [p.elapsed_seconds for p in artifact.spend] == sorted(p.elapsed_seconds for p in artifact.spend)
     assert artifact.replay.checked
     assert artifact.replay.matches
     assert artifact.tick_log is not None
@@ -202,8 +214,39 @@ async def test_fork_under_a_lower_cap_gives_a_different_bill(
     assert fork.bill.world_cap_tokens == 60_000
     assert fork.bill.blocked_by_world_cap > 0
     assert fork.bill.consumed_tokens <= 60_000 < parent.bill.consumed_tokens
-    with pytest.raises(ValueError, match="no snapshot at tick 1801"):
-        await fork_run(run_dir, 1_801, config, isolated_settings(tmp_path / "data"), progress=False)
+    page = (fork_dir / REPORT_FILE).read_text()
+    assert f"A fork of run <code>{parent.run_id}</code> from tick 1,800" in page
+    bill = page.split('<table class="bill">', 1)[1].split("</table>", 1)[0]
+    assert "<th>parent, whole run (ticks 0–3,599)</th><th>parent, ticks 1,800–3,599</th>" in bill
+    assert f"<tr><th>tokens charged</th><td>{parent.bill.consumed_tokens:,}</td>" in bill
+    assert f"<td>{fork.bill.consumed_tokens:,}</td></tr>" in bill
+    folders = sorted(run_dir.parent.iterdir())
+    snapshots = "snapshots at ticks [0, 600, 1200, 1800, 2400, 3000]"
+    for at, error in (
+        (1_801, f"run {parent.run_id} has no snapshot at tick 1801; {snapshots}"),
+        (3_600, f"run {parent.run_id} ends at tick 3599; --at 3600 is past its end ({snapshots})"),
+    ):
+        with pytest.raises(ForkError) as refused:
+            await fork_run(run_dir, at, config, isolated_settings(tmp_path / "data"), progress=False)
+        assert str(refused.value) == error
+    assert sorted(run_dir.parent.iterdir()) == folders  # refused before any run folder was written
+
+
+async def test_fork_at_tick_zero_runs_the_whole_scenario_under_the_config(
+    hamlet: tuple[Path, RunArtifact], tmp_path: Path
+) -> None:
+    """Before its first tick the kernel holds only the registrations: a fresh kernel is that kernel."""
+    run_dir = _copy(hamlet[0], tmp_path)
+    config = tmp_path / "low-cap.toml"
+    config.write_text("[gateway.budget]\nworld_cap_tokens_per_hour = 60000\n")
+    out = await fork_run(run_dir, 0, config, isolated_settings(tmp_path / "data"), progress=False)
+    assert out.startswith("bills for ticks 0..3599\n")
+    fork = read_artifact(Path(out.split("fork run", 1)[1].split()[0]))
+    assert fork.forked_from == {"run_id": hamlet[1].run_id, "at_tick": 0, "config": str(config)}
+    assert (fork.ticks_run, fork.tiers.ticks[0]) == (3_600, 0)
+    assert fork.tiers.ticks == hamlet[1].tiers.ticks
+    assert fork.bill.world_cap_tokens == 60_000
+    assert fork.bill.consumed_tokens <= 60_000 < hamlet[1].bill.consumed_tokens
 
 
 def test_egbe_replay_command_reports_matches(hamlet: tuple[Path, RunArtifact], tmp_path: Path) -> None:

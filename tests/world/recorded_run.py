@@ -6,6 +6,7 @@ from world.artifact import (
     Bill,
     BiographySummary,
     BudgetTier,
+    CallOutcomes,
     CognitionCall,
     ConversationRecord,
     DirectiveRecord,
@@ -18,6 +19,7 @@ from world.artifact import (
     RunArtifact,
     Saturation,
     ScenarioRecord,
+    SpendPoll,
     SpokenPlanBudget,
     TierSeries,
     TierSpend,
@@ -45,7 +47,10 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
             cost_micro_usd=5_700,
             cost_estimated=True,
             policy_decision="v1:isis-behavior-policy:admitted",
-            answered_by="offline",
+            outcome="offline",
+            error_class="",
+            fallback="",
+            issued_at_tick=t,
             merged_at_tick=t + 2,
         )
         for t in range(0, ticks, 5)
@@ -65,6 +70,15 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
         ticks_run=ticks,
         reduced_time=True,
         answered_by="offline",
+        outcomes=CallOutcomes(
+            answered_by_model=0,
+            answered_offline=len(calls),
+            failed=0,
+            failed_by_class={},
+            stopped=0,
+            fallbacks=0,
+            fallback_reasons={},
+        ),
         config_fingerprints=[Fingerprint(scope="kernel", fnv1a64="89abcdef01234567")],
         population={"total": 12, "clotho": 3, "lachesis": 7, "atropos": 2, "unspecified": 0},
         featured=["adaeze", "kunle"],
@@ -221,7 +235,7 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
             blocked_by_world_cap=0,
             by_tier=[TierSpend(tier="clotho", calls=80, tokens=250_000, micro_usd=380_000)],
             calls_issued=len(calls) + 1,
-            calls_run=len(calls),
+            model_calls_run=len(calls),
             admissions=len(calls),
             killed=1,
             killed_in_flight=0,
@@ -230,6 +244,17 @@ def recorded_artifact(ticks: int = 400) -> RunArtifact:
             naive_micro_usd=12 * ticks * 5_700,
             relevance_ratio=(len(calls) + 1) / (12 * ticks),
         ),
+        spend=[
+            SpendPoll(
+                tick=t,
+                elapsed_seconds=t / 400,
+                tokens_charged=250_000 * t // ticks,
+                micro_usd_charged=380_000 * t // ticks,
+                world_cap_tokens=96_000_000,
+            )
+            for t in range(0, ticks + 1, 200)
+        ],
+        controls=[],
         saturation=Saturation(
             window_ticks=ticks,
             world_cap_tokens=96_000_000,

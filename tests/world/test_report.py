@@ -37,11 +37,12 @@ def test_every_section_a_producer_reads_is_drawn() -> None:
 def test_a_model_run_and_a_divergent_replay_say_so() -> None:
     artifact = recorded_artifact()
     artifact.answered_by = "model"
+    artifact.outcomes.answered_by_model, artifact.outcomes.answered_offline = 80, 0
     artifact.replay.matches = False
     artifact.replay.divergence = "ticks[3].report.clotho_count"
     artifact.replay.recorded, artifact.replay.fresh = "2", "3"
     html = render_report(artifact)
-    assert html.split("<body>", 1)[1].startswith('<p class="banner model">MODEL')
+    assert html.split("<body>", 1)[1].startswith('<p class="banner model">MODEL: a model answered 80 of 80')
     assert "ticks[3].report.clotho_count" in html
 
 
