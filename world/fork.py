@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -14,6 +13,7 @@ from world.artifact import RunArtifact, read_artifact
 from world.embedded import DemoTarget, services_for_run
 from world.replay import read_tick_log
 from world.report import write_report
+from world.report_bill import fork_table
 from world.run import RunOptions, execute, new_run_id, world_snapshot_path
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE
 from world.scenario import parse_scenario
@@ -22,60 +22,6 @@ from world.simulation import WorldState
 
 class ForkError(ValueError):
     """A fork that cannot start: a tick past the run's end or with no snapshot, or a config that fails."""
-
-
-@dataclass(frozen=True)
-class BillColumn:
-    """One run's bill over the ticks a fork shares with its parent."""
-
-    label: str
-    world_cap_tokens: int
-    calls_issued: int
-    model_calls: int
-    tokens_used: int
-    micro_usd: int
-    ledger_tokens: int
-    blocked_by_world_cap: int
-    killed: int
-
-
-def bill_from(artifact: RunArtifact, from_tick: int, label: str) -> BillColumn:
-    """Calls issued on ticks >= from_tick, and model calls whose results came back on those ticks."""
-    issued = sum(
-        n for t, n in zip(artifact.tiers.ticks, artifact.tiers.calls_issued, strict=True) if t >= from_tick
-    )
-    after = [c for c in artifact.calls if c.merged_at_tick is not None and c.merged_at_tick >= from_tick]
-    return BillColumn(
-        label=label,
-        world_cap_tokens=artifact.bill.world_cap_tokens,
-        calls_issued=issued,
-        model_calls=len(after),
-        tokens_used=sum(c.input_tokens + c.output_tokens for c in after),
-        micro_usd=sum(c.cost_micro_usd for c in after),
-        ledger_tokens=artifact.bill.consumed_tokens,
-        blocked_by_world_cap=artifact.bill.blocked_by_world_cap,
-        killed=artifact.bill.killed,
-    )
-
-
-def side_by_side(parent: BillColumn, fork: BillColumn, at_tick: int, end_tick: int) -> str:
-    rows = [
-        ("world cap (tokens)", parent.world_cap_tokens, fork.world_cap_tokens),
-        ("calls issued", parent.calls_issued, fork.calls_issued),
-        ("model calls run", parent.model_calls, fork.model_calls),
-        ("tokens used", parent.tokens_used, fork.tokens_used),
-        ("cost (micro-USD)", parent.micro_usd, fork.micro_usd),
-        ("ledger tokens (whole run)", parent.ledger_tokens, fork.ledger_tokens),
-        ("held back by the cap", parent.blocked_by_world_cap, fork.blocked_by_world_cap),
-        ("refused by a kill switch", parent.killed, fork.killed),
-    ]
-    width = max(len(parent.label), len(fork.label), 14)
-    lines = [
-        f"bills for ticks {at_tick}..{end_tick - 1}",
-        f"{'':<26} {parent.label:>{width}} {fork.label:>{width}}",
-    ]
-    lines += [f"{name:<26} {a:>{width},} {b:>{width},}" for name, a, b in rows]
-    return "\n".join(lines)
 
 
 def _kernel_snapshots(run_dir: Path, artifact: RunArtifact) -> dict[int, kernel_pb2.KernelSnapshot]:
@@ -157,7 +103,5 @@ async def fork_run(
             forked_from=forked_from,
         )
     write_report(artifact, fork_dir / REPORT_FILE)
-    table = side_by_side(
-        bill_from(parent, at_tick, "parent"), bill_from(artifact, at_tick, "fork"), at_tick, end_tick
-    )
+    table = fork_table(artifact, parent, at_tick)
     return f"{table}\nfork run   {fork_dir / ARTIFACT_FILE}\nreport     {fork_dir / REPORT_FILE}"

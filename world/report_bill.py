@@ -144,6 +144,63 @@ def _row(name: str, cells: list[str]) -> str:
     return f"<tr><th>{escape(name)}</th>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
+def fork_bill(artifact: RunArtifact, parent: RunArtifact, at: int) -> list[tuple[str, str, str, str]]:
+    """The fork's bill beside its parent's, row by row: (figure, parent's whole run, parent over the
+    ticks the fork shares, fork). One computation for the report and the terminal."""
+    whole = _shared(parent, 0)
+    parent_shared, fork_shared = _shared(parent, at), _shared(artifact, at)
+    names = ["calls issued", "model calls run", "answered by a model", "answered offline", "failed"]
+    rows = [
+        (n, f"{w:,}", f"{p:,}", f"{f:,}")
+        for n, w, p, f in zip(names, whole, parent_shared, fork_shared, strict=True)
+    ]
+    charged = _charged_from(parent, at)
+    rows.append(
+        (
+            "tokens charged",
+            f"{parent.bill.consumed_tokens:,}",
+            f"{charged[0]:,} (from the ledger's polls)" if charged else "not polled",
+            f"{artifact.bill.consumed_tokens:,}",
+        )
+    )
+    rows.append(
+        (
+            "cost charged",
+            _money(parent.bill.consumed_micro_usd),
+            _money(charged[1]) if charged else "not polled",
+            _money(artifact.bill.consumed_micro_usd),
+        )
+    )
+    rows += [
+        (
+            "world cap (tokens per hour)",
+            f"{parent.bill.world_cap_tokens:,}",
+            "",
+            f"{artifact.bill.world_cap_tokens:,}",
+        ),
+        (
+            "held back by the cap",
+            f"{parent.bill.blocked_by_world_cap:,}",
+            "",
+            f"{artifact.bill.blocked_by_world_cap:,}",
+        ),
+        ("refused or ended by a control", f"{parent.bill.killed:,}", "", f"{artifact.bill.killed:,}"),
+    ]
+    return rows
+
+
+def fork_table(artifact: RunArtifact, parent: RunArtifact, at: int) -> str:
+    """The same bill as text, for the terminal."""
+    end = artifact.tiers.ticks[-1] if artifact.tiers.ticks else at
+    header = ("", "parent, whole run", f"parent, {at}-{end}", f"fork, {at}-{end}")
+    rows = [header, *fork_bill(artifact, parent, at)]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        f"{row[0]:<{widths[0]}}  " + "  ".join(f"{cell:>{widths[i]}}" for i, cell in enumerate(row) if i)
+        for row in rows
+    )
+
+
 def fork_section(artifact: RunArtifact, parent: RunArtifact | None) -> str:
     """A fork's bill beside its parent's: the parent's whole run, the parent over the ticks the fork
     shares, and the fork; every figure defined as in the rest of the report."""
@@ -158,49 +215,7 @@ def fork_section(artifact: RunArtifact, parent: RunArtifact | None) -> str:
             "not shown.</p>"
         )
     end = artifact.tiers.ticks[-1] if artifact.tiers.ticks else at
-    whole = _shared(parent, 0)
-    parent_shared, fork_shared = _shared(parent, at), _shared(artifact, at)
-    names = ["calls issued", "model calls run", "answered by a model", "answered offline", "failed"]
-    rows = [
-        _row(n, [f"{a:,}" for a in (w, p, f)])
-        for n, w, p, f in zip(names, whole, parent_shared, fork_shared, strict=True)
-    ]
-    charged = _charged_from(parent, at)
-    rows.append(
-        _row(
-            "tokens charged",
-            [
-                f"{parent.bill.consumed_tokens:,}",
-                f"{charged[0]:,} (from the ledger's polls)" if charged else "not polled",
-                f"{artifact.bill.consumed_tokens:,}",
-            ],
-        )
-    )
-    rows.append(
-        _row(
-            "cost charged",
-            [
-                _money(parent.bill.consumed_micro_usd),
-                _money(charged[1]) if charged else "not polled",
-                _money(artifact.bill.consumed_micro_usd),
-            ],
-        )
-    )
-    rows.append(
-        _row(
-            "world cap (tokens per hour)",
-            [f"{parent.bill.world_cap_tokens:,}", "", f"{artifact.bill.world_cap_tokens:,}"],
-        )
-    )
-    rows.append(
-        _row(
-            "held back by the cap",
-            [f"{parent.bill.blocked_by_world_cap:,}", "", f"{artifact.bill.blocked_by_world_cap:,}"],
-        )
-    )
-    rows.append(
-        _row("refused or ended by a control", [f"{parent.bill.killed:,}", "", f"{artifact.bill.killed:,}"])
-    )
+    rows = [_row(name, [escape(c) for c in cells]) for name, *cells in fork_bill(artifact, parent, at)]
     parent_end = parent.tiers.ticks[-1] if parent.tiers.ticks else 0
     columns = (
         f"<tr><th></th><th>parent, whole run (ticks 0–{parent_end:,})</th>"
