@@ -46,7 +46,7 @@ def plan_append(
     WrongExpectedVersion or EventIdConflict; in every case the caller writes nothing else.
     """
     if already:
-        return _repeat_result(ori_id, expected, proposed, head, already)
+        return _repeat_result(ori_id, expected, proposed, already)
     if not expected.admits(head.version):
         raise WrongExpectedVersion(ori_id, expected.describe(), head.version)
     version = -1 if head.version is None else head.version
@@ -88,7 +88,6 @@ def _repeat_result(
     ori_id: str,
     expected: ExpectedVersion,
     proposed: Sequence[NewEvent],
-    head: StreamHead,
     already: Sequence[RecordedEvent],
 ) -> AppendResult:
     by_id = {event.event_id: event for event in already}
@@ -107,8 +106,12 @@ def _repeat_result(
     if [event.stream_version for event in placed] != list(range(first, first + len(placed))):
         raise EventIdConflict(placed[0].event_id, "already recorded, but not as one contiguous batch")
     if not expected.admits(first - 1 if first > 0 else None):
-        # The same events sit elsewhere than the caller expects: report it as the conflict it is.
-        raise WrongExpectedVersion(ori_id, expected.describe(), head.version)
+        # The same events sit where this expectation could not have placed them. Not ABORTED: retrying
+        # under the actual version would meet the same recorded events again, for ever.
+        raise EventIdConflict(
+            placed[0].event_id,
+            f"already recorded at version {first}, where expected {expected.describe()} does not place it",
+        )
     return AppendResult(
         last_version=placed[-1].stream_version,
         first_global_position=placed[0].global_position,

@@ -16,8 +16,15 @@ class BiographyConfig(BaseModel):
         default=64 * 1024, gt=0, description="Largest canonical-JSON payload of one event, in bytes."
     )
     max_ori_id_chars: int = Field(default=128, gt=0, description="Longest Ori id accepted.")
+    max_provenance_ref_chars: int = Field(default=512, gt=0, description="Longest provenance_ref accepted.")
     default_page_size: int = Field(default=100, gt=0, description="Read page size when none is asked.")
     max_page_size: int = Field(default=1000, gt=0, description="Larger read pages are clamped to this.")
+    max_page_bytes: int = Field(
+        default=2 * 1024 * 1024,
+        gt=0,
+        # Half of gRPC's default 4 MiB receive limit: a client with default settings reads any page.
+        description="A read page stops before its encoded events pass this many bytes (at least one event).",
+    )
     rehydrate_max_events: int = Field(
         default=64, gt=0, description="Default rehydration budget: items loaded into the working context."
     )

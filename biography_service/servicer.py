@@ -91,7 +91,7 @@ class BiographyServicer(biography_pb2_grpc.BiographyServiceServicer):
             page = await self._biography.read(
                 cursor.ori_id, cursor.start, cursor.page_size, backward=cursor.backward
             )
-        return wire.read_response(page.events, cursor, page.next_from)
+        return wire.read_response(page.events, cursor, page.next_from, self._config.max_page_bytes)
 
     async def Subscribe(
         self, request: biography_pb2.SubscribeRequest, context: Context

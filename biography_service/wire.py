@@ -74,6 +74,11 @@ def ori_id_problems(value: str, field: str, config: BiographyConfig, problems: V
         problems.add(field, f"must be at most {config.max_ori_id_chars} characters")
     elif value.startswith("$"):
         problems.add(field, 'must not start with "$" (reserved for "$all")')
+    elif _CONTROL.search(value):
+        problems.add(field, "must not contain control characters")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _in_range(value: int, field: str, problems: Violations) -> None:
@@ -124,12 +129,27 @@ def _payload(
         encoded = canonical_json(payload)
     except ValueError:
         return payload, "", [("", "must not contain NaN or infinite numbers")]
+    if "\\u0000" in encoded and _holds_nul(payload):
+        # PostgreSQL stores no NUL in text: refused here, on every backend alike.
+        return payload, encoded, [("", "must not contain NUL characters")]
     size = len(encoded) if encoded.isascii() else len(encoded.encode("utf-8"))
     if size > config.max_payload_bytes:
         return payload, encoded, [("", f"is {size} bytes; the limit is {config.max_payload_bytes}")]
     if kind is None:
         return payload, encoded, []
     return payload, encoded, [(f".{inner}", why) for inner, why in payload_problems(kind, payload)]
+
+
+def _holds_nul(value: Any) -> bool:
+    """Whether a NUL is in any key or string of the JSON value (its encoding can only hint at one:
+    `\\u0000` is also how a backslash followed by "u0000" is written)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in key or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def _kind(number: int, field: str, problems: Violations) -> EventKind | None:
@@ -152,8 +172,21 @@ def _expected(message: biography_pb2.ExpectedVersion, problems: Violations) -> E
         return exact(message.version)
     if message.version:
         problems.add("expected_version.version", "is only meaningful when kind is KIND_EXACT")
-    # An unset expectation means "any": the caller asked for no concurrency check.
-    return {kinds.KIND_NO_STREAM: NO_STREAM, kinds.KIND_STREAM_EXISTS: STREAM_EXISTS}.get(message.kind, ANY)
+    expected = _EXPECTED.get(message.kind)
+    if expected is None:
+        # Never read as "any": a kind this service does not know must not switch the check off.
+        problems.add("expected_version.kind", f"unknown expected-version kind {message.kind}")
+        return ANY
+    return expected
+
+
+# An unset expectation (KIND_UNSPECIFIED) means "any": the caller asked for no concurrency check.
+_EXPECTED = {
+    biography_pb2.ExpectedVersion.KIND_UNSPECIFIED: ANY,
+    biography_pb2.ExpectedVersion.KIND_ANY: ANY,
+    biography_pb2.ExpectedVersion.KIND_NO_STREAM: NO_STREAM,
+    biography_pb2.ExpectedVersion.KIND_STREAM_EXISTS: STREAM_EXISTS,
+}
 
 
 def append_request(
@@ -186,10 +219,21 @@ def append_request(
         world_tick = new.world_tick
         if world_tick > MAX_STORED_INTEGER:
             _in_range(world_tick, f"events[{i}].world_tick", problems)
-        if kind is not None and event_id is not None:
-            events.append(NewEvent(event_id, kind, payload, world_tick, new.provenance_ref, encoded))
+        provenance_ref = new.provenance_ref
+        if len(provenance_ref) > config.max_provenance_ref_chars or "\x00" in provenance_ref:
+            _provenance_problems(provenance_ref, f"events[{i}].provenance_ref", config, problems)
+        elif kind is not None and event_id is not None and not found:
+            # Built only from fields that passed: an event is never built from a refused payload.
+            events.append(NewEvent(event_id, kind, payload, world_tick, provenance_ref, encoded))
     problems.raise_if_any()
     return expected, events
+
+
+def _provenance_problems(value: str, field: str, config: BiographyConfig, problems: Violations) -> None:
+    if len(value) > config.max_provenance_ref_chars:
+        problems.add(field, f"is {len(value)} characters; the limit is {config.max_provenance_ref_chars}")
+    if "\x00" in value:
+        problems.add(field, "must not contain NUL characters")
 
 
 # The form `str(uuid.UUID(...))` gives; what clients send almost always, checked without parsing.
@@ -251,11 +295,26 @@ def _decode_token(token: str, ori_id: str, problems: Violations) -> tuple[int | 
     return start, backward
 
 
+# Each event of a page costs its own size plus its field tag and length prefix (at most 1 + 5 bytes).
+_EVENT_FRAMING_BYTES = 6
+
+
 def read_response(
-    events: list[RecordedEvent], cursor: ReadCursor, next_from: int | None
+    events: list[RecordedEvent], cursor: ReadCursor, next_from: int | None, max_bytes: int
 ) -> biography_pb2.ReadResponse:
+    """The page's events while they fit `max_bytes` encoded (the first always does); the token resumes
+    at the first event left out, so a page is bounded by bytes as well as by count."""
+    messages: list[biography_pb2.OriEvent] = []
+    size = 0
+    for event in events:
+        message = event_message(event)
+        size += message.ByteSize() + _EVENT_FRAMING_BYTES
+        if messages and size > max_bytes:
+            next_from = event.global_position if cursor.ori_id == ALL_STREAMS else event.stream_version
+            break
+        messages.append(message)
     token = "" if next_from is None else _encode_token(cursor.ori_id, next_from, cursor.backward)
-    return biography_pb2.ReadResponse(events=[event_message(e) for e in events], next_page_token=token)
+    return biography_pb2.ReadResponse(events=messages, next_page_token=token)
 
 
 def event_message(event: RecordedEvent) -> biography_pb2.OriEvent:

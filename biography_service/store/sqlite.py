@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -31,6 +33,17 @@ def _connect(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     return connection
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file owner-only (0600), in an owner-only directory (0700) when it makes it.
+
+    The log holds every Ori's life. SQLite gives its WAL and shared-memory files the database file's
+    permissions, so they follow. An existing file or directory keeps the mode its operator gave it.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 # The writer's own settings, from profiling the batched append path (docs/performance.md):
@@ -149,7 +162,7 @@ class SqliteStore(BiographyStore):
         return connection
 
     async def open(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(self._path)
         self._writer = GroupCommitWriter(
             lambda: _connect_writer(self._path), self._max_group, self._group_rows
         )

@@ -9,10 +9,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from biography_service.chain import GENESIS_HASH
+from biography_service.chain import GENESIS_HASH, chain_hash
 from biography_service.config import BiographyConfig
 from biography_service.errors import EventIdConflict, WrongExpectedVersion
-from biography_service.events import ANY, NO_STREAM, STREAM_EXISTS, EventKind, NewEvent, exact
+from biography_service.events import ANY, NO_STREAM, STREAM_EXISTS, EventKind, NewEvent, canonical_json, exact
 from biography_service.rehydration import LoadBudget
 from biography_service.service import Biography
 from biography_service.store.base import BiographyStore
@@ -68,8 +68,15 @@ async def test_repeating_an_append_is_idempotent_and_writes_nothing_twice(biogra
     # ANY also recognises the repeat; EXACT at the original position too.
     assert (await biography.append("ori-a", ANY, batch)).already_recorded
     assert (await biography.append("ori-a", exact(1), batch[2:])).already_recorded
-    with pytest.raises(WrongExpectedVersion):
-        await biography.append("ori-a", exact(2), batch[2:])  # recorded, but not where this call expects
+    # Recorded, but not where this call expects: ALREADY_EXISTS, never a version conflict that a retry
+    # under the actual version would meet again.
+    with pytest.raises(EventIdConflict) as caught:
+        await biography.append("ori-a", exact(2), batch[2:])
+    assert caught.value.event_id == batch[2].event_id
+    assert str(caught.value) == (
+        f"event {batch[2].event_id}: already recorded at version 2,"
+        " where expected version 2 does not place it"
+    )
 
 
 async def test_repeat_with_exact_expected_version_at_the_original_position(biography: Biography) -> None:
@@ -77,8 +84,23 @@ async def test_repeat_with_exact_expected_version_at_the_original_position(biogr
     batch = memories(2)
     await biography.append("ori-a", exact(1), batch)
     assert (await biography.append("ori-a", exact(1), batch)).already_recorded
-    with pytest.raises(WrongExpectedVersion):
+    with pytest.raises(EventIdConflict):
         await biography.append("ori-a", exact(0), batch)
+    assert len((await biography.read("$all", 0, 100)).events) == 4
+
+
+async def test_a_repeat_of_the_streams_first_event_under_exact_zero_already_exists(
+    biography: Biography,
+) -> None:
+    first = memories(1)
+    await biography.append("ori-a", NO_STREAM, first)
+    before = (await biography.read("ori-a", 0, 100)).events
+    # EXACT 0 says "the stream ends at version 0", which the recorded event made true: retrying under
+    # the actual version (0) would be refused the same way for ever, so this is no version conflict.
+    with pytest.raises(EventIdConflict) as caught:
+        await biography.append("ori-a", exact(0), first)
+    assert caught.value.event_id == first[0].event_id
+    assert (await biography.read("ori-a", 0, 100)).events == before
 
 
 async def test_same_ids_with_different_content_are_refused(biography: Biography) -> None:
@@ -218,6 +240,29 @@ async def test_verify_chain_names_the_first_tampered_version(
     assert report.first_broken_version == broken
     assert report.events_checked == broken
     assert (await biography.verify_chain("ori-b")).intact
+
+
+@pytest.mark.parametrize("forged", [2, 4])  # mid-stream, and the stream's last event
+async def test_a_forged_row_with_a_recomputed_hash_but_a_broken_link_is_not_intact(
+    biography: Biography, backend: str, forged: int
+) -> None:
+    await biography.append("ori-a", NO_STREAM, memories(5))
+    original = (await biography.read("ori-a", forged, 1)).events[0]
+    # The forger rewrites the row and recomputes its own hash correctly; only the link gives it away.
+    row = original._replace(payload={"text": "forged"}, previous_hash="f" * 64)
+    row = row._replace(hash=chain_hash(row))
+    assert chain_hash(row) == row.hash
+    await _tamper(
+        biography,
+        backend,
+        "UPDATE events SET payload = ?, previous_hash = ?, hash = ?"
+        " WHERE ori_id = 'ori-a' AND stream_version = ?",
+        (canonical_json(row.payload), row.previous_hash, row.hash, forged),
+    )
+    assert (await biography.read("ori-a", forged, 1)).events == [row]
+    report = await biography.verify_chain("ori-a")
+    assert (report.intact, report.first_broken_version, report.events_checked) == (False, forged, forged)
+    assert report.detail == "previous_hash does not match the hash of the version before"
 
 
 async def test_migrations_run_once_and_a_reopened_store_keeps_its_events(store_factory: object) -> None:

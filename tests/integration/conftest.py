@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from biography_service.config import BiographyConfig
 from biography_service.server import build_bundle
 from egbe.v1 import biography_pb2_grpc
 from services.auth import Role, TokenStore
@@ -20,12 +21,15 @@ WORLD_TOKEN = "world-token-0123456789ab"
 
 
 @contextlib.asynccontextmanager
-async def _served(tmp_path: Path, dsn: str | None) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
+async def _served(
+    tmp_path: Path, dsn: str | None, **limits: int
+) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
+    """The service with small batch and payload limits, unless `limits` sets biography config fields."""
     settings = EgbeSettings(
         data_dir=tmp_path,
         database_url=dsn,
         endpoints={"biography": Endpoint(port=0)},
-        biography={"max_batch_events": 5, "max_payload_bytes": 256},
+        biography={"max_batch_events": 5, "max_payload_bytes": 256, **limits},
     )
     tokens = TokenStore({Role.SERVICE: [SERVICE_TOKEN], Role.WORLD: [WORLD_TOKEN]})
     running = await start_service(
@@ -45,6 +49,22 @@ async def stub(
     """The service on each backend."""
     dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else None
     async with _served(tmp_path, dsn) as served:
+        yield served
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def default_limits_stub(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[biography_pb2_grpc.BiographyServiceStub]:
+    """The service on each backend with the shipped limits (batch, payload and page sizes)."""
+    dsn = request.getfixturevalue("postgres_dsn") if request.param == "postgres" else None
+    defaults = BiographyConfig()
+    async with _served(
+        tmp_path,
+        dsn,
+        max_batch_events=defaults.max_batch_events,
+        max_payload_bytes=defaults.max_payload_bytes,
+    ) as served:
         yield served
 
 
