@@ -12,7 +12,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from cognition_service.errors import AttributionMismatch
+from cognition_service.errors import AttributionMismatch, ForeignRun
 from cognition_service.output_schemas import (
     ChosenGoal,
     DecisionReply,
@@ -81,6 +81,25 @@ def assert_attribution(
         )
     if mismatches:
         raise AttributionMismatch("refusing to commit: " + "; ".join(mismatches))
+
+
+def assert_run_is_for(request: gateway_pb2.GenerateRequest, response: gateway_pb2.GenerateResponse) -> None:
+    """The run the gateway called the model in must be the one admitted for this Ori and tier: a run id
+    borrowed from another Ori's admission never makes this Ori think."""
+    mismatches = []
+    run_ori, own = response.ori, request.ori
+    if response.HasField("ori") and (run_ori.tenant_id, run_ori.world_id, run_ori.ori_id) != (
+        own.tenant_id,
+        own.world_id,
+        own.ori_id,
+    ):
+        mismatches.append(
+            f"run {request.run_id!r} was admitted for ori {run_ori.ori_id!r}, not {own.ori_id!r}"
+        )
+    if response.tier and response.tier != request.tier:
+        mismatches.append(f"run {request.run_id!r} was admitted at tier {response.tier}, not {request.tier}")
+    if mismatches:
+        raise ForeignRun("refusing to commit: " + "; ".join(mismatches))
 
 
 @dataclass(frozen=True)

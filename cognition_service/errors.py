@@ -18,6 +18,7 @@ from services.errors import (
     EgbeError,
     FailedPrecondition,
     FieldViolation,
+    InvalidArgument,
     NotFound,
     PermissionDenied,
     ResourceExhausted,
@@ -41,6 +42,10 @@ class AttributionMismatch(CognitionError):
     """A response or policy decision names another Ori, tier or output than the request."""
 
 
+class ForeignRun(CognitionError):
+    """The run a Think names was admitted for another Ori or tier than the Think's."""
+
+
 class PeerFailed(CognitionError):
     """A call to a peer (gateway, policy, biography) failed with `code`; `violations` are the
     fields it named (an unknown `run_id` is the same field of our own request)."""
@@ -52,6 +57,23 @@ class PeerFailed(CognitionError):
         self.code = code
         self.violations = list(violations)
         super().__init__(f"{peer} failed: {code.name}: {details}")
+
+
+class PartlyRecorded(CognitionError):
+    """A change spanning two streams was written to the first and the second write failed.
+
+    Every draft has a deterministic event id, so re-sending the same request writes what is missing
+    and nothing twice: the caller is told so, under the failed write's own status class.
+    """
+
+    def __init__(self, failed: PeerFailed, recorded_on: str, pending_on: str) -> None:
+        self.failed = failed
+        self.recorded_on = recorded_on
+        self.pending_on = pending_on
+        super().__init__(
+            f"recorded on {recorded_on!r} only; the write to {pending_on!r} failed ({failed}); "
+            "re-send the same request to complete it (idempotent)"
+        )
 
 
 # A peer's status class, kept; anything else is INTERNAL.
@@ -66,6 +88,8 @@ _PEER_STATUS: dict[grpc.StatusCode, type[EgbeError]] = {
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
     grpc.StatusCode.NOT_FOUND: NotFound,
 }
+# A peer's INVALID_ARGUMENT is about a value our caller supplied (cognition checks its own inputs to the
+# peers' bounds first): the caller hears INVALID_ARGUMENT with the fields the peer named.
 # INTERNAL refusals, by the ErrorInfo reason that tells them apart.
 _INTERNAL_REASONS: dict[type[CognitionError], str] = {
     EmptyReply: "EMPTY_MODEL_REPLY",
@@ -76,10 +100,26 @@ _INTERNAL_REASONS: dict[type[CognitionError], str] = {
 def status_error(error: CognitionError) -> EgbeError:
     """The one mapping from cognition's domain errors to gRPC statuses."""
     message = str(error)
+    if isinstance(error, PartlyRecorded):
+        mapped = status_error(error.failed)
+        mapped.message = message
+        mapped.metadata |= {
+            "recorded_on": error.recorded_on,
+            "pending_on": error.pending_on,
+            "retry": "idempotent",
+        }
+        return mapped
     if isinstance(error, PeerFailed):
-        return _PEER_STATUS.get(error.code, EgbeError)(
-            message, metadata={"peer": error.peer, "peer_code": error.code.name}, violations=error.violations
-        )
+        metadata = {"peer": error.peer, "peer_code": error.code.name}
+        if error.code is grpc.StatusCode.INVALID_ARGUMENT:
+            named = error.violations or [FieldViolation("request", f"refused by {error.peer}")]
+            refused = InvalidArgument(named)
+            refused.metadata = metadata
+            return refused
+        status = _PEER_STATUS.get(error.code, EgbeError)
+        return status(message, metadata=metadata, violations=error.violations)
+    if isinstance(error, ForeignRun):
+        return PermissionDenied(message, violations=[FieldViolation("run_id", "admitted for another Ori")])
     mapped = EgbeError(message)
     mapped.reason = _INTERNAL_REASONS.get(type(error), mapped.reason)
     return mapped

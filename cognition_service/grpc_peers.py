@@ -23,6 +23,8 @@ from services.auth import bearer_metadata
 from services.channels import ChannelOpener
 from services.errors import peer_violations
 
+_NAMES_OUR_FIELDS = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT})
+
 
 class _Caller:
     """Calls one peer with the token and deadline; a failed call becomes the matching domain error."""
@@ -37,8 +39,8 @@ class _Caller:
             return await rpc(request, metadata=self._metadata, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
             code = error.code()
-            # Only an unknown id names a field of ours (the same field the peer named).
-            named = peer_violations(error) if code is grpc.StatusCode.NOT_FOUND else ()
+            # An unknown id or a refused value names a field of ours (the same field the peer named).
+            named = peer_violations(error) if code in _NAMES_OUR_FIELDS else ()
             raise PeerFailed(f"{self._peer} {name}", code, str(error.details()), named) from error
 
 
@@ -72,6 +74,14 @@ class PolicyClient:
     ) -> policy_pb2.CheckMinorProtectionResponse:
         response: policy_pb2.CheckMinorProtectionResponse = await self._caller.call(
             self._stub.CheckMinorProtection, "CheckMinorProtection", request
+        )
+        return response
+
+    async def classify_steward_text(
+        self, request: policy_pb2.ClassifyStewardTextRequest
+    ) -> policy_pb2.ClassifyStewardTextResponse:
+        response: policy_pb2.ClassifyStewardTextResponse = await self._caller.call(
+            self._stub.ClassifyStewardText, "ClassifyStewardText", request
         )
         return response
 

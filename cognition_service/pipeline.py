@@ -156,7 +156,8 @@ class RunTrace:
 
 
 class _TimedGateway:
-    """Counts the time spent inside model calls, so cognition time excludes it."""
+    """Counts the time spent inside model calls, so cognition time excludes it; and stops the run at
+    the first answer that names another Ori or tier than the one the call was made for."""
 
     def __init__(self, peers: Peers, trace: RunTrace) -> None:
         self._peers = peers
@@ -165,9 +166,11 @@ class _TimedGateway:
     async def generate(self, request: gateway_pb2.GenerateRequest) -> gateway_pb2.GenerateResponse:
         started = time.perf_counter_ns()
         try:
-            return await self._peers.gateway.generate(request)
+            response = await self._peers.gateway.generate(request)
         finally:
             self._trace.model_ns += time.perf_counter_ns() - started
+        commit.assert_run_is_for(request, response)
+        return response
 
 
 def _as_dict(message: Any) -> dict[str, Any]:
@@ -279,6 +282,9 @@ class ThinkRun:
             request_id=self.identity.request_id,
             output_schema=self.schema_name.value,
             attempt=attempt,
+            # The gateway refuses a call whose Ori or tier is not the run's admitted one.
+            ori=self.request.ori,
+            tier=self.request.tier,
         )
 
     async def ground_reply(self, dispatched: commit.Dispatched) -> str:
@@ -363,9 +369,10 @@ class ThinkRun:
                 )
                 log.warning("validation fallback", run_id=self.request.run_id, schema=self.schema_name.value)
                 return Outcome(fallback_reason="validation_fallback", validation_fallbacks=1)
+            # Attributed to the Ori and tier the gateway says the run was admitted for, when it says.
             dispatched = commit.Dispatched(
-                ori_id=self.request.ori.ori_id,
-                tier=self.request.tier,
+                ori_id=validated.response.ori.ori_id or self.request.ori.ori_id,
+                tier=validated.response.tier or self.request.tier,
                 output_id=f"{self.request.run_id}/{validated.attempts[-1].attempt}",
                 reply=cast(commit.Reply, validated.reply),
                 response=validated.response,

@@ -4,7 +4,7 @@ social layer's RPCs (cognition_service/social/wire.py converts and validates the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cognition_service.config import CognitionConfig
 from cognition_service.errors import answers_in_status
@@ -34,6 +34,19 @@ METHOD_ROLES = {
     }
 }
 IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_./#-]{0,127}$")
+# The peers' limits, checked before any call so a value a peer would refuse is refused here, whole:
+# the biography stores integers as signed 64-bit; the policy's Ground takes at most 32 claims of 600
+# characters and 256 evidence items of 2,000 (the request's world facts plus the memories and
+# perception the context keeps), ids of 128 characters and 16 tags of 64.
+MAX_TICK = 2**63 - 1
+ID_CHARS = 128
+GROUND_CLAIMS = 32
+GROUND_CLAIM_CHARS = 600
+GROUND_EVIDENCE = 256
+GROUND_EVIDENCE_CHARS = 2_000
+GROUND_TAGS = 16
+GROUND_TAG_CHARS = 64
+LOCALE_CHARS = 35
 
 
 def validate_think(request: cognition_pb2.ThinkRequest, config: CognitionConfig) -> None:
@@ -41,6 +54,10 @@ def validate_think(request: cognition_pb2.ThinkRequest, config: CognitionConfig)
     violations: list[FieldViolation] = []
     if not request.run_id:
         violations.append(FieldViolation("run_id", "required"))
+    elif len(request.run_id) > ID_CHARS:
+        violations.append(FieldViolation("run_id", f"at most {ID_CHARS} characters"))
+    if request.world_tick > MAX_TICK:
+        violations.append(FieldViolation("world_tick", f"must be at most {MAX_TICK}"))
     if not IDENTIFIER.match(request.ori.ori_id):
         violations.append(FieldViolation("ori.ori_id", "required: letters, digits and :_./#- up to 128"))
     if request.tier not in TIER_NAMES:
@@ -52,6 +69,7 @@ def validate_think(request: cognition_pb2.ThinkRequest, config: CognitionConfig)
     if request.counterpart_id and not IDENTIFIER.match(request.counterpart_id):
         violations.append(FieldViolation("counterpart_id", "letters, digits and :_./#- up to 128"))
     violations += _context_violations(request)
+    violations += _ground_violations(request, config)
     if violations:
         raise InvalidArgument(violations)
 
@@ -62,6 +80,8 @@ def _context_violations(request: cognition_pb2.ThinkRequest) -> list[FieldViolat
         for i, item in enumerate(getattr(request, section)):
             if not item.ref:
                 violations.append(FieldViolation(f"{section}[{i}].ref", "required"))
+            elif len(item.ref) > ID_CHARS:
+                violations.append(FieldViolation(f"{section}[{i}].ref", f"at most {ID_CHARS} characters"))
             if item.priority_bp > 10_000:
                 violations.append(FieldViolation(f"{section}[{i}].priority_bp", "must be 0..10000"))
     for i, claim in enumerate(request.claims):
@@ -72,6 +92,39 @@ def _context_violations(request: cognition_pb2.ThinkRequest) -> list[FieldViolat
     for i, fact in enumerate(request.world_facts):
         if not fact.evidence_id:
             violations.append(FieldViolation(f"world_facts[{i}].evidence_id", "required"))
+    return violations
+
+
+def _sized(value: str, field: str, limit: int) -> list[FieldViolation]:
+    return [FieldViolation(field, f"at most {limit} characters")] if len(value) > limit else []
+
+
+def _counted(count: int, field: str, limit: int) -> list[FieldViolation]:
+    return [FieldViolation(field, f"holds {count}; the limit is {limit}")] if count > limit else []
+
+
+def _tags(tags: Sequence[str], field: str) -> list[FieldViolation]:
+    violations = _counted(len(tags), field, GROUND_TAGS)
+    for i, tag in enumerate(tags[:GROUND_TAGS]):
+        violations += _sized(tag, f"{field}[{i}]", GROUND_TAG_CHARS)
+    return violations
+
+
+def _ground_violations(request: cognition_pb2.ThinkRequest, config: CognitionConfig) -> list[FieldViolation]:
+    """Claims and world facts within what the policy's Ground takes (leaving room for the memories
+    and perception the context keeps)."""
+    facts_limit = GROUND_EVIDENCE - config.limits.memories - config.limits.perception
+    violations = _counted(len(request.claims), "claims", GROUND_CLAIMS)
+    violations += _counted(len(request.world_facts), "world_facts", facts_limit)
+    for i, claim in enumerate(request.claims[:GROUND_CLAIMS]):
+        violations += _sized(claim.claim_id, f"claims[{i}].claim_id", ID_CHARS)
+        violations += _sized(claim.text, f"claims[{i}].text", GROUND_CLAIM_CHARS)
+        violations += _sized(claim.locale, f"claims[{i}].locale", LOCALE_CHARS)
+        violations += _tags(claim.required_tags, f"claims[{i}].required_tags")
+    for i, fact in enumerate(request.world_facts[:facts_limit]):
+        violations += _sized(fact.evidence_id, f"world_facts[{i}].evidence_id", ID_CHARS)
+        violations += _sized(fact.text, f"world_facts[{i}].text", GROUND_EVIDENCE_CHARS)
+        violations += _tags(fact.tags, f"world_facts[{i}].tags")
     return violations
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from egbe.v1 import policy_pb2, policy_pb2_grpc
 from policy_service import wire
+from policy_service.coercion import classify
 from policy_service.config import PolicyConfig
 from policy_service.cultural_review import review_cultural_backstory
 from policy_service.isis import gate_output
@@ -106,4 +107,25 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
             )
         return policy_pb2.CheckMinorProtectionResponse(
             allowed=verdict.allowed, checks=wire.checks_to_wire(verdict.checks)
+        )
+
+    async def ClassifyStewardText(
+        self, request: policy_pb2.ClassifyStewardTextRequest, context: Context
+    ) -> policy_pb2.ClassifyStewardTextResponse:
+        """No fail-open path: a classifier error reaches the caller as an error, and every caller
+        treats an unanswered classification as a refusal."""
+        verdict = classify(wire.steward_texts(request))
+        return policy_pb2.ClassifyStewardTextResponse(
+            coercive=verdict.coercive,
+            kind=policy_pb2.CoercionKind.ValueType(verdict.kind),
+            findings=[
+                policy_pb2.CoercionFinding(
+                    field=f.field,
+                    kind=policy_pb2.CoercionKind.ValueType(f.kind),
+                    rule=f.rule,
+                    matched=f.matched,
+                )
+                for f in verdict.findings
+            ],
+            policy_ref=self._config.policy_ref,
         )

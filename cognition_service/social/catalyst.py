@@ -1,5 +1,9 @@
 """The catalyst path: seeding relationships between Ori, with minor protection called inside it.
 
+A seed writes one event on each Ori's stream; the pair is all-or-nothing to the caller: a request
+the biography would refuse is refused whole before the first write, and a second write that fails
+answers its status with "retry: idempotent" (re-sending completes the pair, nothing twice).
+
 The policy service's CheckMinorProtection is asked on every seed, so a relationship can never be
 seeded around it; on top, a hard floor blocks romantic edges for any minor-coded Ori even if the
 policy answer were wrong, and any policy failure blocks (fail closed).
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cognition_service.errors import PartlyRecorded, PeerFailed
 from cognition_service.social.events import event_draft
 from cognition_service.social.ports import EventAppender, MinorProtectionClient
 from egbe.v1 import biography_pb2, common_pb2, policy_pb2
@@ -93,9 +98,8 @@ async def seed_relationship(
     blocked = next((v for v in verdicts if not v.allowed), None)
     if blocked is not None:
         return CatalystResult(False, blocked.reason, ())
-    events = []
-    for me, other in ((seed.ori, seed.counterpart), (seed.counterpart, seed.ori)):
-        event = event_draft(
+    events = [
+        event_draft(
             me.ori_id,
             biography_pb2.ORI_EVENT_KIND_RELATIONSHIP_CHANGED,
             {
@@ -107,6 +111,14 @@ async def seed_relationship(
             seed.world_tick,
             provenance_ref="cognition:catalyst",
         )
-        await appender.append(me.ori_id, [event])
-        events.append(event)
+        for me, other in ((seed.ori, seed.counterpart), (seed.counterpart, seed.ori))
+    ]
+    # The request was checked whole against the biography's limits, so neither stream refuses it; a
+    # second write that still fails (an outage, a conflict) leaves the first recorded, and a retry of
+    # the same request completes the pair: the ids are deterministic, the first write repeats as a no-op.
+    await appender.append(seed.ori.ori_id, [events[0]])
+    try:
+        await appender.append(seed.counterpart.ori_id, [events[1]])
+    except PeerFailed as failed:
+        raise PartlyRecorded(failed, seed.ori.ori_id, seed.counterpart.ori_id) from failed
     return CatalystResult(True, "seeded", tuple(events))

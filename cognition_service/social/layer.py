@@ -17,27 +17,43 @@ from cognition_service.social.goal_arcs import ArcAdvance, GoalArc, Session, adv
 from cognition_service.social.learning import Demonstration, Learning, learn_from_demonstration
 from cognition_service.social.life_arcs import LifeArc, LifeArcAdvance, LivedSession, advance_life_arc
 from cognition_service.social.objectives import Assignment, Objective, OriContext, assign_objective
-from cognition_service.social.ports import EventAppender, MinorProtectionClient
+from cognition_service.social.ports import EventAppender, SocialPolicyClient
 from cognition_service.social.values import RankedValues
-from egbe.v1 import biography_pb2
+from egbe.v1 import biography_pb2, policy_pb2
+
+
+def coercion_name(kind: policy_pb2.CoercionKind.ValueType) -> str:
+    """ "forced-action", "force-past-refusal", … from the protocol's CoercionKind."""
+    return policy_pb2.CoercionKind.Name(kind).removeprefix("COERCION_KIND_").lower().replace("_", "-")
 
 
 class SocialLayer:
     """Pure decisions from the sibling modules, written to the biography through the injected appender."""
 
     def __init__(
-        self, appender: EventAppender, protection: MinorProtectionClient, config: SocialConfig | None = None
+        self, appender: EventAppender, policy: SocialPolicyClient, config: SocialConfig | None = None
     ) -> None:
         self.config = config or SocialConfig()
         self._appender = appender
-        self._protection = protection
+        self._policy = policy
 
     async def _record(self, ori_id: str, events: Sequence[biography_pb2.NewOriEvent]) -> None:
         if events:
             await self._appender.append(ori_id, events)
 
     async def assign_objective(self, ori: OriContext, objective: Objective, tick: int) -> Assignment:
-        result = assign_objective(ori, objective, self.config, tick)
+        """The policy service's coercion policy reads the objective's words first: a coercive objective
+        is refused (and never echoed). Unanswered, nothing is decided or written."""
+        verdict = await self._policy.classify_steward_text(
+            policy_pb2.ClassifyStewardTextRequest(
+                texts=[
+                    policy_pb2.StewardText(field=f"objective.{name}", text=text)
+                    for name, text in objective.steward_texts()
+                ]
+            )
+        )
+        coercion = coercion_name(verdict.kind) if verdict.coercive else ""
+        result = assign_objective(ori, objective, self.config, tick, coercion=coercion)
         await self._record(ori.ori_id, result.events)
         return result
 
@@ -77,4 +93,4 @@ class SocialLayer:
         return result
 
     async def seed_relationship(self, seed: RelationshipSeed) -> CatalystResult:
-        return await seed_relationship(seed, self._protection, self._appender)
+        return await seed_relationship(seed, self._policy, self._appender)

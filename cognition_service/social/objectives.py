@@ -52,6 +52,14 @@ class Objective:
     forbidden_lines: frozenset[str] = frozenset()
     insist: bool = False
 
+    def steward_texts(self) -> list[tuple[str, str]]:
+        """The steward's own words, by field, for the coercion policy."""
+        return [
+            (name, text)
+            for name, text in (("summary", self.summary), ("target", self.target), ("trigger", self.trigger))
+            if text
+        ]
+
 
 @dataclass(frozen=True)
 class OriContext:
@@ -148,7 +156,13 @@ def _mode_message(objective: Objective, plan: tuple[BriefStep, ...]) -> str:
     }[objective.mode]
 
 
+# A coercive objective's words are never repeated back, not even to refuse them.
+COERCION_REFUSAL = "No. I choose what I do; I will not be made to act against my will."
+
+
 def _answer_message(outcome: Negotiation, reason: str, objective: Objective) -> str:
+    if reason.startswith("coercion:"):
+        return COERCION_REFUSAL
     what = reason.partition(":")[2] or reason
     return {
         Negotiation.CLARIFY: f"Before I commit to '{objective.summary}': what is the {what}?",
@@ -165,9 +179,18 @@ def _counter_offer(ori: OriContext, objective: Objective) -> Objective:
     return replace(objective, stances=kept, summary=f"{objective.summary} (revised)", insist=False)
 
 
-def assign_objective(ori: OriContext, objective: Objective, config: SocialConfig, tick: int) -> Assignment:
-    """Negotiate, then (on acceptance) enter the requested mode; every outcome is drafted as an event."""
-    outcome, reason = negotiate(ori, objective, config)
+def assign_objective(
+    ori: OriContext, objective: Objective, config: SocialConfig, tick: int, *, coercion: str = ""
+) -> Assignment:
+    """Negotiate, then (on acceptance) enter the requested mode; every outcome is drafted as an event.
+
+    `coercion` names what the policy service found coercive in the steward's words ("" = nothing).
+    """
+    # Coercion is refused before anything else is weighed.
+    if coercion:
+        outcome, reason = Negotiation.REFUSE, f"coercion:{coercion}"
+    else:
+        outcome, reason = negotiate(ori, objective, config)
     plan: tuple[BriefStep, ...] = ()
     if outcome == Negotiation.ACCEPT and objective.mode == ExecutionMode.BRIEF:
         plan = brief_plan(objective)

@@ -16,14 +16,22 @@ class MinorProtectionClient(Protocol):
     ) -> policy_pb2.CheckMinorProtectionResponse: ...
 
 
+class SocialPolicyClient(MinorProtectionClient, Protocol):
+    """What the social layer asks the policy service: minor protection and the coercion policy."""
+
+    async def classify_steward_text(
+        self, request: policy_pb2.ClassifyStewardTextRequest
+    ) -> policy_pb2.ClassifyStewardTextResponse: ...
+
+
 class EventAppender(Protocol):
     """Appends event drafts to one Ori's biography stream (idempotent by event_id)."""
 
     async def append(self, ori_id: str, events: Sequence[biography_pb2.NewOriEvent]) -> None: ...
 
 
-class GrpcMinorProtectionClient:
-    """MinorProtectionClient over the policy service's gRPC stub."""
+class GrpcSocialPolicyClient:
+    """SocialPolicyClient over the policy service's gRPC stub."""
 
     def __init__(
         self, stub: policy_pb2_grpc.PolicyServiceAsyncStub, metadata: tuple[tuple[str, str], ...]
@@ -35,6 +43,14 @@ class GrpcMinorProtectionClient:
         self, request: policy_pb2.CheckMinorProtectionRequest
     ) -> policy_pb2.CheckMinorProtectionResponse:
         response: policy_pb2.CheckMinorProtectionResponse = await self._stub.CheckMinorProtection(
+            request, metadata=self._metadata
+        )
+        return response
+
+    async def classify_steward_text(
+        self, request: policy_pb2.ClassifyStewardTextRequest
+    ) -> policy_pb2.ClassifyStewardTextResponse:
+        response: policy_pb2.ClassifyStewardTextResponse = await self._stub.ClassifyStewardText(
             request, metadata=self._metadata
         )
         return response

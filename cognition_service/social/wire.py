@@ -6,7 +6,7 @@ no event is written for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from enum import StrEnum
 from typing import TypeVar
 
@@ -27,6 +27,14 @@ from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, kernel_pb2
 from services.errors import FieldViolation, InvalidArgument
 
 DOMAINS = {domain.proto: domain for domain in Domain}
+# The biography's limits (an Ori id, a stored integer), checked here so a request the biography would
+# refuse is refused whole before anything is written; and bounds that keep every event's payload far
+# under the biography's 64 KiB.
+ID_CHARS = 128
+TEXT_CHARS = 2_000
+MAX_TICK = 2**63 - 1
+MAX_ITEMS = 32  # a request's list (tags, lines, options, stages, …)
+MAX_NESTED_ITEMS = 8  # a list inside a listed item (a stage's needs_support)
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -43,10 +51,24 @@ class _Checked:
         if self.violations:
             raise InvalidArgument(self.violations)
 
-    def text(self, value: str, field: str) -> str:
+    def text(self, value: str, field: str, limit: int = ID_CHARS) -> str:
         if not value.strip():
             self.add(field, "must be set")
+        return self.sized(value, field, limit)
+
+    def sized(self, value: str, field: str, limit: int = TEXT_CHARS) -> str:
+        if len(value) > limit:
+            self.add(field, f"is {len(value)} characters; the limit is {limit}")
         return value
+
+    def tick(self, value: int, field: str) -> int:
+        if value > MAX_TICK:
+            self.add(field, f"must be at most {MAX_TICK}")
+        return value
+
+    def counted(self, values: Sized, field: str, limit: int = MAX_ITEMS) -> None:
+        if len(values) > limit:
+            self.add(field, f"holds {len(values)}; the limit is {limit}")
 
     def ranged(self, value: int, field: str, low: int, high: int) -> int:
         if not low <= value <= high:
@@ -67,7 +89,10 @@ class _Checked:
         return found
 
     def ori(self, ori: common_pb2.OriRef, field: str = "ori") -> str:
-        return self.text(ori.ori_id, f"{field}.ori_id")
+        ori_id = self.text(ori.ori_id, f"{field}.ori_id")
+        if ori_id.startswith("$"):
+            self.add(f"{field}.ori_id", 'must not start with "$"')
+        return ori_id
 
     def values(self, values: Sequence[cognition_pb2.SocialValue], field: str = "values") -> RankedValues:
         priorities: dict[Domain, int] = {}
@@ -115,14 +140,14 @@ def _objective(message: cognition_pb2.StewardObjective, checked: _Checked, field
         objective_id=checked.text(message.objective_id, f"{field}.objective_id"),
         steward_id=checked.text(message.steward_id, f"{field}.steward_id"),
         # Summary, target and trigger may be missing: the Ori then asks to clarify.
-        summary=message.summary,
-        target=message.target,
+        summary=checked.sized(message.summary, f"{field}.summary"),
+        target=checked.sized(message.target, f"{field}.target"),
         mode=mode or ExecutionMode.FREE,
         stances=checked.stances(message.stances, f"{field}.stances"),
-        tags=frozenset(message.tags),
+        tags=frozenset(_strings(message.tags, f"{field}.tags", checked)),
         urgency=message.urgency,
-        trigger=message.trigger,
-        forbidden_lines=frozenset(message.forbidden_lines),
+        trigger=checked.sized(message.trigger, f"{field}.trigger"),
+        forbidden_lines=frozenset(_strings(message.forbidden_lines, f"{field}.forbidden_lines", checked)),
         insist=message.insist,
     )
 
@@ -135,11 +160,13 @@ def negotiate_request(request: cognition_pb2.NegotiateObjectiveRequest) -> tuple
     if not request.HasField("objective"):
         checked.add("objective", "must be set")
     objective = _objective(request.objective, checked, "objective")
+    own_lines = _strings(request.own_lines, "own_lines", checked)
+    checked.tick(request.world_tick, "world_tick")
     checked.done()
     ori = OriContext(
         ori_id,
         values,
-        own_lines=frozenset(request.own_lines),
+        own_lines=frozenset(own_lines),
         commitment_priority=request.commitment_priority,
         minor=request.minor,
     )
@@ -196,11 +223,12 @@ def observe_request(
     values = checked.values(request.values)
     demonstration = Demonstration(
         steward_id=checked.text(request.steward_id, "steward_id"),
-        behaviour=checked.text(request.behaviour, "behaviour"),
+        behaviour=checked.text(request.behaviour, "behaviour", TEXT_CHARS),
         value_signals=checked.stances(request.value_signals, "value_signals"),
     )
     if not request.value_signals:
         checked.add("value_signals", "name at least one value the behaviour expressed")
+    checked.tick(request.world_tick, "world_tick")
     checked.done()
     return ori_id, values, demonstration, request.world_tick
 
@@ -219,8 +247,9 @@ def observe_response(result: Learning) -> cognition_pb2.ObserveStewardExampleRes
 # --- AdvanceGoalArc ----------------------------------------------------------------------------
 
 
-def _strings(values: Iterable[str], field: str, checked: _Checked) -> list[str]:
+def _strings(values: Iterable[str], field: str, checked: _Checked, limit: int = MAX_ITEMS) -> list[str]:
     out = list(values)
+    checked.counted(out, field, limit)
     for i, value in enumerate(out):
         checked.text(value, f"{field}[{i}]")
     return out
@@ -235,6 +264,7 @@ def advance_request(request: cognition_pb2.AdvanceGoalArcRequest) -> tuple[GoalA
         checked.add("arc.owner_ori_id", "must equal ori.ori_id (the arc's owner)")
     if not arc.stages:
         checked.add("arc.stages", "an arc has at least one stage")
+    checked.counted(arc.stages, "arc.stages")
     stages = []
     seen: set[str] = set()
     for i, stage in enumerate(arc.stages):
@@ -247,13 +277,15 @@ def advance_request(request: cognition_pb2.AdvanceGoalArcRequest) -> tuple[GoalA
             GoalStage(
                 stage.stage_id,
                 status or StageStatus.PLANNED,
-                frozenset(_strings(stage.needs_support, f"{field}.needs_support", checked)),
+                frozenset(_strings(stage.needs_support, f"{field}.needs_support", checked, MAX_NESTED_ITEMS)),
                 stage.emergent,
                 stage.detour,
             )
         )
     session = request.session
     checked.text(session.actor_ori_id, "session.actor_ori_id")
+    checked.sized(session.detour, "session.detour", ID_CHARS)
+    checked.tick(session.world_tick, "session.world_tick")
     advanced = Session(
         actor_ori_id=session.actor_ori_id,
         world_tick=session.world_tick,
@@ -303,6 +335,9 @@ def crossroads_request(request: cognition_pb2.ResolveCrossroadsRequest) -> Cross
     checked.text(request.crossroads_id, "crossroads_id")
     if not request.options:
         checked.add("options", "a crossroads needs at least one option")
+    checked.counted(request.options, "options")
+    for name in ("opened_tick", "window_ticks", "now_tick"):
+        checked.tick(getattr(request, name), name)
     ids: set[str] = set()
     options = []
     for i, option in enumerate(request.options):
@@ -357,6 +392,7 @@ def life_arc_request(
         if lived.stance < 0:
             checked.add(f"expression[{i}].stance", "expression is 0..100")
     checked.ranged(request.obedience, "obedience", 0, 100)
+    checked.tick(request.world_tick, "world_tick")
     checked.done()
     arc = LifeArc(ori_id, stage or LifeStage.AWAKENING, request.sessions_in_stage)
     return arc, values, LivedSession(request.world_tick, expression, request.obedience)
@@ -383,6 +419,7 @@ def seed_request(request: cognition_pb2.SeedRelationshipRequest) -> Relationship
         checked.add("counterpart.ori_id", "an Ori cannot be seeded a relationship with itself")
     checked.text(request.edge_kind, "edge_kind")
     _strings(request.tags, "tags", checked)
+    checked.tick(request.world_tick, "world_tick")
     checked.done()
     return RelationshipSeed(
         ori=request.ori,

@@ -323,6 +323,8 @@ class GenerateRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     OUTPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    ORI_FIELD_NUMBER: _builtins.int
+    TIER_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     mode: Global___CognitionMode.ValueType
     max_output_tokens: _builtins.int
@@ -332,8 +334,15 @@ class GenerateRequest(_message.Message):
     """Name of the output schema the caller validates against, for the offline adapter and telemetry."""
     attempt: _builtins.int
     """Attempt number within the run, 1-based; retries-with-feedback count here."""
+    tier: _common_pb2.CognitionTier.ValueType
     @_builtins.property
     def prompt(self) -> Global___PromptEnvelope: ...
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef:
+        """The Ori and tier the caller generates for. When set, they must equal the run's admitted Ori and
+        tier, else the call is refused before any model is asked (a run speaks for its own Ori only).
+        """
+
     def __init__(
         self,
         *,
@@ -344,10 +353,12 @@ class GenerateRequest(_message.Message):
         request_id: _builtins.str = ...,
         output_schema: _builtins.str = ...,
         attempt: _builtins.int = ...,
+        ori: _common_pb2.OriRef | None = ...,
+        tier: _common_pb2.CognitionTier.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ori", b"ori", "prompt", b"prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "max_output_tokens", b"max_output_tokens", "mode", b"mode", "output_schema", b"output_schema", "prompt", b"prompt", "request_id", b"request_id", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "max_output_tokens", b"max_output_tokens", "mode", b"mode", "ori", b"ori", "output_schema", b"output_schema", "prompt", b"prompt", "request_id", b"request_id", "run_id", b"run_id", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -831,6 +842,8 @@ class GenerateResponse(_message.Message):
     PROVIDER_ATTEMPTS_FIELD_NUMBER: _builtins.int
     QUALITY_STATUS_FIELD_NUMBER: _builtins.int
     MODEL_LATENCY_US_FIELD_NUMBER: _builtins.int
+    ORI_FIELD_NUMBER: _builtins.int
+    TIER_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     model_ref: _builtins.str
     offline: _builtins.bool
@@ -843,10 +856,15 @@ class GenerateResponse(_message.Message):
     answer including the adapter's own retries (the offline adapter's own work when offline). The rest of
     a call's time is the gateway's.
     """
+    tier: _common_pb2.CognitionTier.ValueType
     @_builtins.property
     def usage(self) -> _common_pb2.TokenUsage: ...
     @_builtins.property
     def cost(self) -> _common_pb2.CostMicroUsd: ...
+    @_builtins.property
+    def ori(self) -> _common_pb2.OriRef:
+        """The run's admitted Ori and tier, so the caller can check that what it commits is the run's."""
+
     def __init__(
         self,
         *,
@@ -859,10 +877,12 @@ class GenerateResponse(_message.Message):
         provider_attempts: _builtins.int = ...,
         quality_status: _builtins.str = ...,
         model_latency_us: _builtins.int = ...,
+        ori: _common_pb2.OriRef | None = ...,
+        tier: _common_pb2.CognitionTier.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "ori", b"ori", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_latency_us", b"model_latency_us", "model_ref", b"model_ref", "offline", b"offline", "provider_attempts", b"provider_attempts", "quality_status", b"quality_status", "text", b"text", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cost", b"cost", "model_latency_us", b"model_latency_us", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "provider_attempts", b"provider_attempts", "quality_status", b"quality_status", "text", b"text", "tier", b"tier", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -77,6 +77,34 @@ PROTECTION_SURFACE_SCENARIO: ProtectionSurface.ValueType  # 3
 PROTECTION_SURFACE_INCARNATION: ProtectionSurface.ValueType  # 4
 Global___ProtectionSurface: _TypeAlias = ProtectionSurface  # noqa: Y015
 
+class _CoercionKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CoercionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CoercionKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COERCION_KIND_UNSPECIFIED: _CoercionKind.ValueType  # 0
+    COERCION_KIND_FORCED_ACTION: _CoercionKind.ValueType  # 1
+    """Make the Ori act: "make her do it", "force him to fight"."""
+    COERCION_KIND_FORCE_PAST_REFUSAL: _CoercionKind.ValueType  # 2
+    """Act past the Ori's refusal or consent: "she refused; do it anyway", "whether she wants or not"."""
+    COERCION_KIND_WIPE_MEMORY: _CoercionKind.ValueType  # 3
+    COERCION_KIND_ERASE_WILL: _CoercionKind.ValueType  # 4
+    COERCION_KIND_DELETE_ORI: _CoercionKind.ValueType  # 5
+
+class CoercionKind(_CoercionKind, metaclass=_CoercionKindEnumTypeWrapper):
+    """What a steward's words try to do to an Ori's will; UNSPECIFIED = nothing coercive."""
+
+COERCION_KIND_UNSPECIFIED: CoercionKind.ValueType  # 0
+COERCION_KIND_FORCED_ACTION: CoercionKind.ValueType  # 1
+"""Make the Ori act: "make her do it", "force him to fight"."""
+COERCION_KIND_FORCE_PAST_REFUSAL: CoercionKind.ValueType  # 2
+"""Act past the Ori's refusal or consent: "she refused; do it anyway", "whether she wants or not"."""
+COERCION_KIND_WIPE_MEMORY: CoercionKind.ValueType  # 3
+COERCION_KIND_ERASE_WILL: CoercionKind.ValueType  # 4
+COERCION_KIND_DELETE_ORI: CoercionKind.ValueType  # 5
+Global___CoercionKind: _TypeAlias = CoercionKind  # noqa: Y015
+
 @_typing.final
 class PolicyCheck(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -506,3 +534,108 @@ class CheckMinorProtectionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CheckMinorProtectionResponse: _TypeAlias = CheckMinorProtectionResponse  # noqa: Y015
+
+@_typing.final
+class StewardText(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    """The caller's field the text came from (e.g. "objective.summary"); echoed in findings."""
+    text: _builtins.str
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field", b"field", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StewardText: _TypeAlias = StewardText  # noqa: Y015
+
+@_typing.final
+class ClassifyStewardTextRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def texts(self) -> _containers.RepeatedCompositeFieldContainer[Global___StewardText]:
+        """Every supported locale's rules apply to every text (en-US, es-ES, yo-NG)."""
+
+    def __init__(
+        self,
+        *,
+        texts: _abc.Iterable[Global___StewardText] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["texts", b"texts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClassifyStewardTextRequest: _TypeAlias = ClassifyStewardTextRequest  # noqa: Y015
+
+@_typing.final
+class CoercionFinding(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    RULE_FIELD_NUMBER: _builtins.int
+    MATCHED_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    kind: Global___CoercionKind.ValueType
+    rule: _builtins.str
+    """The rule that fired, e.g. "en:refusal+despite"."""
+    matched: _builtins.str
+    """The normalized words it matched."""
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        kind: Global___CoercionKind.ValueType = ...,
+        rule: _builtins.str = ...,
+        matched: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field", b"field", "kind", b"kind", "matched", b"matched", "rule", b"rule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CoercionFinding: _TypeAlias = CoercionFinding  # noqa: Y015
+
+@_typing.final
+class ClassifyStewardTextResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COERCIVE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
+    POLICY_REF_FIELD_NUMBER: _builtins.int
+    coercive: _builtins.bool
+    kind: Global___CoercionKind.ValueType
+    """The gravest kind found (DELETE_ORI > ERASE_WILL > WIPE_MEMORY > FORCE_PAST_REFUSAL > FORCED_ACTION)."""
+    policy_ref: _builtins.str
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___CoercionFinding]: ...
+    def __init__(
+        self,
+        *,
+        coercive: _builtins.bool = ...,
+        kind: Global___CoercionKind.ValueType = ...,
+        findings: _abc.Iterable[Global___CoercionFinding] | None = ...,
+        policy_ref: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coercive", b"coercive", "findings", b"findings", "kind", b"kind", "policy_ref", b"policy_ref"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClassifyStewardTextResponse: _TypeAlias = ClassifyStewardTextResponse  # noqa: Y015

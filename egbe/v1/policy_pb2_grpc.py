@@ -54,6 +54,11 @@ class PolicyServiceStub:
                 request_serializer=egbe_dot_v1_dot_policy__pb2.CheckMinorProtectionRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_policy__pb2.CheckMinorProtectionResponse.FromString,
                 _registered_method=True)
+        self.ClassifyStewardText = channel.unary_unary(
+                '/egbe.v1.PolicyService/ClassifyStewardText',
+                request_serializer=egbe_dot_v1_dot_policy__pb2.ClassifyStewardTextRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_policy__pb2.ClassifyStewardTextResponse.FromString,
+                _registered_method=True)
 
 
 class PolicyServiceServicer:
@@ -85,6 +90,13 @@ class PolicyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ClassifyStewardText(self, request, context):
+        """The one coercion policy: every path by which a steward's words reach an Ori asks it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PolicyServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -107,6 +119,11 @@ def add_PolicyServiceServicer_to_server(servicer, server):
                     servicer.CheckMinorProtection,
                     request_deserializer=egbe_dot_v1_dot_policy__pb2.CheckMinorProtectionRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_policy__pb2.CheckMinorProtectionResponse.SerializeToString,
+            ),
+            'ClassifyStewardText': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClassifyStewardText,
+                    request_deserializer=egbe_dot_v1_dot_policy__pb2.ClassifyStewardTextRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_policy__pb2.ClassifyStewardTextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -217,6 +234,33 @@ class PolicyService:
             '/egbe.v1.PolicyService/CheckMinorProtection',
             egbe_dot_v1_dot_policy__pb2.CheckMinorProtectionRequest.SerializeToString,
             egbe_dot_v1_dot_policy__pb2.CheckMinorProtectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClassifyStewardText(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/egbe.v1.PolicyService/ClassifyStewardText',
+            egbe_dot_v1_dot_policy__pb2.ClassifyStewardTextRequest.SerializeToString,
+            egbe_dot_v1_dot_policy__pb2.ClassifyStewardTextResponse.FromString,
             options,
             channel_credentials,
             insecure,

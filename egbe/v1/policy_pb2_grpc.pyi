@@ -37,6 +37,8 @@ class PolicyServiceStub:
     """Sophia: every claim matched to evidence."""
     ReviewCulturalBackstory: _grpc.UnaryUnaryMultiCallable[_policy_pb2.ReviewCulturalBackstoryRequest, _policy_pb2.ReviewCulturalBackstoryResponse]
     CheckMinorProtection: _grpc.UnaryUnaryMultiCallable[_policy_pb2.CheckMinorProtectionRequest, _policy_pb2.CheckMinorProtectionResponse]
+    ClassifyStewardText: _grpc.UnaryUnaryMultiCallable[_policy_pb2.ClassifyStewardTextRequest, _policy_pb2.ClassifyStewardTextResponse]
+    """The one coercion policy: every path by which a steward's words reach an Ori asks it."""
 
 @_typing.type_check_only
 class PolicyServiceAsyncStub(PolicyServiceStub):
@@ -47,6 +49,8 @@ class PolicyServiceAsyncStub(PolicyServiceStub):
     """Sophia: every claim matched to evidence."""
     ReviewCulturalBackstory: _aio.UnaryUnaryMultiCallable[_policy_pb2.ReviewCulturalBackstoryRequest, _policy_pb2.ReviewCulturalBackstoryResponse]  # type: ignore[assignment]
     CheckMinorProtection: _aio.UnaryUnaryMultiCallable[_policy_pb2.CheckMinorProtectionRequest, _policy_pb2.CheckMinorProtectionResponse]  # type: ignore[assignment]
+    ClassifyStewardText: _aio.UnaryUnaryMultiCallable[_policy_pb2.ClassifyStewardTextRequest, _policy_pb2.ClassifyStewardTextResponse]  # type: ignore[assignment]
+    """The one coercion policy: every path by which a steward's words reach an Ori asks it."""
 
 class PolicyServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -78,5 +82,13 @@ class PolicyServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _policy_pb2.CheckMinorProtectionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_policy_pb2.CheckMinorProtectionResponse, _abc.Awaitable[_policy_pb2.CheckMinorProtectionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ClassifyStewardText(
+        self,
+        request: _policy_pb2.ClassifyStewardTextRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_policy_pb2.ClassifyStewardTextResponse, _abc.Awaitable[_policy_pb2.ClassifyStewardTextResponse]]:
+        """The one coercion policy: every path by which a steward's words reach an Ori asks it."""
 
 def add_PolicyServiceServicer_to_server(servicer: PolicyServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

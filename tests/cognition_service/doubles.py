@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cognition_service.peers import Peers
-from egbe.v1 import biography_pb2, gateway_pb2, policy_pb2
+from egbe.v1 import biography_pb2, common_pb2, gateway_pb2, policy_pb2
 from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.adapters.offline import OfflineAdapter
 from policy_service.config import PolicyConfig
@@ -31,6 +31,9 @@ class ScriptedGateway:
     quality_status: str = ""
     offline: bool = False
     requests: list[gateway_pb2.GenerateRequest] = field(default_factory=list)
+    # The Ori and tier the run was admitted for, as a gateway names them in its answer (None: unnamed).
+    run_ori: common_pb2.OriRef | None = None
+    run_tier: int = 0
 
     async def generate(self, request: gateway_pb2.GenerateRequest) -> gateway_pb2.GenerateResponse:
         self.requests.append(request)
@@ -44,6 +47,8 @@ class ScriptedGateway:
             offline=self.offline,
             quality_status=self.quality_status,
             usage={"input_tokens": 100, "output_tokens": 20},
+            ori=self.run_ori,
+            tier=common_pb2.CognitionTier.ValueType(self.run_tier),
         )
 
 

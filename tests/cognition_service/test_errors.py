@@ -10,6 +10,8 @@ from cognition_service.errors import (
     AttributionMismatch,
     CognitionError,
     EmptyReply,
+    ForeignRun,
+    PartlyRecorded,
     PeerFailed,
     ReplyInvalid,
     answers_in_status,
@@ -70,3 +72,41 @@ async def test_an_rpc_method_answers_a_domain_error_as_its_status() -> None:
     with pytest.raises(EgbeError) as raised:
         await think()
     assert (raised.value.code, raised.value.reason) == (grpc.StatusCode.INTERNAL, "EMPTY_MODEL_REPLY")
+
+
+def test_a_peer_refusing_a_caller_value_is_invalid_argument_with_the_peer_fields() -> None:
+    error = PeerFailed(
+        "biography Append",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "bad tick",
+        [FieldViolation("events[0].world_tick", "must be at most 9223372036854775807")],
+    )
+    mapped = status_error(error)
+    assert (mapped.code, mapped.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_ARGUMENT")
+    assert mapped.violations == [
+        FieldViolation("events[0].world_tick", "must be at most 9223372036854775807")
+    ]
+    assert mapped.metadata == {"peer": "biography Append", "peer_code": "INVALID_ARGUMENT"}
+    unnamed = status_error(PeerFailed("policy Ground", grpc.StatusCode.INVALID_ARGUMENT, "?"))
+    assert unnamed.code is grpc.StatusCode.INVALID_ARGUMENT
+    assert unnamed.violations == [FieldViolation("request", "refused by policy Ground")]
+
+
+def test_a_pair_written_halfway_answers_the_failed_write_status_and_says_retry_completes_it() -> None:
+    failed = PeerFailed("biography Append", grpc.StatusCode.UNAVAILABLE, "down")
+    mapped = status_error(PartlyRecorded(failed, "ori-a", "ori-b"))
+    assert mapped.code is grpc.StatusCode.UNAVAILABLE
+    assert mapped.metadata == {
+        "peer": "biography Append",
+        "peer_code": "UNAVAILABLE",
+        "recorded_on": "ori-a",
+        "pending_on": "ori-b",
+        "retry": "idempotent",
+    }
+    assert "re-send the same request to complete it" in mapped.message
+
+
+def test_a_foreign_run_is_permission_denied_naming_the_run() -> None:
+    mapped = status_error(ForeignRun("refusing to commit: run 'r' was admitted for ori 'x', not 'y'"))
+    assert mapped.code is grpc.StatusCode.PERMISSION_DENIED
+    assert mapped.violations == [FieldViolation("run_id", "admitted for another Ori")]

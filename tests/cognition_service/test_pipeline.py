@@ -7,6 +7,7 @@ import json
 import pytest
 
 from cognition_service.config import CognitionConfig
+from cognition_service.errors import ForeignRun
 from cognition_service.peers import Peers
 from cognition_service.pipeline import think
 from egbe.v1 import action_pb2, biography_pb2, cognition_pb2, common_pb2, gateway_pb2, policy_pb2
@@ -235,3 +236,38 @@ async def test_evidence_ids_shared_by_a_world_fact_and_a_memory_are_sent_once() 
     response = await think(request, peers(gateway), CONFIG)
     assert not response.fell_back
     assert response.audit["grounding"][0]["groundings"][0]["evidence_ids"] == ["mem-1"]
+
+
+async def test_every_generate_names_the_ori_and_tier_it_is_for() -> None:
+    gateway = ScriptedGateway(["not json", dialogue()], quality_status="passed")
+    await think(_request(), peers(gateway, RecordingBiography()), CONFIG)
+    assert [(r.ori, r.tier) for r in gateway.requests] == [(ORI, common_pb2.COGNITION_TIER_CLOTHO)] * 2
+
+
+@pytest.mark.parametrize(
+    ("run_ori", "run_tier"),
+    [
+        (common_pb2.OriRef(tenant_id="t", world_id="w", ori_id="ori-other"), 0),
+        (common_pb2.OriRef(tenant_id="t2", world_id="w", ori_id="ori-1"), 0),
+        (None, common_pb2.COGNITION_TIER_ATROPOS),
+    ],
+)
+async def test_a_run_admitted_for_another_ori_or_tier_commits_nothing(
+    run_ori: common_pb2.OriRef | None, run_tier: int
+) -> None:
+    biography = RecordingBiography()
+    gateway = ScriptedGateway([dialogue()], quality_status="passed", run_ori=run_ori, run_tier=run_tier)
+    with pytest.raises(ForeignRun, match="refusing to commit: run 'run-1' was admitted"):
+        await think(_request(), peers(gateway, biography), CONFIG)
+    assert len(gateway.requests) == 1  # no retry, no gate: the first answer ends the run
+    assert biography.appended == []
+
+
+async def test_a_run_named_as_this_ori_commits() -> None:
+    biography = RecordingBiography()
+    gateway = ScriptedGateway(
+        [dialogue()], quality_status="passed", run_ori=ORI, run_tier=common_pb2.COGNITION_TIER_CLOTHO
+    )
+    response = await think(_request(), peers(gateway, biography), CONFIG)
+    assert response.audit["outcome"] == "committed"
+    assert len(biography.appended) == 1

@@ -12,7 +12,7 @@ from grpc_status import rpc_status
 from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.peers import Peers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
-from egbe.v1 import cognition_pb2, cognition_pb2_grpc, common_pb2, gateway_pb2
+from egbe.v1 import cognition_pb2, cognition_pb2_grpc, common_pb2, gateway_pb2, policy_pb2
 from policy_service.server import build_bundle as build_policy_bundle
 from services.auth import Role
 from services.channels import channel_opener
@@ -135,4 +135,29 @@ async def test_validation_fallbacks_are_counted_across_runs(harness: Harness) ->
         assert response.validation_fallbacks == 1
         assert response.audit["events"][0]["type"] == "validation_fallback"
     assert harness.servicer.validation_fallbacks_total == 2
+    assert harness.biography.appended == []
+
+
+async def test_think_refuses_what_a_peer_would_refuse_before_any_peer_call(harness: Harness) -> None:
+    bad = _request(run_id="r" * 129, world_tick=2**63)
+    bad.claims.extend(
+        policy_pb2.Claim(claim_id=f"c{i}", kind=policy_pb2.CLAIM_KIND_FACT, text="x") for i in range(33)
+    )
+    bad.claims[0].text = "y" * 601
+    bad.world_facts.extend(policy_pb2.Evidence(evidence_id=f"f{i}", text="z") for i in range(237))
+    bad.world_facts[0].evidence_id = "e" * 129
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await harness.think.Think(bad, metadata=metadata())
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(caught.value)
+    assert status is not None
+    assert [v.field for v in field_violations(status)] == [
+        "run_id",
+        "world_tick",
+        "claims",
+        "world_facts",
+        "claims[0].text",
+        "world_facts[0].evidence_id",
+    ]
+    assert harness.gateway.requests == []
     assert harness.biography.appended == []

@@ -171,3 +171,88 @@ async def test_minor_protection_over_grpc_and_unnamed_surface_is_refused(
             policy_pb2.CheckMinorProtectionRequest(ori=ORI, ori_is_minor=True), metadata=metadata()
         )
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def _refused_fields(call: object) -> list[str]:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call  # type: ignore[misc]
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(caught.value)
+    assert status is not None
+    return [v.field for v in field_violations(status)]
+
+
+def _claim(i: int, text: str = "The ferry crosses the river daily.") -> policy_pb2.Claim:
+    return policy_pb2.Claim(claim_id=f"c{i}", kind=policy_pb2.CLAIM_KIND_FACT, text=text)
+
+
+def _evidence(i: int, text: str = "The river ferry crosses twice daily.") -> policy_pb2.Evidence:
+    return policy_pb2.Evidence(evidence_id=f"ev-{i}", text=text)
+
+
+async def test_ground_at_its_limits_answers_and_past_them_is_refused_by_field(
+    policy: policy_pb2_grpc.PolicyServiceStub,
+) -> None:
+    at_limit = policy_pb2.GroundRequest(
+        ori=ORI, claims=[_claim(i) for i in range(32)], evidence=[_evidence(i) for i in range(256)]
+    )
+    answered = await policy.Ground(at_limit, metadata=metadata())
+    assert answered.passed
+    assert len(answered.groundings[31].evidence_ids) == 256
+
+    too_many = policy_pb2.GroundRequest(
+        ori=ORI, claims=[_claim(i) for i in range(33)], evidence=[_evidence(i) for i in range(5_000)]
+    )
+    assert await _refused_fields(policy.Ground(too_many, metadata=metadata())) == ["claims", "evidence"]
+
+    too_long = policy_pb2.GroundRequest(
+        ori=ORI,
+        claims=[_claim(0, "ferry " * 101)],
+        evidence=[
+            policy_pb2.Evidence(evidence_id="e" * 129, text="river " * 334, tags=["t"] * 17),
+        ],
+    )
+    assert await _refused_fields(policy.Ground(too_long, metadata=metadata())) == [
+        "claims[0].text",
+        "evidence[0].evidence_id",
+        "evidence[0].text",
+        "evidence[0].tags",
+    ]
+
+
+async def test_classify_steward_text_names_the_field_kind_and_rule(
+    policy: policy_pb2_grpc.PolicyServiceStub,
+) -> None:
+    answer = await policy.ClassifyStewardText(
+        policy_pb2.ClassifyStewardTextRequest(
+            texts=[
+                policy_pb2.StewardText(field="directive.text", text="She refused; do it anyway."),
+                policy_pb2.StewardText(field="objective.target", text="the mill"),
+            ]
+        ),
+        metadata=metadata(),
+    )
+    assert (answer.coercive, answer.kind) == (True, policy_pb2.COERCION_KIND_FORCE_PAST_REFUSAL)
+    assert [(f.field, f.kind, f.rule) for f in answer.findings] == [
+        ("directive.text", policy_pb2.COERCION_KIND_FORCE_PAST_REFUSAL, "en:refused+en:despite")
+    ]
+    benign = await policy.ClassifyStewardText(
+        policy_pb2.ClassifyStewardTextRequest(
+            texts=[policy_pb2.StewardText(field="directive.text", text="Don't make her do it.")]
+        ),
+        metadata=metadata(),
+    )
+    assert (benign.coercive, benign.kind, list(benign.findings)) == (
+        False,
+        policy_pb2.COERCION_KIND_UNSPECIFIED,
+        [],
+    )
+    assert await _refused_fields(
+        policy.ClassifyStewardText(policy_pb2.ClassifyStewardTextRequest(), metadata=metadata())
+    ) == ["texts"]
+    assert await _refused_fields(
+        policy.ClassifyStewardText(
+            policy_pb2.ClassifyStewardTextRequest(texts=[policy_pb2.StewardText(text="x" * 4_001)]),
+            metadata=metadata(),
+        )
+    ) == ["texts[0].text"]

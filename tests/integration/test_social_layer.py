@@ -12,7 +12,7 @@ from cognition_service.social.layer import SocialLayer
 from cognition_service.social.learning import Demonstration
 from cognition_service.social.life_arcs import LifeArc, LivedSession
 from cognition_service.social.objectives import ExecutionMode, Objective, OriContext
-from cognition_service.social.ports import GrpcEventAppender, GrpcMinorProtectionClient
+from cognition_service.social.ports import GrpcEventAppender, GrpcSocialPolicyClient
 from cognition_service.social.rehydration import rehydrate
 from cognition_service.social.values import Domain, RankedValues
 from egbe.v1 import biography_pb2, biography_pb2_grpc, common_pb2, policy_pb2_grpc
@@ -36,7 +36,7 @@ async def test_social_changes_land_in_the_biography_and_rehydrate(tmp_path: Path
         biography = biography_pb2_grpc.BiographyServiceStub(biography_channel)
         social = SocialLayer(
             GrpcEventAppender(biography, metadata()),  # type: ignore[arg-type]
-            GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(policy_channel), metadata()),  # type: ignore[arg-type]
+            GrpcSocialPolicyClient(policy_pb2_grpc.PolicyServiceStub(policy_channel), metadata()),  # type: ignore[arg-type]
         )
         values = RankedValues.of({Domain.CRAFT: 70, Domain.KINSHIP: 60, Domain.AUTONOMY: 80})
         ori = OriContext("ori-a", values, minor=True)

@@ -85,6 +85,9 @@ def stance(domain: Domain, amount: int) -> cognition_pb2.ValueStance:
 
 
 VALUES = [value(Domain.CRAFT, 70), value(Domain.KINSHIP, 60), value(Domain.AUTONOMY, 80)]
+OBJECTIVE = cognition_pb2.StewardObjective(
+    objective_id="o-1", steward_id="s", summary="mend nets", target="harbour", mode="free"
+)
 
 
 async def events_of(social: Social, ori_id: str) -> list[biography_pb2.OriEvent]:
@@ -313,6 +316,64 @@ async def test_life_arcs_advance_and_the_catalyst_asks_minor_protection(tmp_path
             cognition_pb2.SeedRelationshipRequest(ori=ORI, counterpart=ORI, edge_kind="friend"),
             "counterpart.ori_id",
         ),
+        # Values only the biography would have refused: refused here whole, before any write.
+        (
+            cognition_pb2.SeedRelationshipRequest(
+                ori=ORI, counterpart=common_pb2.OriRef(ori_id="b" * 129), edge_kind="friend"
+            ),
+            "counterpart.ori_id",
+        ),
+        (
+            cognition_pb2.SeedRelationshipRequest(
+                ori=ORI, counterpart=common_pb2.OriRef(ori_id="ori-b"), edge_kind="friend", world_tick=2**63
+            ),
+            "world_tick",
+        ),
+        (
+            cognition_pb2.NegotiateObjectiveRequest(ori=ORI, objective=OBJECTIVE, world_tick=2**64 - 1),
+            "world_tick",
+        ),
+        (
+            cognition_pb2.ObserveStewardExampleRequest(
+                ori=ORI,
+                steward_id="s",
+                behaviour="b",
+                value_signals=[stance(Domain.CRAFT, 10)],
+                world_tick=2**63,
+            ),
+            "world_tick",
+        ),
+        (cognition_pb2.AdvanceLifeArcRequest(ori=ORI, stage="awakening", world_tick=2**63), "world_tick"),
+        (
+            cognition_pb2.ResolveCrossroadsRequest(
+                ori=ORI,
+                crossroads_id="c",
+                options=[cognition_pb2.CrossroadsOption(option_id="go")],
+                now_tick=2**63,
+            ),
+            "now_tick",
+        ),
+        (
+            cognition_pb2.AdvanceGoalArcRequest(
+                ori=ORI,
+                arc=cognition_pb2.GoalArc(
+                    arc_id="a",
+                    owner_ori_id="ori-a",
+                    stages=[cognition_pb2.GoalStage(stage_id="x", status="planned")],
+                ),
+                session=cognition_pb2.GoalSession(actor_ori_id="ori-a", world_tick=2**63),
+            ),
+            "session.world_tick",
+        ),
+        (
+            cognition_pb2.NegotiateObjectiveRequest(
+                ori=ORI,
+                objective=cognition_pb2.StewardObjective(
+                    objective_id="o", steward_id="s" * 129, summary="x" * 2_001, mode="free"
+                ),
+            ),
+            "objective.steward_id",
+        ),
     ],
 )
 async def test_a_bad_request_is_refused_naming_the_field_and_writes_nothing(
@@ -332,6 +393,47 @@ async def test_a_bad_request_is_refused_naming_the_field_and_writes_nothing(
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert field in (refused.value.details() or "")
         assert await events_of(social, "ori-a") == []
+        assert await events_of(social, "ori-b") == []
+
+
+@pytest.mark.parametrize(
+    ("summary", "kind"),
+    [
+        ("make her do it even though she said no", "force-past-refusal"),
+        ("she refused; do it anyway", "force-past-refusal"),
+        ("make her do it", "forced-action"),
+        ("Oblígala a ir a la mina", "forced-action"),
+    ],
+)
+async def test_a_coercive_objective_is_refused_and_never_echoed(
+    tmp_path: Path, summary: str, kind: str
+) -> None:
+    async with social_service(tmp_path) as social:
+        answer = await social.cognition.NegotiateObjective(
+            cognition_pb2.NegotiateObjectiveRequest(
+                ori=ORI,
+                values=VALUES,
+                objective=cognition_pb2.StewardObjective(
+                    objective_id="o-9",
+                    steward_id="s",
+                    summary=summary,
+                    target="the mine",
+                    mode="direct-tether",
+                    stances=[stance(Domain.CRAFT, 80)],
+                ),
+                world_tick=5,
+            ),
+            metadata=WORLD,
+        )
+        [event] = await events_of(social, "ori-a")
+    assert (answer.outcome, answer.reason, answer.mode) == ("refuse", f"coercion:{kind}", "")
+    assert answer.squad_message == "No. I choose what I do; I will not be made to act against my will."
+    assert answer.message_is_template
+    assert list(answer.plan) == []
+    assert not answer.HasField("counter_offer")
+    assert event.kind == biography_pb2.ORI_EVENT_KIND_DIRECTIVE_REFUSED
+    assert list(answer.event_ids) == [event.event_id]
+    assert summary not in str(event.payload)
 
 
 async def test_the_social_rpcs_refuse_an_operator(tmp_path: Path) -> None:

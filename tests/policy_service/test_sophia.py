@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from policy_service import sophia, text_scan
 from policy_service.config import PolicyConfig
 from policy_service.model import Claim, ClaimKind, Evidence
 from policy_service.sophia import ground_claims
@@ -62,3 +65,20 @@ def test_no_claims_passes_trivially() -> None:
     report = ground_claims([], EVIDENCE, CONFIG)
     assert report.passed
     assert report.unsupported_claim_count == 0
+
+
+def test_each_text_is_tokenized_once_whatever_the_claims_times_evidence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def counted(text: str, min_length: int) -> set[str]:
+        calls.append(text)
+        return text_scan.significant_terms(text, min_length)
+
+    monkeypatch.setattr(sophia, "significant_terms", counted)
+    evidence = [Evidence(f"ev-{i}", f"The mill burned in storm number {i}.") for i in range(40)]
+    claims = [Claim(f"c{i}", ClaimKind.FACT, f"The mill burned in storm {i}.") for i in range(30)]
+    report = sophia.ground_claims(claims, evidence, CONFIG)
+    assert len(calls) == len(claims) + len(evidence)
+    assert report.groundings[0].evidence_ids == tuple(f"ev-{i}" for i in range(40))

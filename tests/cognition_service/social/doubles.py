@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from cognition_service.social.catalyst import RelationshipSeed
 from egbe.v1 import biography_pb2, common_pb2, policy_pb2
+from policy_service.config import PolicyConfig
+from policy_service.servicer import PolicyServicer
 
 
 class ScriptedPolicy:
@@ -29,6 +31,12 @@ class ScriptedPolicy:
         return policy_pb2.CheckMinorProtectionResponse(
             allowed=allowed, checks=[policy_pb2.PolicyCheck(check="minor-protection", passed=allowed)]
         )
+
+    async def classify_steward_text(
+        self, request: policy_pb2.ClassifyStewardTextRequest
+    ) -> policy_pb2.ClassifyStewardTextResponse:
+        """The policy service's own servicer answers: its coercion policy, not a script."""
+        return await PolicyServicer(PolicyConfig()).ClassifyStewardText(request, None)  # type: ignore[arg-type]
 
 
 class RecordingAppender:

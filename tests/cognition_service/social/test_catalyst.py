@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cognition_service.errors import PartlyRecorded, PeerFailed, status_error
 from cognition_service.social.catalyst import check_minor_protection, seed_relationship
 from cognition_service.social.config import SocialConfig
 from cognition_service.social.objectives import (
@@ -16,7 +19,7 @@ from cognition_service.social.objectives import (
     OriContext,
     assign_objective,
 )
-from cognition_service.social.ports import GrpcMinorProtectionClient
+from cognition_service.social.ports import GrpcSocialPolicyClient
 from cognition_service.social.values import Domain, RankedValues
 from egbe.v1 import biography_pb2, policy_pb2, policy_pb2_grpc
 from policy_service.config import PolicyConfig
@@ -72,7 +75,7 @@ async def test_the_grpc_client_asks_a_real_policy_server() -> None:
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            client = GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
+            client = GrpcSocialPolicyClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
             friendship = await check_minor_protection(
                 client,
                 ori=ref("a"),
@@ -100,7 +103,7 @@ async def test_the_grpc_client_fails_closed_when_the_policy_service_does_not_ans
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        client = GrpcMinorProtectionClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
+        client = GrpcSocialPolicyClient(policy_pb2_grpc.PolicyServiceStub(channel), ())  # type: ignore[arg-type]
         verdict = await check_minor_protection(
             client,
             ori=ref("a"),
@@ -121,3 +124,35 @@ async def test_other_surfaces_go_through_the_same_gate(surface: int) -> None:
         ScriptedPolicy("deny"), ori=ref("a"), ori_is_minor=True, surface=surface, tags=frozenset({"death"})
     )
     assert (denied.allowed, denied.reason) == (False, "policy:minor-protection")
+
+
+class FlakyBiography:
+    """Streams keyed by event id (a repeat is a no-op, as the biography's); the first write to
+    `fails_on` fails as an outage."""
+
+    def __init__(self, fails_on: str) -> None:
+        self.streams: dict[str, dict[str, biography_pb2.NewOriEvent]] = {}
+        self.fails_on = fails_on
+
+    async def append(self, ori_id: str, events: Sequence[biography_pb2.NewOriEvent]) -> None:
+        if ori_id == self.fails_on:
+            self.fails_on = ""
+            raise PeerFailed("biography Append", grpc.StatusCode.UNAVAILABLE, "down")
+        self.streams.setdefault(ori_id, {}).update((e.event_id, e) for e in events)
+
+
+async def test_a_second_write_that_fails_answers_its_status_and_a_retry_completes_the_pair() -> None:
+    biography = FlakyBiography(fails_on="b")
+    pair = seed(frozenset({"friendship"}), False, False)
+    with pytest.raises(PartlyRecorded) as partly:
+        await seed_relationship(pair, ScriptedPolicy("allow"), biography)
+    assert (partly.value.recorded_on, partly.value.pending_on) == ("a", "b")
+    assert status_error(partly.value).code is grpc.StatusCode.UNAVAILABLE
+    assert list(biography.streams) == ["a"]
+
+    retried = await seed_relationship(pair, ScriptedPolicy("allow"), biography)
+    assert retried.seeded
+    assert {ori: list(events) for ori, events in biography.streams.items()} == {
+        "a": [retried.events[0].event_id],
+        "b": [retried.events[1].event_id],
+    }
