@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from services.errors import PermissionDenied, Unauthenticated
+from services.files import private_dir, refuse_shared_secret
 
 AUTHORIZATION_HEADER = "authorization"
 BEARER_PREFIX = "Bearer "
@@ -117,7 +118,7 @@ def authorize(role: Role, admitted: frozenset[Role], method: str) -> None:
 def ensure_embedded_tokens(path: Path) -> TokenStore:
     """Create one random token per role on first start, readable only by the owner; reuse it after."""
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)
         content = json.dumps({role.value: secrets.token_urlsafe(32) for role in Role}, indent=2)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -126,9 +127,7 @@ def ensure_embedded_tokens(path: Path) -> TokenStore:
         else:
             with os.fdopen(fd, "w") as handle:
                 handle.write(content + "\n")
-    mode = path.stat().st_mode & 0o777
-    if mode & 0o077:
-        raise PermissionError(f"tokens file {path} is readable by others (mode {mode:o}); chmod 600 it")
+    refuse_shared_secret(path, "tokens file")
     return TokenStore.load(path)
 
 

@@ -15,7 +15,7 @@ _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "::": "[::1]"}  # no
 
 
 def channel_options(settings: EgbeSettings) -> list[tuple[str, Any]]:
-    """Message-size limits shared by servers and clients."""
+    """A client channel's message-size limits (each server has its own: services.limits)."""
     return [
         ("grpc.max_send_message_length", settings.max_message_bytes),
         ("grpc.max_receive_message_length", settings.max_message_bytes),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 ERROR_DOMAIN = "egbe.dev"
@@ -33,30 +33,51 @@ class EgbeError(Exception):
         *,
         metadata: dict[str, str] | None = None,
         violations: Iterable[FieldViolation] = (),
+        retry_after_seconds: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.metadata = dict(metadata or {})
         # The request fields the refusal is about (an unknown id names the field that carried it).
         self.violations = list(violations)
+        # When set, a google.rpc.RetryInfo tells the client how long to wait before trying again.
+        self.retry_after_seconds = retry_after_seconds
 
     def details(self) -> list[any_pb2.Any]:
-        """google.rpc detail messages carried with the status: BadRequest when fields are named."""
-        info = any_pb2.Any()
-        info.Pack(
+        """google.rpc detail messages carried with the status: BadRequest when fields are named,
+        RetryInfo when the client should wait and retry, and always ErrorInfo (last)."""
+        found: list[Any] = []
+        if self.violations:
+            found.append(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                        for v in self.violations
+                    ]
+                )
+            )
+        if self.retry_after_seconds is not None:
+            delay = duration_pb2.Duration()
+            delay.FromNanoseconds(round(self.retry_after_seconds * 1e9))
+            found.append(error_details_pb2.RetryInfo(retry_delay=delay))
+        found.append(
             error_details_pb2.ErrorInfo(reason=self.reason, domain=ERROR_DOMAIN, metadata=self.metadata)
         )
-        if not self.violations:
-            return [info]
-        bad_request = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                for v in self.violations
-            ]
+        packed = []
+        for detail in found:
+            any_detail = any_pb2.Any()
+            any_detail.Pack(detail)
+            packed.append(any_detail)
+        return packed
+
+
+class Internal(EgbeError):
+    """Something failed that no refusal describes; the client learns only the id that finds the log."""
+
+    def __init__(self, correlation_id: str) -> None:
+        super().__init__(
+            f"internal error; correlation id {correlation_id}", metadata={"correlation_id": correlation_id}
         )
-        packed = any_pb2.Any()
-        packed.Pack(bad_request)
-        return [packed, info]
 
 
 class InvalidArgument(EgbeError):
@@ -150,3 +171,13 @@ def field_violations(status: status_pb2.Status) -> list[FieldViolation]:
             detail.Unpack(bad_request)
             found.extend(FieldViolation(v.field, v.description) for v in bad_request.field_violations)
     return found
+
+
+def retry_delay_seconds(status: status_pb2.Status) -> float | None:
+    """The wait a status's RetryInfo asks for, or None when it carries none (for clients and tests)."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return float(info.retry_delay.ToNanoseconds()) / 1e9
+    return None

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from services.auth import TokenStore, ensure_embedded_tokens
+from services.files import private_dir, refuse_shared_secret
 from services.logging import get_logger
 from services.server import OPERATOR_SERVICE, RunningService, ServiceBundle, start_service
 from services.settings import SERVICE_NAMES, EgbeSettings, Mode, UserError
@@ -61,8 +62,10 @@ def load_tokens(settings: EgbeSettings) -> TokenStore:
                 "EGBE_TOKENS_FILE at the {role: token} JSON file the services use"
             )
         try:
+            if settings.mode is Mode.PRODUCTION:
+                refuse_shared_secret(settings.tokens_file, "tokens file")
             return TokenStore.load(settings.tokens_file)
-        except ValueError as exc:
+        except (PermissionError, ValueError) as exc:
             raise UserError(f"EGBE_TOKENS_FILE: {exc}") from None
     if settings.mode is Mode.PRODUCTION:
         raise UserError(
@@ -116,7 +119,7 @@ def operator_target(settings: EgbeSettings) -> str:
 
 def _publish(settings: EgbeSettings, running: Sequence[RunningService]) -> None:
     path = endpoints_path(settings)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     existing = json.loads(path.read_text()) if path.is_file() else {}
     for service in running:
         existing[service.bundle.name] = service.target
@@ -153,8 +156,11 @@ def _start_order(names: Sequence[str]) -> list[str]:
 
 
 async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[RunningService]:
-    """Build and start the named services, the kernel wired to the others; on failure, stop what started."""
+    """Build and start the named services, the kernel wired to the others; on failure, stop what started.
+
+    The data directory is created owner-only before any service writes a database into it."""
     tokens = load_tokens(settings)
+    private_dir(settings.data_dir)
     running: list[RunningService] = []
     try:
         for name in _start_order(names):

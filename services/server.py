@@ -1,9 +1,15 @@
-"""grpc.aio server bootstrap: auth and error mapping around every handler, health, reflection, shutdown."""
+"""grpc.aio server bootstrap: auth, load shedding and error mapping around every handler, health,
+reflection, shutdown.
+
+An exception no handler turned into a refusal is logged with its traceback under a correlation id,
+and the client is told only that id: a Python message can carry state nobody outside should read.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +25,12 @@ from grpc_status import rpc_status
 
 from egbe.v1 import gateway_pb2
 from services.auth import AUTHORIZATION_HEADER, Principal, Role, TokenStore, authorize
-from services.channels import channel_options, server_credentials, uses_tls
-from services.errors import EgbeError, InvalidArgument, to_rpc_status
+from services.channels import server_credentials, uses_tls
+from services.errors import EgbeError, Internal, InvalidArgument, to_rpc_status
 from services.grpc_types import Context, GenericHandler, MethodHandler
+from services.limits import CallLimit, RateLimitedLog, server_options
 from services.logging import get_logger
-from services.settings import EgbeSettings, Endpoint, TlsSettings
+from services.settings import EgbeSettings, Endpoint, ServerLimits, TlsSettings
 
 log = get_logger(__name__)
 
@@ -70,16 +77,23 @@ def _authorization(metadata: Any) -> str | None:
 
 
 class Chassis:
-    """Authenticates, authorizes, binds log context and maps domain errors for every RPC.
+    """Authenticates, authorizes, sheds load, binds log context and maps errors for every RPC.
 
     Every method handler is wrapped once, when its servicer registers (see `_Registrar`), not per
-    call: a call pays one dict-free check of its own metadata and nothing else, and no server
+    call: a call pays one dict-free check of its own metadata and a counter, and no server
     interceptor (whose async pipeline grpc.aio runs for every call) is installed at all.
+    One chassis serves all of a service's listeners, so they share its limit on calls in progress.
     """
 
-    def __init__(self, bundle: ServiceBundle, tokens: TokenStore) -> None:
+    def __init__(
+        self, bundle: ServiceBundle, tokens: TokenStore, limits: ServerLimits, settings: EgbeSettings
+    ) -> None:
         self._bundle = bundle
         self._tokens = tokens
+        self._refusals = RateLimitedLog(settings.refusal_log_lines_per_minute)
+        self.calls = CallLimit(
+            bundle.name, limits.max_concurrent_calls, settings.shed_retry_after_seconds, self._refusals
+        )
 
     def guard(self, method: str) -> Callable[[Context], None]:
         """The check run before `method`'s handler: who is calling, and may that role call it."""
@@ -87,6 +101,7 @@ class Chassis:
         service_name = self._bundle.name
         principal_of = self._tokens.principal_of
         on_refused = self._bundle.on_refused
+        refusals = self._refusals
 
         def check(context: Context) -> None:
             structlog.contextvars.clear_contextvars()
@@ -96,6 +111,14 @@ class Chassis:
                 principal = principal_of(_authorization(context.invocation_metadata()))
                 authorize(principal.role, admitted, method)
             except EgbeError as refusal:
+                refusals.warning(
+                    "call refused",
+                    rpc=method,
+                    peer=context.peer(),
+                    code=refusal.code.name,
+                    caller=principal.token_id if principal is not None else None,
+                    why=refusal.message,
+                )
                 if on_refused is not None:
                     on_refused(method, refusal, principal)
                 raise
@@ -103,7 +126,7 @@ class Chassis:
         return check
 
     def wrap(self, method: str, handler: MethodHandler) -> MethodHandler:
-        return _wrap_handler(handler, self.guard(method))
+        return _wrap_handler(handler, method, self.guard(method), self.calls)
 
 
 class _GuardedGenericHandler(GenericHandler):
@@ -185,12 +208,23 @@ async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield _decoded(request)
 
 
-def _wrap_handler(handler: MethodHandler, check: Callable[[Context], None]) -> MethodHandler:
-    """Run `check` first and turn EgbeError into a status with details, for all four call shapes."""
+async def _fail(context: Context, method: str, error: Exception) -> None:
+    """Answer a failed call: a refusal as itself, anything else as INTERNAL naming only a log entry."""
+    if not isinstance(error, EgbeError):
+        correlation_id = secrets.token_hex(8)
+        get_logger(__name__).error(
+            "unexpected exception", rpc=method, correlation_id=correlation_id, exc_info=error
+        )
+        error = Internal(correlation_id)
+    status = _status_for(error)
+    await context.abort(status.code, status.details, status.trailing_metadata)
 
-    async def abort(context: Context, error: EgbeError) -> None:
-        status = _status_for(error)
-        await context.abort(status.code, status.details, status.trailing_metadata)
+
+def _wrap_handler(
+    handler: MethodHandler, method: str, check: Callable[[Context], None], calls: CallLimit
+) -> MethodHandler:
+    """Run `check` first, hold a call slot, and answer every exception as a status with details,
+    for all four call shapes. An abort the handler made itself passes through as it is."""
 
     behaviours: Any = handler
     deserializer = _tolerant(handler.request_deserializer)
@@ -200,9 +234,12 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[Context], None]) -> M
         async def unary_unary(request: Any, context: Context) -> Any:
             try:
                 check(context)
-                return await inner_uu(_decoded(request), context)
-            except EgbeError as error:
-                await abort(context, error)
+                with calls.held(method, context.peer()):
+                    return await inner_uu(_decoded(request), context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                await _fail(context, method, error)
 
         return grpc.unary_unary_rpc_method_handler(unary_unary, deserializer, handler.response_serializer)
     if behaviours.unary_stream is not None:
@@ -211,10 +248,13 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[Context], None]) -> M
         async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
                 check(context)
-                async for item in inner_us(_decoded(request), context):
-                    yield item
-            except EgbeError as error:
-                await abort(context, error)
+                with calls.held(method, context.peer()):
+                    async for item in inner_us(_decoded(request), context):
+                        yield item
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                await _fail(context, method, error)
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, deserializer, handler.response_serializer)
     if behaviours.stream_unary is not None:
@@ -223,9 +263,12 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[Context], None]) -> M
         async def stream_unary(requests: Any, context: Context) -> Any:
             try:
                 check(context)
-                return await inner_su(_decoded_stream(requests), context)
-            except EgbeError as error:
-                await abort(context, error)
+                with calls.held(method, context.peer()):
+                    return await inner_su(_decoded_stream(requests), context)
+            except grpc.aio.AbortError:
+                raise
+            except Exception as error:
+                await _fail(context, method, error)
 
         return grpc.stream_unary_rpc_method_handler(stream_unary, deserializer, handler.response_serializer)
     inner_ss = behaviours.stream_stream
@@ -233,10 +276,13 @@ def _wrap_handler(handler: MethodHandler, check: Callable[[Context], None]) -> M
     async def stream_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
         try:
             check(context)
-            async for item in inner_ss(_decoded_stream(requests), context):
-                yield item
-        except EgbeError as error:
-            await abort(context, error)
+            with calls.held(method, context.peer()):
+                async for item in inner_ss(_decoded_stream(requests), context):
+                    yield item
+        except grpc.aio.AbortError:
+            raise
+        except Exception as error:
+            await _fail(context, method, error)
 
     return grpc.stream_stream_rpc_method_handler(stream_stream, deserializer, handler.response_serializer)
 
@@ -293,6 +339,14 @@ def _bind(server: grpc.aio.Server, endpoint: Endpoint, tls: TlsSettings) -> str:
     return f"{endpoint.host}:{port}"
 
 
+def metrics_host(endpoint: Endpoint) -> str:
+    """Where a service's Prometheus endpoint listens: on its gRPC endpoint's host, so the metrics
+    reach exactly as far as the service does (loopback when the service listens on a unix socket)."""
+    if endpoint.unix_socket is not None:
+        return "127.0.0.1"
+    return endpoint.host.removeprefix("[").removesuffix("]")
+
+
 def listener_plan(
     bundle: ServiceBundle, endpoint: Endpoint, settings: EgbeSettings
 ) -> list[tuple[Endpoint, frozenset[str]]]:
@@ -311,19 +365,24 @@ def listener_plan(
 async def _listen(
     bundle: ServiceBundle,
     endpoint: Endpoint,
+    *,
     exposed: frozenset[str],
-    tokens: TokenStore,
+    chassis: Chassis,
     settings: EgbeSettings,
+    limits: ServerLimits,
 ) -> Listener:
-    server = grpc.aio.server(options=channel_options(settings))
-    registrar = _Registrar(server, Chassis(bundle, tokens), exposed)
+    server = grpc.aio.server(options=server_options(settings, limits))
+    registrar = _Registrar(server, chassis, exposed)
     for add, servicer in bundle.servicers:
         add(servicer, cast(grpc.aio.Server, registrar))
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    names = [*sorted(exposed), HEALTH_SERVICE]
     # Probes and tooling reach health and reflection without a token: registered on the server itself.
-    reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], server)
+    # Reflection lists every service on the port (OperatorService too, unless operator_endpoint
+    # moves it), so production leaves it off unless configured.
+    if settings.serves_reflection():
+        names = [*sorted(exposed), HEALTH_SERVICE, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(names, server)
     target = _bind(server, endpoint, settings.tls)
     await server.start()
     for name in ["", *sorted(exposed)]:
@@ -350,11 +409,21 @@ async def _listen(
 async def start_service(
     bundle: ServiceBundle, endpoint: Endpoint, tokens: TokenStore, settings: EgbeSettings
 ) -> RunningService:
-    """Serve one bundle on its endpoint(s) with health and reflection; returns once it is SERVING."""
+    """Serve one bundle on its endpoint(s) with health and reflection; returns once it is SERVING.
+
+    Its limits are `settings.server_limits[bundle.name]`."""
+    limits = settings.server_limits.get(bundle.name)
+    if limits is None:
+        raise ValueError(f"no server_limits for service {bundle.name!r}; name the bundle after a service")
+    chassis = Chassis(bundle, tokens, limits, settings)
     listeners: list[Listener] = []
     try:
         for listen_on, exposed in listener_plan(bundle, endpoint, settings):
-            listeners.append(await _listen(bundle, listen_on, exposed, tokens, settings))
+            listeners.append(
+                await _listen(
+                    bundle, listen_on, exposed=exposed, chassis=chassis, settings=settings, limits=limits
+                )
+            )
     except BaseException:
         await asyncio.gather(*(listener.server.stop(None) for listener in listeners))
         raise

@@ -115,6 +115,49 @@ def _default_endpoints() -> dict[str, Endpoint]:
     return {name: Endpoint(port=50051 + i) for i, name in enumerate(SERVICE_NAMES)}
 
 
+MIB = 1024 * 1024
+
+
+class ServerLimits(BaseModel):
+    """What one service's gRPC server accepts before it refuses or sheds a call."""
+
+    model_config = {"extra": "forbid"}
+
+    max_message_bytes: int = Field(
+        gt=0,
+        description=(
+            "Largest message this service receives or sends; a larger one is refused with "
+            "RESOURCE_EXHAUSTED before any handler runs."
+        ),
+    )
+    max_concurrent_calls: int = Field(
+        gt=0,
+        description=(
+            "Calls (a stream counts for its whole life) in progress at once; one more is answered "
+            "RESOURCE_EXHAUSTED with a google.rpc.RetryInfo instead of waiting in a queue."
+        ),
+    )
+
+
+# Each service's largest legitimate message, with room: the kernel's is a columnar PerceptionBatch
+# of 10^6 agents in delta form, 37 bytes per agent (slots 4, signal_flags 2, visual_lod 1,
+# player_proximity_mm 4, addressed_by_player_id 4, goal_ref 4, goal_progress_signature 8, five
+# basis-point needs 2 each) = 37,000,000 bytes (35.3 MiB). The biography's is a whole Append or Read
+# page; the others carry prompts, claims and reports of kilobytes.
+DEFAULT_SERVER_LIMITS: dict[str, dict[str, int]] = {
+    "kernel": {"max_message_bytes": 48 * MIB, "max_concurrent_calls": 32},
+    "gateway": {"max_message_bytes": 16 * MIB, "max_concurrent_calls": 4096},
+    "cognition": {"max_message_bytes": 4 * MIB, "max_concurrent_calls": 1024},
+    "policy": {"max_message_bytes": 4 * MIB, "max_concurrent_calls": 512},
+    "biography": {"max_message_bytes": 16 * MIB, "max_concurrent_calls": 1024},
+}
+assert tuple(DEFAULT_SERVER_LIMITS) == SERVICE_NAMES
+
+
+def _default_server_limits() -> dict[str, ServerLimits]:
+    return {name: ServerLimits(**limits) for name, limits in DEFAULT_SERVER_LIMITS.items()}
+
+
 class EgbeSettings(BaseSettings):
     """Everything a service process needs to start; each field documents itself."""
 
@@ -147,7 +190,58 @@ class EgbeSettings(BaseSettings):
         ),
     )
     max_message_bytes: int = Field(
-        default=64 * 1024 * 1024, gt=0, description="Largest gRPC message sent or received."
+        default=64 * MIB,
+        gt=0,
+        description=(
+            "Largest gRPC message an Egbe client (a service dialling another, the CLI, a world "
+            "client) sends or receives; each server's own limit is server_limits.<service>."
+        ),
+    )
+    server_limits: dict[str, ServerLimits] = Field(
+        default_factory=_default_server_limits,
+        description="Per service: largest message and calls in progress at once; unset keys keep defaults.",
+    )
+    max_concurrent_streams: int = Field(
+        default=128, gt=0, description="HTTP/2 streams one client connection may hold open at once."
+    )
+    max_connection_age_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        description="A connection older than this (±10%) is told to go away; clients reconnect for more.",
+    )
+    max_connection_age_grace_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "How long calls on an aged connection may still run before it is closed; unset = until "
+            "they end (a world's tick stream and a subscription are long-lived)."
+        ),
+    )
+    max_connection_idle_seconds: float = Field(
+        default=600.0, gt=0, description="A connection with no call in progress this long is closed."
+    )
+    handshake_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection that has not finished TLS and sent its HTTP/2 preface by then is closed.",
+    )
+    shed_retry_after_seconds: float = Field(
+        default=0.25, gt=0, description="The RetryInfo delay a call shed for load tells its client to wait."
+    )
+    refusal_log_lines_per_minute: int = Field(
+        default=60,
+        ge=0,
+        description=(
+            "Refused calls (UNAUTHENTICATED, PERMISSION_DENIED) logged per service per minute; the "
+            "rest are counted and the count is logged with the next line."
+        ),
+    )
+    reflection: bool | None = Field(
+        default=None,
+        description=(
+            "Serve gRPC server reflection (it lists every service on a port, OperatorService included); "
+            "unset = on in embedded mode, off in production."
+        ),
     )
     shutdown_grace_seconds: float = Field(
         default=5.0, ge=0, description="How long SIGTERM waits for in-flight calls to drain."
@@ -189,6 +283,25 @@ class EgbeSettings(BaseSettings):
         merged = _default_endpoints()
         merged.update(value)
         return merged
+
+    @field_validator("server_limits", mode="before")
+    @classmethod
+    def _limits_over_defaults(cls, value: Any) -> Any:
+        """A service's limits given in part keep the defaults of the keys not given."""
+        if not isinstance(value, Mapping):
+            return value  # pydantic names the type error
+        unknown = sorted(set(value) - set(SERVICE_NAMES))
+        if unknown:
+            raise ValueError(f"unknown service name(s) {unknown}; expected {list(SERVICE_NAMES)}")
+        merged: dict[str, Any] = {name: dict(limits) for name, limits in DEFAULT_SERVER_LIMITS.items()}
+        for name, given in value.items():
+            raw = given.model_dump() if isinstance(given, ServerLimits) else given
+            merged[name] = {**merged[name], **raw} if isinstance(raw, Mapping) else raw
+        return merged
+
+    def serves_reflection(self) -> bool:
+        """Whether servers list their services by reflection: as configured, else only when embedded."""
+        return self.reflection if self.reflection is not None else self.mode is Mode.EMBEDDED
 
     @classmethod
     def settings_customise_sources(

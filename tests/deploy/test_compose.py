@@ -63,6 +63,13 @@ def test_the_kernel_dispatches_to_the_gateway_and_biography_containers(compose: 
     assert settings.kernel.biography_target == settings.endpoints["biography"].target() == "biography:50055"
 
 
+def test_the_services_read_the_tokens_through_the_secrets_group(compose: dict[str, Any]) -> None:
+    for name in ("kernel", "gateway", "cognition", "policy", "biography"):
+        assert compose["services"][name]["group_add"] == [
+            "${EGBE_SECRETS_GID:?run deploy/make-compose-secrets.sh first}"
+        ]
+
+
 def test_tokens_come_from_the_secrets_file(compose: dict[str, Any]) -> None:
     secret_file = compose["secrets"]["egbe_tokens"]["file"]
     for name in SERVICE_NAMES:
@@ -105,6 +112,11 @@ def test_secrets_script_makes_tokens_the_services_accept(tmp_path: Path) -> None
     tokens = TokenStore.load(secrets / "tokens.json")
     assert len({tokens.token_for(role) for role in Role}) == len(Role)
     assert (secrets.stat().st_mode & 0o777) == 0o700
+    # Group-readable only, and the containers join that group: a production service accepts it when it
+    # runs as another user (uid 10001 in the image), never when others can read it.
+    assert (secrets / "tokens.json").stat().st_mode & 0o777 == 0o640
+    env = (script.parent / ".env").read_text()
+    assert env == f"EGBE_SECRETS_GID={(secrets / 'tokens.json').stat().st_gid}\n"
     assert (secrets / "egbe.env").stat().st_mode & 0o077 == 0
     lines = dict(line.split("=", 1) for line in (secrets / "egbe.env").read_text().splitlines())
     assert lines["EGBE_DATABASE_URL"] == f"postgresql://egbe:{lines['POSTGRES_PASSWORD']}@postgres:5432/egbe"

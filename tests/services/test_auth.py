@@ -61,8 +61,16 @@ def test_role_not_admitted_is_permission_denied() -> None:
         authorize(Role.WORLD, frozenset({Role.OPERATOR}), "/egbe.v1.OperatorService/KillOri")
 
 
-def test_admitted_role_passes() -> None:
-    authorize(Role.OPERATOR, frozenset({Role.OPERATOR}), "/x.Y/Z")
+def test_exactly_the_admitted_roles_pass() -> None:
+    admitted = frozenset({Role.SERVICE, Role.OPERATOR})
+    passed = []
+    for role in Role:
+        try:
+            authorize(role, admitted, "/x.Y/Z")
+        except PermissionDenied:
+            continue
+        passed.append(role)
+    assert passed == [Role.SERVICE, Role.OPERATOR]
 
 
 def test_undeclared_method_admits_nobody() -> None:

@@ -64,7 +64,7 @@ async def served(
 
     tokens = TokenStore({role: [token] for role, token in TOKENS.items()})
     bundle = ServiceBundle(
-        name="chassis-test",
+        name="gateway",
         servicers=[(REGISTRATIONS[request.param], _Budget())],
         method_roles={SERVICE: {"EvaluateBudget": frozenset({Role.SERVICE})}},
         on_refused=on_refused,
