@@ -20,6 +20,7 @@ from egbe.v1 import kernel_pb2
 
 if TYPE_CHECKING:
     from kernel_service.slot_ranges import SlotRanges
+    from services.errors import FieldViolation
 
 
 @dataclass(frozen=True)
@@ -125,5 +126,10 @@ class BehaviorLayer(Protocol):
     def snapshot(self) -> Mapping[str, NDArray[np.generic]]:
         """Every per-agent array, for kernel snapshots and replay."""
 
-    def restore(self, arrays: Mapping[str, NDArray[np.generic]]) -> None:
-        """Inverse of snapshot."""
+    def restore_violations(
+        self, arrays: Mapping[str, NDArray[np.generic]], agents: int
+    ) -> list[FieldViolation]:
+        """Whatever keeps `arrays` from being a state of this layer for `agents` agents, changing nothing."""
+
+    def restore(self, arrays: Mapping[str, NDArray[np.generic]], agents: int = 0) -> None:
+        """Inverse of snapshot; refuses (InvalidArgument) what `restore_violations` finds, unchanged."""

@@ -67,6 +67,11 @@ class BiographyRefused(KernelError):
         super().__init__(f"the biography refused the identities: {peer_code}: {details}")
 
 
+class CoreStateError(KernelError):
+    """The C core met state outside the ranges it indexes with and stopped before reading out of
+    bounds. Restores and merged results are validated first, so this means a bug, not bad input."""
+
+
 def status_error(error: KernelError) -> EgbeError:
     """The one mapping from the kernel's domain errors to gRPC statuses."""
     message = str(error)

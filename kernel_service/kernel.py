@@ -13,13 +13,13 @@ from egbe.v1 import action_pb2, common_pb2, kernel_pb2, perception_pb2
 from kernel_service.agent_state import (
     AGENT_BIT_COGNITION_DECIDED,
     AGENT_BIT_FRESH_DECISION,
-    AGENT_FIELDS,
     COUNT_CANDIDATES,
     COUNT_CHANGED,
     AgentArrays,
 )
 from kernel_service.behavior.profile import registration_violations
 from kernel_service.behavior_seam import BehaviorLayer, Escalations
+from kernel_service.bounds import MAX_ACTION_KIND, MAX_BP, MAX_PLAN_STEP, id_violation
 from kernel_service.cognition_calls import CallTables
 from kernel_service.config import KernelConfig
 from kernel_service.core_numpy import CLOTHO, LACHESIS, CoreParams
@@ -29,6 +29,7 @@ from kernel_service.moment import Moments, capture_moments
 from kernel_service.perception_codec import DecodedBatch, decode_batch
 from kernel_service.row_codec import CRowCodec, PythonRowCodec, RowCodec
 from kernel_service.situations import NO_SITUATIONS
+from kernel_service.snapshot_checks import agent_violations, decode_arrays, registry_violations
 from kernel_service.tick_core import TickCore
 from kernel_service.tick_result import (
     GuardStamps,
@@ -97,11 +98,22 @@ class Kernel:
         slot each new Ori would get."""
         if self.world_id and world_id and world_id != self.world_id:
             raise InvalidArgument.field("world_id", f"this kernel serves world {self.world_id!r}")
+        ids = [
+            violation
+            for index, registration in enumerate(registrations)
+            for violation in (
+                id_violation(f"agents[{index}].ori.ori_id", registration.ori.ori_id, required=True),
+                id_violation(f"agents[{index}].ori.tenant_id", registration.ori.tenant_id),
+                id_violation(f"agents[{index}].ori.world_id", registration.ori.world_id),
+            )
+            if violation is not None
+        ]
+        world = id_violation("world_id", world_id)
+        if world is not None or ids:
+            raise InvalidArgument([world, *ids] if world is not None else ids)
         new: dict[str, int] = {}
         for index, registration in enumerate(registrations):
             ori = registration.ori
-            if not ori.ori_id:
-                raise InvalidArgument.field(f"agents[{index}].ori.ori_id", "must be set")
             if ori.world_id and (world_id or self.world_id) and ori.world_id != (world_id or self.world_id):
                 raise InvalidArgument.field(f"agents[{index}].ori.world_id", "differs from world_id")
             if ori.ori_id not in self.slot_by_ori and ori.ori_id not in new:
@@ -253,12 +265,28 @@ class Kernel:
     def _validate_results(
         self, results: Sequence[action_pb2.ActionIntent]
     ) -> Sequence[action_pb2.ActionIntent]:
-        for index, intent in enumerate(results):
-            if intent.slot >= self.arrays.count:
-                raise InvalidArgument.field(f"merged_results[{index}].slot", f"unknown slot {intent.slot}")
-            if intent.priority > 10_000:
-                raise InvalidArgument.field(f"merged_results[{index}].priority", "must be within 0..10000")
+        """Every merged result fits the arrays it is merged into, or InvalidArgument before the tick
+        applies anything."""
+        violations = [
+            v for index, intent in enumerate(results) for v in self.result_violations(index, intent)
+        ]
+        if violations:
+            raise InvalidArgument(violations)
         return results
+
+    def result_violations(self, index: int, intent: action_pb2.ActionIntent) -> list[FieldViolation]:
+        """What keeps one merged result (`merged_results[index]`) from fitting the agent arrays."""
+        field = f"merged_results[{index}]"
+        violations = []
+        if intent.slot >= self.arrays.count:
+            violations.append(FieldViolation(f"{field}.slot", f"unknown slot {intent.slot}"))
+        if not 0 <= intent.kind <= MAX_ACTION_KIND:
+            violations.append(FieldViolation(f"{field}.kind", f"unknown ActionKind {intent.kind}"))
+        if intent.priority > MAX_BP:
+            violations.append(FieldViolation(f"{field}.priority", f"must be within 0..{MAX_BP}"))
+        if intent.plan_step > MAX_PLAN_STEP:
+            violations.append(FieldViolation(f"{field}.plan_step", f"must be within 0..{MAX_PLAN_STEP}"))
+        return violations
 
     def _merge_results(
         self, results: Sequence[action_pb2.ActionIntent], tick: int
@@ -377,20 +405,24 @@ class Kernel:
         return snapshot
 
     def restore(self, snapshot: kernel_pb2.KernelSnapshot) -> None:
-        """Become exactly the kernel that took the snapshot; a snapshot that does not fit changes nothing."""
-        arrays = _decode_arrays(snapshot.arrays, "snapshot.arrays")
-        behavior_arrays = _decode_arrays(snapshot.behavior_arrays, "snapshot.behavior_arrays")
+        """Become exactly the kernel that took the snapshot. The snapshot is checked whole first
+        (snapshot_checks; the behaviour layer's and the fragments' own checks): one that does not
+        fit, in any array or value, changes nothing."""
+        arrays = decode_arrays(snapshot.arrays, "snapshot.arrays")
+        behavior_arrays = decode_arrays(snapshot.behavior_arrays, "snapshot.behavior_arrays")
         agents = len(snapshot.ori_ids)
-        violations = [
-            FieldViolation(f"snapshot.arrays.{name}", f"missing or not {agents} values")
-            for name in AGENT_FIELDS
-            if name not in arrays or len(arrays[name]) != agents
-        ]
-        violations += self.fragments.restore_violations(snapshot.pending_fragments, agents)
+        violations = registry_violations(snapshot) + agent_violations(arrays, agents)
+        if self.behavior is not None:
+            violations += [
+                FieldViolation(f"snapshot.behavior_arrays.{v.field}", v.description)
+                for v in self.behavior.restore_violations(behavior_arrays, agents)
+            ]
         if violations:
             raise InvalidArgument(violations)
+        fragments = self.fragments.restored(snapshot.pending_fragments, agents)
+        # Nothing below refuses: every check above ran against this very snapshot.
         if self.behavior is not None:
-            self.behavior.restore(behavior_arrays)  # validates everything before it changes anything
+            self.behavior.restore(behavior_arrays, agents)
         self.world_id = snapshot.world_id
         self.last_tick = snapshot.last_tick if snapshot.has_ticked else None
         self.ori_ids = list(snapshot.ori_ids)
@@ -398,7 +430,7 @@ class Kernel:
         self.display_names = [""] * len(self.ori_ids)  # a snapshot holds no identities
         self.slot_by_ori = {ori_id: slot for slot, ori_id in enumerate(self.ori_ids)}
         self.arrays.restore(arrays)
-        self.fragments.restore(snapshot.pending_fragments)
+        self.fragments = fragments
         self._reserve()
 
     def _reserve(self) -> None:
@@ -408,25 +440,6 @@ class Kernel:
             self._answer_marks = np.zeros(self.arrays.capacity, np.uint8)
 
 
-def _decode_arrays(
-    named_arrays: Sequence[kernel_pb2.NamedArray], field: str
-) -> dict[str, np.ndarray[tuple[int], np.dtype[np.generic]]]:
-    """Decode a snapshot's named arrays, refusing (by index) any whose dtype or length is malformed."""
-    decoded = {}
-    for index, named in enumerate(named_arrays):
-        try:
-            decoded[named.name] = _unnamed(named)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument.field(
-                f"{field}[{index}]", f"not a little-endian numpy array: {exc}"
-            ) from exc
-    return decoded
-
-
 def _named(name: str, values: np.ndarray[tuple[int], np.dtype[np.generic]]) -> kernel_pb2.NamedArray:
     little = values.astype(values.dtype.newbyteorder("<"), copy=False)
     return kernel_pb2.NamedArray(name=name, dtype=little.dtype.str, data=little.tobytes())
-
-
-def _unnamed(named: kernel_pb2.NamedArray) -> np.ndarray[tuple[int], np.dtype[np.generic]]:
-    return np.frombuffer(named.data, dtype=np.dtype(named.dtype)).copy()

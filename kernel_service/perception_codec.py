@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from egbe.v1 import perception_pb2
+from kernel_service.bounds import MAX_TICK
 from kernel_service.row_codec import ROW_TABLE_FIELDS, RowCodec
 from kernel_service.situations import NO_SITUATIONS, Situations, check_situations
 from services.column_layout import (
@@ -55,6 +56,8 @@ def decode_batch(
     """Validate the whole batch; raise InvalidArgument naming the field before anything is applied."""
     if world_id and batch.world_id and batch.world_id != world_id:
         raise InvalidArgument.field("batch.world_id", f"this kernel serves world {world_id!r}")
+    if batch.tick > MAX_TICK:
+        raise InvalidArgument.field("batch.tick", f"must be at most {MAX_TICK}")
     if last_tick is not None and batch.tick < last_tick:
         raise InvalidArgument.field("batch.tick", f"tick {batch.tick} goes backwards (last {last_tick})")
     if batch.frames and batch.HasField("columns"):

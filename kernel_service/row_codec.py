@@ -239,8 +239,7 @@ class CRowCodec:
             ffi.from_buffer("uint8_t[]", out, require_writable=True),
             len(out),
         )
-        if written < 0:
-            raise ValueError("intent encoder ran out of room")
+        _check_written(written, "intent")
         batch.MergeFromString(_written(out, written))
 
     def write_candidates(self, result: action_pb2.TickResult, calls: Calls) -> None:
@@ -281,8 +280,7 @@ class CRowCodec:
             ffi.from_buffer("uint8_t[]", out, require_writable=True),
             len(out),
         )
-        if written < 0:
-            raise ValueError("candidate encoder ran out of room")
+        _check_written(written, "candidate")
         result.MergeFromString(_written(out, written))
 
     def answered_slots(
@@ -315,9 +313,9 @@ class CRowCodec:
         )
         return answered[:count], bits[:count]
 
-    def _table_pointers(self, table: StringTable) -> tuple[Any, Any]:
-        """A table's blob and offsets as C pointers, made once per table (a registry's table lives
-        until registration changes it; ~1 µs a tick each otherwise)."""
+    def _table_pointers(self, table: StringTable) -> tuple[Any, Any, int]:
+        """A table's blob, offsets (as C pointers, made once per table: a registry's table lives
+        until registration changes it; ~1 µs a tick each otherwise) and entry count."""
         if table.c_pointers is None:
             ffi = self._ffi
             blob, offsets = (
@@ -325,7 +323,16 @@ class CRowCodec:
                 ffi.from_buffer("uint32_t[]", table.offsets),
             )
             table.c_pointers = (blob, offsets)
-        return table.c_pointers
+        return (*table.c_pointers, len(table.offsets) - 1)
+
+
+def _check_written(written: int, what: str) -> None:
+    """An encoder's refusal as an exception: out of room, or an index its tables do not hold (the
+    encoder checks every slot, tier and group against them rather than read past one)."""
+    if written == -1:
+        raise ValueError(f"{what} encoder ran out of room")
+    if written < 0:
+        raise ValueError(f"{what} encoder met a slot, tier or group its string tables do not hold")
 
 
 def _written(out: bytearray, length: int) -> bytes:

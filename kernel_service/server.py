@@ -14,7 +14,7 @@ from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
 from services.channels import channel_opener
-from services.server import ServiceBundle
+from services.server import ServiceBundle, metrics_host
 from services.settings import EgbeSettings
 
 _KERNEL_SERVICE = kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name
@@ -62,7 +62,9 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
     await dispatcher.start()
     metrics = KernelMetrics(core.name, dispatcher.stats, tick_threads=core.ranges.threads)
     if kernel_settings.metrics_port:
-        start_http_server(kernel_settings.metrics_port, registry=metrics.registry)
+        start_http_server(
+            kernel_settings.metrics_port, metrics_host(settings.endpoints["kernel"]), metrics.registry
+        )
     tick_log = (
         TickLogWriter(kernel_settings.tick_log_path, kernel, kernel_settings.snapshot_every_ticks)
         if kernel_settings.tick_log_path is not None

@@ -16,6 +16,12 @@ from kernel_service.tick_log import TickLogWriter
 from services.auth import Role
 from services.errors import InvalidArgument
 from services.grpc_types import Context
+from services.logging import get_logger
+
+KNOWN_DIRECTIVE_KINDS = frozenset(kernel_pb2.StewardDirectiveKind.values()) - {
+    kernel_pb2.STEWARD_DIRECTIVE_KIND_UNSPECIFIED
+}
+log = get_logger(__name__)
 
 METHOD_ROLES = {
     kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name: {
@@ -74,7 +80,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     def _tick(self, batch: perception_pb2.PerceptionBatch, into: action_pb2.TickResult) -> None:
         """Tick into the response's own result message (see Kernel.tick)."""
         decoded = self._kernel.decode(batch)  # refuse a bad batch before taking the dispatcher's results
-        merged = self._dispatcher.take_results()
+        merged = self._mergeable(self._dispatcher.take_results())
         unavailable = self._dispatcher.unavailable_tiers()
         result = self._kernel.tick(batch, merged, unavailable, decoded=decoded, into=into)
         if self._tick_log is not None:
@@ -82,6 +88,23 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self._dispatcher.offer(result, self._kernel.capture_moments)
         if self._metrics is not None:
             self._metrics.observe(result.report)
+
+    def _mergeable(self, results: list[action_pb2.ActionIntent]) -> list[action_pb2.ActionIntent]:
+        """The dispatcher's results the tick can merge. One that does not fit (an unknown kind, a plan
+        step past its array, a slot a restore removed) is dropped and logged: a peer's bad answer must
+        neither stop the world's tick nor reach the agent arrays; the tick log records what merged."""
+        kept = []
+        for index, intent in enumerate(results):
+            violations = self._kernel.result_violations(index, intent)
+            if violations:
+                log.warning(
+                    "cognition result dropped",
+                    slot=intent.slot,
+                    problems="; ".join(f"{v.field}: {v.description}" for v in violations),
+                )
+            else:
+                kept.append(intent)
+        return kept
 
     async def ReplayTicks(
         self,
@@ -150,8 +173,8 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
     async def ApplyStewardDirective(
         self, request: kernel_pb2.ApplyStewardDirectiveRequest, context: Context
     ) -> kernel_pb2.ApplyStewardDirectiveResponse:
-        if request.directive.kind == kernel_pb2.STEWARD_DIRECTIVE_KIND_UNSPECIFIED:
-            raise InvalidArgument.field("directive.kind", "must name a directive kind")
+        if request.directive.kind not in KNOWN_DIRECTIVE_KINDS:
+            raise InvalidArgument.field("directive.kind", "must name a known directive kind")
         if not request.ori_id:
             raise InvalidArgument.field("ori_id", "must be set")
         self._check_world(request.world_id)

@@ -58,7 +58,9 @@ static inline uint8_t feel(const struct moirai_behavior_config *c, const struct 
                            const int32_t needs[4], int32_t fatigue, int32_t *hard_objective) {
     int32_t pressure = needs[0];
     for (int i = 1; i < 4; i++) pressure = needs[i] > pressure ? needs[i] : pressure;
-    const int32_t valence = clamp32(b->mood_valence[s] + BP / 4 - pressure / 2, -BP, BP);
+    /* 64-bit: a mood restored at the int32 extremes must not overflow (numpy widens alike). */
+    const int64_t raw_valence = (int64_t)b->mood_valence[s] + BP / 4 - pressure / 2;
+    const int32_t valence = (int32_t)(raw_valence < -BP ? -BP : raw_valence > BP ? BP : raw_valence);
     const int32_t mood_arousal = b->mood_arousal[s];
     const int32_t arousal = clamp32((mood_arousal > needs[0] ? mood_arousal : needs[0]) - fatigue / 2, 0, BP);
     const int aroused = arousal >= c->aroused_bp;
@@ -299,10 +301,23 @@ BULK_PASS void mark_work(const struct moirai_behavior_params *p, const struct mo
     }
 }
 
-/* One stepped row: due check, re-evaluation when its inputs changed, its next action, arbitration. */
-static inline void step_row(const struct moirai_behavior_params *p, const struct moirai_behavior_config *c,
-                            struct moirai_behavior *b, uint32_t s, int changed, uint32_t *n_escalated) {
-    if (!due(b, s, p->tick)) return;
+/* The row's plan indexes the compiled library: no method (-1) with cursor 0, or a method and a cursor
+ * within its steps. Restores are validated before they reach the core; this keeps a state that slipped
+ * past from reading outside the method arrays. */
+static inline int plan_in_range(const struct moirai_behavior_config *c, const struct moirai_behavior *b,
+                                uint32_t s) {
+    const int16_t method = b->plan_method[s];
+    const int32_t cursor = b->plan_cursor[s];
+    if (method < 0) return method == -1 && cursor == 0;
+    return (uint32_t)method < c->method_count && cursor >= 0 && cursor < c->method_length[method];
+}
+
+/* One stepped row: due check, re-evaluation when its inputs changed, its next action, arbitration.
+ * Returns 0, or -1 (nothing of the row changed) when its plan is out of range. */
+static inline int step_row(const struct moirai_behavior_params *p, const struct moirai_behavior_config *c,
+                           struct moirai_behavior *b, uint32_t s, int changed, uint32_t *n_escalated) {
+    if (!due(b, s, p->tick)) return 0;
+    if (!plan_in_range(c, b, s)) return -1;
     if (b->signals_moved[s] & MB_SIGNALS_MOVED_BEHAVIOR) b->signals_moved[s] &= (uint8_t)~MB_SIGNALS_MOVED_BEHAVIOR;
     if (changed) evaluate(c, b, s);
     act(c, b, s);
@@ -311,6 +326,7 @@ static inline void step_row(const struct moirai_behavior_params *p, const struct
         b->escalation_slot[*n_escalated] = s;
         b->escalation_cause[(*n_escalated)++] = cause;
     }
+    return 0;
 }
 
 /* The strided set (slots first, first + every, ...) in blocks of this many slots: the bulk pass runs
@@ -318,16 +334,19 @@ static inline void step_row(const struct moirai_behavior_params *p, const struct
 #define STEP_BLOCK 512u
 #define BULK_MAX_EVERY 4u
 
-TICK_CLONES uint32_t moirai_behavior_step(const struct moirai_behavior_params *p,
-                                          const struct moirai_behavior_config *c, const uint32_t *slots,
-                                          uint32_t n_slots, struct moirai_behavior *shared) {
+TICK_CLONES int64_t moirai_behavior_step(const struct moirai_behavior_params *p,
+                                         const struct moirai_behavior_config *c, const uint32_t *slots,
+                                         uint32_t n_slots, struct moirai_behavior *shared) {
     /* A private copy of the pointers: stores through the byte-wide arrays may alias anything, and
      * through `shared` the compiler would reload each pointer after every such store. */
     struct moirai_behavior local = *shared;
     struct moirai_behavior *const b = &local;
     uint32_t n_escalated = 0;
+    if (p->count > b->capacity) return -1; /* the layer's arrays hold fewer rows than the population */
     if (slots != NULL) {
-        for (uint32_t k = 0; k < n_slots; k++) step_row(p, c, b, slots[k], inputs_changed(b, slots[k]), &n_escalated);
+        for (uint32_t k = 0; k < n_slots; k++)
+            if (slots[k] >= p->count || step_row(p, c, b, slots[k], inputs_changed(b, slots[k]), &n_escalated))
+                return -1;
         return n_escalated;
     }
     if (p->every == 0) return 0;
@@ -335,7 +354,8 @@ TICK_CLONES uint32_t moirai_behavior_step(const struct moirai_behavior_params *p
     if (s < p->begin) s += (p->begin - s + p->every - 1) / p->every * p->every;
     if (s >= p->count) return 0;
     if (p->every > BULK_MAX_EVERY) {
-        for (; s < p->count; s += p->every) step_row(p, c, b, s, inputs_changed(b, s), &n_escalated);
+        for (; s < p->count; s += p->every)
+            if (step_row(p, c, b, s, inputs_changed(b, s), &n_escalated)) return -1;
         return n_escalated;
     }
     /* stride[j] = (j % every == 0): a block starting `phase` slots past a stepped slot steps its offset i
@@ -364,7 +384,7 @@ TICK_CLONES uint32_t moirai_behavior_step(const struct moirai_behavior_params *p
             while (hit) {
                 const uint32_t byte = (uint32_t)__builtin_ctzll(hit) >> 3;
                 hit &= ~(0xFFull << (byte * 8));
-                step_row(p, c, b, begin + j + byte, work[j + byte] & WORK_CHANGED, &n_escalated);
+                if (step_row(p, c, b, begin + j + byte, work[j + byte] & WORK_CHANGED, &n_escalated)) return -1;
             }
         }
     }

@@ -81,11 +81,12 @@ int64_t moirai_decode_rows(const uint8_t *buf, size_t len, uint32_t max_rows, in
 
 /* Encode: one ActionIntent (fields 1..8 and 10; zero values omitted, as protobuf does) per listed slot, each as
  * ActionBatch field 3, ready for ActionBatch.MergeFromString. `ori_blob`/`ori_offsets` hold every
- * agent's ori_id. Returns the bytes written, or -1 when `cap` is too small. */
+ * agent's ori_id (`n_ori` entries). Returns the bytes written, -1 when `cap` is too small, or -2 when a
+ * slot has no entry. */
 int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8_t *kind, const uint32_t *goal_ref,
                               const uint16_t *priority, const uint8_t *tier, const uint8_t *source,
                               const uint16_t *plan_step, const uint8_t *tier_reason, const uint8_t *ori_blob,
-                              const uint32_t *ori_offsets,
+                              const uint32_t *ori_offsets, uint32_t n_ori,
                               uint8_t *out, size_t cap);
 
 /* A frame's column into an agent array: dst[slots[i]] = values[i] for i < count (slots NULL: slot i),
@@ -109,15 +110,16 @@ uint32_t moirai_union_slots(const uint32_t *changed, uint32_t n_changed, const u
  * field 3, ready for TickResult.MergeFromString. Per entry: slot, cause, tier, candidate bits (bit 0 =
  * needs rehydration), token and cost estimates, batch group index into group_blob (-1 = none). String
  * tables (blob + offsets, entry i = blob[offsets[i], offsets[i + 1])): ori and tenant ids by slot, model
- * routes by tier, batch group ids. The call id is "world:tick:slot:cause". Returns the bytes written,
- * or -1 when `cap` is too small. */
+ * routes by tier, batch group ids, each table with its entry count. The call id is "world:tick:slot:cause".
+ * Returns the bytes written, -1 when `cap` is too small, or -2 when a slot, tier or group has no entry. */
 int64_t moirai_encode_candidates(uint32_t count, const uint32_t *slots, const uint8_t *cause, const uint8_t *tier,
                                  const uint8_t *bits, const int64_t *tokens, const int64_t *costs,
                                  const int32_t *group_of, uint64_t tick, const uint8_t *world, uint32_t world_len,
-                                 const uint8_t *ori_blob, const uint32_t *ori_offsets, const uint8_t *tenant_blob,
-                                 const uint32_t *tenant_offsets, const uint8_t *route_blob,
-                                 const uint32_t *route_offsets, const uint8_t *group_blob,
-                                 const uint32_t *group_offsets, uint8_t *out, size_t cap);
+                                 const uint8_t *ori_blob, const uint32_t *ori_offsets, uint32_t n_ori,
+                                 const uint8_t *tenant_blob, const uint32_t *tenant_offsets, uint32_t n_tenant,
+                                 const uint8_t *route_blob, const uint32_t *route_offsets, uint32_t n_route,
+                                 const uint8_t *group_blob, const uint32_t *group_offsets, uint32_t n_group,
+                                 uint8_t *out, size_t cap);
 
 /* The behaviour layer's per-tick step (moirai_behavior.c; kernel_service/behavior/c_step.py binds it). The
  * numbers it shares with Python are named here, so cffi checks them against the C build and a test checks
@@ -265,6 +267,8 @@ struct moirai_behavior_params {
 /* One tick's step over the due slots (the strided set in [begin, count), or `slots[0, n_slots)` ascending
  * when `slots` is not NULL): a row whose inputs changed is re-evaluated (novelty, emotion, tree, needs -> goal, re-plan), then
  * every due row steps its cached plan, is marked fresh if its action changed, and is arbitrated. Returns the
- * number of escalations written. */
-uint32_t moirai_behavior_step(const struct moirai_behavior_params *params, const struct moirai_behavior_config *config,
+ * number of escalations written, or -1 when the state is out of range (count above the layer's capacity, a
+ * listed slot at or past count, a plan method or cursor outside the compiled library): the step stops at
+ * that row, before reading outside any array. */
+int64_t moirai_behavior_step(const struct moirai_behavior_params *params, const struct moirai_behavior_config *config,
                               const uint32_t *slots, uint32_t n_slots, struct moirai_behavior *b);

@@ -23,6 +23,10 @@ static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *value) {
     return -1;
 }
 
+/* How deep groups may nest inside a skipped group: upb's default recursion limit, so whatever the
+ * Python codec parsed, this skips. */
+enum { MAX_GROUP_DEPTH = 100 };
+
 static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t wire_type) {
     uint64_t length;
     switch (wire_type) {
@@ -37,6 +41,33 @@ static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t wire_type)
     }
 }
 
+/* An unknown group (wire type 3, deprecated but valid protobuf): skipped up to its matching end tag. */
+static int skip_group(const uint8_t **p, const uint8_t *end, uint32_t field) {
+    uint32_t open[MAX_GROUP_DEPTH];
+    uint32_t depth = 0;
+    open[depth++] = field;
+    while (depth) {
+        uint64_t key;
+        if (read_varint(p, end, &key)) return -1;
+        const uint32_t number = (uint32_t)(key >> 3), wire_type = (uint32_t)(key & 7);
+        if (wire_type == 3) {
+            if (depth == MAX_GROUP_DEPTH) return -1;
+            open[depth++] = number;
+        } else if (wire_type == 4) {
+            if (open[--depth] != number) return -1;
+        } else if (skip_field(p, end, wire_type)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Any field a reader does not take, by its key: groups included. */
+static int skip_unknown(const uint8_t **p, const uint8_t *end, uint64_t key) {
+    const uint32_t wire_type = (uint32_t)(key & 7);
+    return wire_type == 3 ? skip_group(p, end, (uint32_t)(key >> 3)) : skip_field(p, end, wire_type);
+}
+
 static int decode_frame(const uint8_t *p, const uint8_t *end, int64_t *row, uint64_t *progress) {
     memset(row, 0, ROW_COLUMNS * sizeof(int64_t));
     *progress = 0;
@@ -45,7 +76,7 @@ static int decode_frame(const uint8_t *p, const uint8_t *end, int64_t *row, uint
         if (read_varint(&p, end, &key)) return -1;
         const uint32_t field = (uint32_t)(key >> 3), wire_type = (uint32_t)(key & 7);
         if (wire_type != 0 || field == 0 || field > MAX_FRAME_FIELD) {
-            if (skip_field(&p, end, wire_type)) return -1;
+            if (skip_unknown(&p, end, key)) return -1;
             continue;
         }
         if (read_varint(&p, end, &value)) return -1;
@@ -70,7 +101,7 @@ int64_t moirai_decode_rows(const uint8_t *buf, size_t len, uint32_t max_rows, in
         if (read_varint(&p, end, &key)) return -1;
         const uint32_t field = (uint32_t)(key >> 3), wire_type = (uint32_t)(key & 7);
         if (field != FRAME_FIELD || wire_type != 2) {
-            if (skip_field(&p, end, wire_type)) return -1;
+            if (skip_unknown(&p, end, key)) return -1;
             continue;
         }
         uint64_t length;
@@ -101,12 +132,13 @@ static uint8_t *put_field(uint8_t *out, uint32_t field, uint64_t value) {
 int64_t moirai_encode_intents(uint32_t count, const uint32_t *slots, const uint8_t *kind, const uint32_t *goal_ref,
                               const uint16_t *priority, const uint8_t *tier, const uint8_t *source,
                               const uint16_t *plan_step, const uint8_t *tier_reason, const uint8_t *ori_blob,
-                              const uint32_t *ori_offsets,
+                              const uint32_t *ori_offsets, uint32_t n_ori,
                               uint8_t *out, size_t cap) {
     uint8_t *w = out;
     /* One intent is at most: 2 + 6 (slot) + 1 + 5 + id (ori_id) + 5 * 6 (the rest) bytes. */
     for (uint32_t i = 0; i < count; i++) {
         const uint32_t slot = slots[i];
+        if (slot >= n_ori) return -2;
         const uint32_t id_start = ori_offsets[slot], id_len = ori_offsets[slot + 1] - id_start;
         if ((size_t)(w - out) + 64u + id_len > cap) return -1;
         uint8_t body[64];
@@ -167,14 +199,18 @@ static uint8_t *put_decimal(uint8_t *out, uint64_t value) {
 int64_t moirai_encode_candidates(uint32_t count, const uint32_t *slots, const uint8_t *cause, const uint8_t *tier,
                                  const uint8_t *bits, const int64_t *tokens, const int64_t *costs,
                                  const int32_t *group_of, uint64_t tick, const uint8_t *world, uint32_t world_len,
-                                 const uint8_t *ori_blob, const uint32_t *ori_offsets, const uint8_t *tenant_blob,
-                                 const uint32_t *tenant_offsets, const uint8_t *route_blob,
-                                 const uint32_t *route_offsets, const uint8_t *group_blob,
-                                 const uint32_t *group_offsets, uint8_t *out, size_t cap) {
+                                 const uint8_t *ori_blob, const uint32_t *ori_offsets, uint32_t n_ori,
+                                 const uint8_t *tenant_blob, const uint32_t *tenant_offsets, uint32_t n_tenant,
+                                 const uint8_t *route_blob, const uint32_t *route_offsets, uint32_t n_route,
+                                 const uint8_t *group_blob, const uint32_t *group_offsets, uint32_t n_group,
+                                 uint8_t *out, size_t cap) {
     uint8_t *w = out;
     for (uint32_t i = 0; i < count; i++) {
         const uint32_t slot = slots[i];
         const uint32_t t = tier[i];
+        /* Every index into a string table is checked: tiers and ids come from state a restore set. */
+        if (slot >= n_ori || slot >= n_tenant || t >= n_route || (group_of[i] >= 0 && (uint32_t)group_of[i] >= n_group))
+            return -2;
         const size_t ori_len = ori_offsets[slot + 1] - ori_offsets[slot];
         const size_t tenant_len = tenant_offsets[slot + 1] - tenant_offsets[slot];
         const size_t route_len = route_offsets[t + 1] - route_offsets[t];

@@ -17,6 +17,7 @@ from kernel_service._core import ffi, lib
 from kernel_service.behavior.personality_tree import ROUTINE_VALUES
 from kernel_service.behavior.tree_kernel import ROUTINE_KIND
 from kernel_service.behavior_seam import Escalations, KernelArrays
+from kernel_service.errors import CoreStateError
 from kernel_service.slot_ranges import SlotRanges, compact
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ class CBehaviorStep:
             escalated = lib.moirai_behavior_step(
                 p, self._config, ffi.from_buffer("uint32_t[]", listed), len(listed), self._b
             )
-            return self._escalations(escalated)
+            return self._escalations(_checked([escalated])[0])
         ranges = self._ranges.split(kernel.count)
         begins = [begin for begin, _ in ranges[1:]]
         if begins != self._range_begins:
@@ -170,7 +171,7 @@ class CBehaviorStep:
             b = self._range_b[index - 1] if index else self._b
             return int(lib.moirai_behavior_step(p, self._config, ffi.NULL, 0, b))
 
-        counts = self._ranges.run(ranges, step_range)
+        counts = _checked(self._ranges.run(ranges, step_range))
         return self._escalations(compact(list(self._buffers.values()), ranges, counts))
 
     @staticmethod
@@ -186,3 +187,12 @@ class CBehaviorStep:
         return Escalations(
             self._buffers["escalation_slot"][:count], self._buffers["escalation_cause"][:count]
         )
+
+
+def _checked(counts: list[int]) -> list[int]:
+    """The step's escalation counts, or CoreStateError where it refused the state (-1): a population
+    past the layer's rows, or a plan outside the compiled library, which a validated restore never
+    leaves; the step stopped at that row rather than read outside an array."""
+    if any(count < 0 for count in counts):
+        raise CoreStateError("the behaviour step found a plan or population outside the layer's arrays")
+    return counts

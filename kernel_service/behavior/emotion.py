@@ -139,7 +139,8 @@ def evaluate_emotions(
     """Vectorized `evaluate_emotion`; `needs` is (n, 4) in Need order."""
     pressure = needs.max(axis=1).astype(np.int32)
     fatigue = fatigue_bp.astype(np.int32)
-    valence = np.clip(mood.valence_bp + BP // 4 - pressure // 2, -BP, BP)
+    # 64-bit, as the C step: a mood at the int32 extremes (a restored one) must not wrap.
+    valence = np.clip(mood.valence_bp.astype(np.int64) + BP // 4 - pressure // 2, -BP, BP)
     arousal = np.clip(np.maximum(mood.arousal_bp, needs[:, 0]) - fatigue // 2, 0, BP)
     aroused = arousal >= config.aroused_bp
     emotion = np.select(

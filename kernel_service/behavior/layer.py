@@ -36,6 +36,7 @@ from kernel_service.behavior.goal_refs import goal_families, goal_tag_masks
 from kernel_service.behavior.htn import DEFAULT_METHODS_PATH, MethodLibrary, load_method_library
 from kernel_service.behavior.needs import NeedGoals, most_pressing_needs, surface_goals
 from kernel_service.behavior.profile import profile_from_registration, registration_violations
+from kernel_service.behavior.state_checks import state_violations
 from kernel_service.behavior.tree_kernel import TreeRows, evaluate_trees
 from kernel_service.behavior.vocabulary import (
     MINOR_PRESENT_FLAG,
@@ -403,23 +404,22 @@ class PersonalityBehaviorLayer:
         arrays["quirks"] = np.array([QUIRK_SEPARATOR.join(q) for q in self._quirks], dtype=np.str_)
         return arrays
 
-    def restore(self, arrays: Mapping[str, NDArray[np.generic]]) -> None:
-        """Refuses (naming the array) anything that is not a snapshot of this layer's layout.
+    def restore_violations(
+        self, arrays: Mapping[str, NDArray[np.generic]], agents: int
+    ) -> list[FieldViolation]:
+        """Everything (named by array) that keeps `arrays` from being this layer's state for a
+        population of `agents`: layout, room for every agent, and every value's range."""
+        return state_violations(arrays, _ARRAYS, self.methods, agents)
+
+    def restore(self, arrays: Mapping[str, NDArray[np.generic]], agents: int = 0) -> None:
+        """Refuses whatever `restore_violations` finds, changing nothing; else takes the arrays.
 
         Accepts rows flattened (as `snapshot` writes them) or already shaped.
         """
-        if "quirks" not in arrays or arrays["quirks"].dtype.kind != "U":
-            raise InvalidArgument.field("quirks", "missing from snapshot or not text")
-        capacity = len(arrays["quirks"])
-        violations = []
-        for name, (dtype, shape) in _ARRAYS.items():
-            array = arrays.get(name)
-            if array is None:
-                violations.append(FieldViolation(name, "missing from snapshot"))
-            elif array.dtype != np.dtype(dtype) or array.size != capacity * int(np.prod(shape, dtype=int)):
-                violations.append(FieldViolation(name, f"expected {np.dtype(dtype)}{(*shape, capacity)}"))
+        violations = self.restore_violations(arrays, agents)
         if violations:
             raise InvalidArgument(violations)
+        capacity = len(arrays["quirks"])
         self._arrays = {
             name: np.array(arrays[name], copy=True).reshape((*shape, capacity))
             for name, (_, shape) in _ARRAYS.items()
