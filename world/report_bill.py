@@ -195,10 +195,11 @@ def fork_table(artifact: RunArtifact, parent: RunArtifact, at: int) -> str:
     header = ("", "parent, whole run", f"parent, {at}-{end}", f"fork, {at}-{end}")
     rows = [header, *fork_bill(artifact, parent, at)]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    return "\n".join(
+    lines = [
         f"{row[0]:<{widths[0]}}  " + "  ".join(f"{cell:>{widths[i]}}" for i, cell in enumerate(row) if i)
         for row in rows
-    )
+    ]
+    return "\n".join([f"bills for ticks {at}..{end}", *lines])
 
 
 def fork_section(artifact: RunArtifact, parent: RunArtifact | None) -> str:

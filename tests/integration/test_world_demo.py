@@ -204,6 +204,7 @@ async def test_fork_under_a_lower_cap_gives_a_different_bill(
     config = tmp_path / "low-cap.toml"
     config.write_text("[gateway.budget]\nworld_cap_tokens_per_hour = 60000\n")
     out = await fork_run(run_dir, 1_800, config, isolated_settings(tmp_path / "data"), progress=False)
+    assert out.startswith("bills for ticks 1800..3599\n")
     fork_dir = Path(out.split("fork run", 1)[1].split()[0]).parent
     fork = read_artifact(fork_dir / ARTIFACT_FILE)
     parent = hamlet[1]
@@ -220,7 +221,7 @@ async def test_fork_under_a_lower_cap_gives_a_different_bill(
     assert f"<tr><th>tokens charged</th><td>{parent.bill.consumed_tokens:,}</td>" in bill
     assert f"<td>{fork.bill.consumed_tokens:,}</td></tr>" in bill
     # The terminal shows the report's figures, by the report's names: one definition of each.
-    printed = {line.split("  ", 1)[0]: line.split()[-1] for line in out.splitlines()[1:-2]}
+    printed = {line.split("  ", 1)[0]: line.split()[-1] for line in out.splitlines()[2:-2]}
     assert printed["tokens charged"] == f"{fork.bill.consumed_tokens:,}"
     assert printed["model calls run"] == f"{sum(1 for c in fork.calls):,}"
     assert "tokens used" not in out
