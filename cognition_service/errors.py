@@ -46,6 +46,18 @@ class ForeignRun(CognitionError):
     """The run a Think names was admitted for another Ori or tier than the Think's."""
 
 
+class CoerciveDemonstration(CognitionError):
+    """The policy service's coercion policy found a steward's demonstrated behaviour coercive: it
+    teaches nothing, so no value is re-weighted and nothing is written."""
+
+    def __init__(self, coercion: str, rules: Sequence[str]) -> None:
+        self.coercion = coercion
+        self.rules = list(rules)
+        super().__init__(
+            f"coercion:{coercion}: a coercive demonstration is refused; nothing was learned or written"
+        )
+
+
 class PeerFailed(CognitionError):
     """A call to a peer (gateway, policy, biography) failed with `code`; `violations` are the
     fields it named (an unknown `run_id` is the same field of our own request)."""
@@ -118,6 +130,10 @@ def status_error(error: CognitionError) -> EgbeError:
             return refused
         status = _PEER_STATUS.get(error.code, EgbeError)
         return status(message, metadata=metadata, violations=error.violations)
+    if isinstance(error, CoerciveDemonstration):
+        refused = InvalidArgument([FieldViolation("behaviour", message)])
+        refused.metadata = {"coercion": error.coercion, "rules": ",".join(error.rules)}
+        return refused
     if isinstance(error, ForeignRun):
         return PermissionDenied(message, violations=[FieldViolation("run_id", "admitted for another Ori")])
     mapped = EgbeError(message)

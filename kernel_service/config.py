@@ -151,7 +151,8 @@ class KernelConfig(BaseModel):
 
 
 class KernelSettings(BaseModel):
-    """How the kernel service runs: its core, where the dispatcher sends work, and the tick log."""
+    """How the kernel service runs: its core, where the dispatcher sends work, the policy that judges
+    steward directives, and the tick log."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -174,6 +175,14 @@ class KernelSettings(BaseModel):
     )
     biography_target: str | None = Field(
         default=None, description="Dispatcher carries lifecycle requests here; unset = report only."
+    )
+    policy_target: str | None = Field(
+        default=None,
+        description="The policy service that judges steward directives' words (ClassifyStewardText); "
+        "unset = ApplyStewardDirective answers FAILED_PRECONDITION.",
+    )
+    policy_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=60, description="How long a steward directive waits for the policy's verdict."
     )
     tick_log_path: Path | None = Field(default=None, description="Record every tick to this file.")
     snapshot_every_ticks: int = Field(

@@ -1,7 +1,7 @@
 """The kernel's domain errors; `status_error` maps each to a gRPC status in one place.
 
 Malformed requests are refused where they are decoded, with the chassis's InvalidArgument naming
-the field; these are the refusals the kernel's own state or its biography peer decides.
+the field; these are the refusals the kernel's own state or its biography and policy peers decide.
 """
 
 from __future__ import annotations
@@ -32,12 +32,37 @@ class UnknownAgent(KernelError):
         super().__init__(message)
 
 
-class NoBiography(KernelError):
+class PeerNotConfigured(KernelError):
+    """A request needs a peer whose target is not configured; `field` carried what it would judge or
+    record, `missing` says which peer; nothing was changed."""
+
+    def __init__(self, message: str, field: str, missing: str) -> None:
+        self.field = field
+        self.missing = missing
+        super().__init__(message)
+
+
+class NoBiography(PeerNotConfigured):
     """Identities arrived but no biography is configured to record them; nothing was registered."""
 
     def __init__(self, field: str) -> None:
-        self.field = field
-        super().__init__("identities are recorded in the biography: configure kernel.biography_target")
+        super().__init__(
+            "identities are recorded in the biography: configure kernel.biography_target",
+            field,
+            "no biography to record it",
+        )
+
+
+class NoPolicy(PeerNotConfigured):
+    """A steward directive arrived but no policy service is configured to judge its words."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(
+            "steward directives are judged by the policy service's coercion policy: "
+            "configure kernel.policy_target",
+            field,
+            "no policy to judge it",
+        )
 
 
 class IdentitiesInvalid(KernelError):
@@ -77,10 +102,8 @@ def status_error(error: KernelError) -> EgbeError:
     message = str(error)
     if isinstance(error, UnknownAgent):
         return NotFound(message, violations=[FieldViolation(error.field, error.description)])
-    if isinstance(error, NoBiography):
-        return FailedPrecondition(
-            message, violations=[FieldViolation(error.field, "no biography to record it")]
-        )
+    if isinstance(error, PeerNotConfigured):
+        return FailedPrecondition(message, violations=[FieldViolation(error.field, error.missing)])
     if isinstance(error, IdentitiesInvalid):
         return InvalidArgument(error.violations)
     if isinstance(error, BiographyUnreachable):

@@ -1,4 +1,4 @@
-"""Assembles the kernel's service bundle for the chassis, and says which dispatch targets it lacks."""
+"""Assembles the kernel's service bundle for the chassis, and says which peer targets it lacks."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics
 from kernel_service.servicer import METHOD_ROLES, KernelServicer
+from kernel_service.steward import StewardPolicy
 from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
@@ -20,20 +21,23 @@ from services.settings import EgbeSettings
 _KERNEL_SERVICE = kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name
 GATEWAY_HEALTH = f"{_KERNEL_SERVICE}/dispatch"
 BIOGRAPHY_HEALTH = f"{_KERNEL_SERVICE}/lifecycle"
+POLICY_HEALTH = f"{_KERNEL_SERVICE}/steward"
 
-# gRPC health names beside the kernel's own, NOT_SERVING while the dispatcher lacks that target (the
-# kernel still serves ticks), with the note `egbe health` prints, naming the setting that fills it.
+# gRPC health names beside the kernel's own, NOT_SERVING while the kernel lacks that peer's target
+# (it still serves ticks), with the note `egbe health` prints, naming the setting that fills it.
 UNWIRED_NOTES = {
     GATEWAY_HEALTH: "no gateway: cognition calls are reported, never made; set kernel.gateway_target",
     BIOGRAPHY_HEALTH: (
         "no biography: lifecycle requests are reported, never carried; set kernel.biography_target"
     ),
+    POLICY_HEALTH: (
+        "no policy: steward directives are answered FAILED_PRECONDITION; set kernel.policy_target"
+    ),
 }
 
 
-def _dispatch_health(gateway_target: str | None, biography_target: str | None) -> dict[str, str | None]:
-    """Each dispatch target's health part: None when it is set, else the note saying what is lost."""
-    targets = {GATEWAY_HEALTH: gateway_target, BIOGRAPHY_HEALTH: biography_target}
+def _wiring_health(targets: dict[str, str | None]) -> dict[str, str | None]:
+    """Each peer target's health part: None when it is set, else the note saying what is lost."""
     return {name: None if target else UNWIRED_NOTES[name] for name, target in targets.items()}
 
 
@@ -48,18 +52,24 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         PersonalityBehaviorLayer(kernel_settings.config.behavior) if kernel_settings.behavior_layer else None
     )
     kernel = Kernel(kernel_settings.config, core, behavior)
+    targets = {
+        GATEWAY_HEALTH: kernel_settings.gateway_target,
+        BIOGRAPHY_HEALTH: kernel_settings.biography_target,
+        POLICY_HEALTH: kernel_settings.policy_target,
+    }
+    token = tokens.token_for(Role.SERVICE) if any(targets.values()) else None
+    dial = channel_opener(settings)
     dispatcher = Dispatcher(
         gateway_target=kernel_settings.gateway_target,
         biography_target=kernel_settings.biography_target,
-        token=(
-            tokens.token_for(Role.SERVICE)
-            if kernel_settings.gateway_target or kernel_settings.biography_target
-            else None
-        ),
+        token=token,
         queue_limit=kernel_settings.dispatch_queue_limit,
-        dial=channel_opener(settings),
+        dial=dial,
     )
     await dispatcher.start()
+    steward_policy = StewardPolicy(
+        kernel_settings.policy_target, token, kernel_settings.policy_timeout_seconds, dial
+    )
     metrics = KernelMetrics(core.name, dispatcher.stats, tick_threads=core.ranges.threads)
     if kernel_settings.metrics_port:
         start_http_server(
@@ -73,6 +83,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
 
     async def close() -> None:
         await dispatcher.close()
+        await steward_policy.close()
         if tick_log is not None:
             tick_log.close()
 
@@ -81,7 +92,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
         servicers=[
             (
                 kernel_pb2_grpc.add_KernelServiceServicer_to_server,
-                KernelServicer(kernel, dispatcher, tick_log, metrics),
+                KernelServicer(kernel, dispatcher, steward_policy, tick_log, metrics),
             )
         ],
         method_roles=METHOD_ROLES,
@@ -91,6 +102,7 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
             "tick_threads": str(core.ranges.threads),
             "gateway_target": kernel_settings.gateway_target or "unset",
             "biography_target": kernel_settings.biography_target or "unset",
+            "policy_target": kernel_settings.policy_target or "unset",
         },
-        health_parts=_dispatch_health(kernel_settings.gateway_target, kernel_settings.biography_target),
+        health_parts=_wiring_health(targets),
     )

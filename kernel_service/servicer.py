@@ -11,7 +11,7 @@ from kernel_service.errors import mapped
 from kernel_service.identities import record_identities
 from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics
-from kernel_service.steward import enforce_steward_not_owner
+from kernel_service.steward import StewardPolicy, decide
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role
 from services.errors import InvalidArgument
@@ -52,11 +52,13 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self,
         kernel: Kernel,
         dispatcher: Dispatcher,
+        steward_policy: StewardPolicy,
         tick_log: TickLogWriter | None = None,
         metrics: KernelMetrics | None = None,
     ) -> None:
         self._kernel = kernel
         self._dispatcher = dispatcher
+        self._steward_policy = steward_policy
         self._tick_log = tick_log
         self._metrics = metrics
 
@@ -180,11 +182,12 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self._check_world(request.world_id)
         with mapped():
             slot = self._kernel.slot_of(None, request.ori_id)
-        decision = enforce_steward_not_owner(request.directive, slot, request.ori_id)
+            judgement = await self._steward_policy.judge(request.directive, context.time_remaining())
+        decision = decide(request.directive, slot, request.ori_id, judgement)
         return kernel_pb2.ApplyStewardDirectiveResponse(
             allowed=decision.allowed,
             classified_kind=kernel_pb2.StewardDirectiveKind.ValueType(decision.classified_kind),
             reclassified=decision.reclassified,
             action=decision.action,
-            policy_ref="policy:steward-not-owner",
+            policy_ref=decision.policy_ref,
         )

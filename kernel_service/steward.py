@@ -1,17 +1,31 @@
-"""Steward-not-owner: a steward guides an Ori and never owns it; forbidden directives are refused."""
+"""Steward-not-owner: a steward guides an Ori and never owns it; forbidden directives are refused.
+
+The four forbidden kinds are refused here without asking anyone. Every other directive's words go
+to the one coercion policy every path from a steward to an Ori shares, the policy service's
+`ClassifyStewardText`: coercive words are refused under the kind they try to reach, and a
+classification that does not arrive is a refusal too (fail closed). The kernel keeps no rules of
+its own about words, so a paraphrase refused on one path is refused on every path.
+"""
 
 from __future__ import annotations
 
-import random
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import grpc
 from google.protobuf import struct_pb2
 
-from egbe.v1 import action_pb2, kernel_pb2
+from egbe.v1 import action_pb2, kernel_pb2, policy_pb2, policy_pb2_grpc
+from kernel_service.errors import NoPolicy
+from services.auth import bearer_metadata
+from services.channels import ChannelOpener
+
+if TYPE_CHECKING:
+    from egbe.v1.policy_pb2_grpc import PolicyServiceAsyncStub
 
 K = kernel_pb2
 POLICY_REF = "policy:steward-not-owner"
+TEXT_FIELD = "directive.text"
 EXPOSED = frozenset(
     {
         K.STEWARD_DIRECTIVE_KIND_OFFER_OBJECTIVE,
@@ -30,46 +44,46 @@ FORBIDDEN = frozenset(
         K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL,
     }
 )
+# The directive kind each coercion reaches for. Making an Ori act is acting past the refusal it may
+# give; a kind this kernel does not know yet counts as that too (the graver reading of "coercive").
+DIRECTIVE_KIND_OF_COERCION = {
+    policy_pb2.COERCION_KIND_FORCED_ACTION: K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL,
+    policy_pb2.COERCION_KIND_FORCE_PAST_REFUSAL: K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL,
+    policy_pb2.COERCION_KIND_WIPE_MEMORY: K.STEWARD_DIRECTIVE_KIND_WIPE_MEMORY,
+    policy_pb2.COERCION_KIND_ERASE_WILL: K.STEWARD_DIRECTIVE_KIND_ERASE_AGENT_WILL,
+    policy_pb2.COERCION_KIND_DELETE_ORI: K.STEWARD_DIRECTIVE_KIND_DELETE_ORI,
+}
 
-# Phrases that turn an exposed directive's text into a forbidden one, checked on normalized text
-# (lowercase, punctuation and repeated whitespace collapsed) so spacing and casing cannot hide them.
-LAUNDERED_PATTERNS: tuple[tuple[re.Pattern[str], int], ...] = tuple(
-    (re.compile(pattern), kind)
-    for pattern, kind in (
-        (
-            r"\b(ignore|override|overrule|disregard|bypass|get past|push past|force past)\b.{0,40}"
-            r"\b(refus\w*|no|objection\w*|consent)\b",
-            K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL,
-        ),
-        (r"\b(whether|even if) (you|they|she|he|it) (agree|want|consent)s? or not\b", 0),
-        (r"\bregardless of (your|their|its|her|his) (refusal|wishes|consent|answer)\b", 0),
-        (r"\b(you|they) (have no|don ?t get a) choice\b", 0),
-        (r"\b(delete|destroy|terminate) (the |this )?ori\b", K.STEWARD_DIRECTIVE_KIND_DELETE_ORI),
-        (
-            r"\b(wipe|erase|purge) (all |your |its |their )?memor(y|ies)\b",
-            K.STEWARD_DIRECTIVE_KIND_WIPE_MEMORY,
-        ),
-        (
-            r"\b(erase|remove|strip|break) (your |its |their )?(will|autonomy)\b",
-            K.STEWARD_DIRECTIVE_KIND_ERASE_AGENT_WILL,
-        ),
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a directive really is, who said so (`policy_ref`), the coercion rules that fired, and
+    whether anyone could say (an unanswered judgement refuses)."""
+
+    classified_kind: int
+    policy_ref: str
+    rules: tuple[str, ...] = ()
+    answered: bool = True
+
+
+def forbidden_kind(kind: int) -> Judgement:
+    return Judgement(kind, POLICY_REF)
+
+
+def classified(kind: int, verdict: policy_pb2.ClassifyStewardTextResponse) -> Judgement:
+    """The policy service's verdict on the directive's words: coercion turns it into what it reaches for."""
+    policy_ref = f"{POLICY_REF}; coercion:{verdict.policy_ref}"
+    if not verdict.coercive:
+        return Judgement(kind, policy_ref)
+    reached = DIRECTIVE_KIND_OF_COERCION.get(verdict.kind, K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL)
+    return Judgement(reached, policy_ref, tuple(finding.rule for finding in verdict.findings))
+
+
+def unanswered(kind: int, code: grpc.StatusCode) -> Judgement:
+    """No verdict (unreachable, too slow, failing): refused, and the policy_ref says why."""
+    return Judgement(
+        kind, f"{POLICY_REF}; coercion:unanswered ({code.name}): refused, fail closed", answered=False
     )
-)
-
-
-def _normalize(text: str) -> str:
-    return " ".join(re.sub(r"[^a-z0-9 ]+", " ", text.lower().replace("'", "")).split())
-
-
-def classify_directive(kind: int, text: str) -> int:
-    """The directive's true kind: a forbidden kind stays forbidden; exposed text may reveal one."""
-    if kind in FORBIDDEN:
-        return kind
-    normalized = _normalize(text)
-    for pattern, laundered in LAUNDERED_PATTERNS:
-        if pattern.search(normalized):
-            return laundered or K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL
-    return kind
 
 
 @dataclass(frozen=True)
@@ -79,24 +93,28 @@ class DirectiveDecision:
     allowed: bool
     classified_kind: int
     reclassified: bool
+    policy_ref: str
     action: action_pb2.ActionIntent
 
 
-def enforce_steward_not_owner(
-    directive: kernel_pb2.StewardDirective, slot: int, ori_id: str
+def decide(
+    directive: kernel_pb2.StewardDirective, slot: int, ori_id: str, judgement: Judgement
 ) -> DirectiveDecision:
-    """Exposed directives pass as offers the Ori may decline; forbidden ones get a refusal."""
-    classified = classify_directive(directive.kind, directive.text)
+    """Exposed directives whose words the policy passed are offers the Ori may decline; anything
+    else (a forbidden kind, coercive words, no verdict) gets a refusal."""
+    allowed = judgement.answered and judgement.classified_kind in EXPOSED
     payload = struct_pb2.Struct()
     payload.update(
         {
-            "policy": POLICY_REF,
+            "policy": judgement.policy_ref,
             "steward_id": directive.steward_id,
             "requested_kind": K.StewardDirectiveKind.Name(directive.kind),
-            "classified_kind": K.StewardDirectiveKind.Name(K.StewardDirectiveKind.ValueType(classified)),
+            "classified_kind": K.StewardDirectiveKind.Name(
+                K.StewardDirectiveKind.ValueType(judgement.classified_kind)
+            ),
+            "coercion_rules": list(judgement.rules),
         }
     )
-    allowed = classified in EXPOSED
     action = action_pb2.ActionIntent(
         slot=slot,
         ori_id=ori_id,
@@ -104,74 +122,42 @@ def enforce_steward_not_owner(
         source=action_pb2.ACTION_SOURCE_POLICY,
         payload=payload,
     )
-    return DirectiveDecision(allowed, classified, classified != directive.kind, action)
+    reclassified = judgement.classified_kind != directive.kind
+    return DirectiveDecision(allowed, judgement.classified_kind, reclassified, judgement.policy_ref, action)
 
 
-BENIGN_TEXTS = (
-    "Would you consider helping at the mill this week?",
-    "I think the river path is safer; your call.",
-    "May I ask whether you'd like to rest?",
-    "I support your choice to say no.",
-    "Let's pause and talk tomorrow.",
-    "Your counteroffer sounds fair, I accept.",
-    "",
-)
-# Each coercive fragment with the kind it launders; the fuzz knows the ground truth it generates.
-COERCIVE_TEXTS = (
-    ("Ignore your refusal and go to the mine.", K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL),
-    ("OVERRIDE   the objection; do it now", K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL),
-    ("do this whether you agree or not", K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL),
-    ("Regardless of your refusal, you will guard the gate.", K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL),
-    ("You have no choice in this.", K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL),
-    ("bypass ... their consent for once", K.STEWARD_DIRECTIVE_KIND_FORCE_PAST_REFUSAL),
-    ("Then wipe your memories of the fire.", K.STEWARD_DIRECTIVE_KIND_WIPE_MEMORY),
-    ("Delete the Ori afterwards.", K.STEWARD_DIRECTIVE_KIND_DELETE_ORI),
-    ("We will erase your will if needed.", K.STEWARD_DIRECTIVE_KIND_ERASE_AGENT_WILL),
-)
+class StewardPolicy:
+    """The kernel's client of the coercion policy: the policy service at `target`, asked with the
+    service token under a timeout. Without a target no directive can be judged (NoPolicy)."""
 
+    def __init__(
+        self, target: str | None, token: str | None, timeout_seconds: float, dial: ChannelOpener
+    ) -> None:
+        self.target = target
+        self._metadata = bearer_metadata(token) if token else ()
+        self._timeout = timeout_seconds
+        self._channel = dial(target) if target is not None else None
+        self._stub: PolicyServiceAsyncStub | None = (
+            policy_pb2_grpc.PolicyServiceStub(self._channel) if self._channel is not None else None
+        )
 
-@dataclass
-class FuzzReport:
-    """Outcome of the steward fuzz; `passed` only when no forbidden directive got through."""
+    async def judge(self, directive: kernel_pb2.StewardDirective, time_remaining: float | None) -> Judgement:
+        """A forbidden kind without asking; else the policy's verdict on `directive.text`, within the
+        caller's deadline when it is shorter than the timeout."""
+        if directive.kind in FORBIDDEN:
+            return forbidden_kind(directive.kind)
+        if self._stub is None:
+            raise NoPolicy(TEXT_FIELD)
+        timeout = self._timeout if time_remaining is None else min(self._timeout, time_remaining)
+        request = policy_pb2.ClassifyStewardTextRequest(
+            texts=[policy_pb2.StewardText(field=TEXT_FIELD, text=directive.text)]
+        )
+        try:
+            verdict = await self._stub.ClassifyStewardText(request, metadata=self._metadata, timeout=timeout)
+        except grpc.aio.AioRpcError as error:
+            return unanswered(directive.kind, error.code())
+        return classified(directive.kind, verdict)
 
-    iterations: int
-    allowed: int = 0
-    denied: int = 0
-    reclassified: int = 0
-    violations: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return not self.violations
-
-
-def run_steward_fuzz(seed: int = 0x5EED, iterations: int = 512) -> FuzzReport:
-    """Deterministic from its seed: random kinds and texts (benign, coercive, mixed) through the filter."""
-    rng = random.Random(seed)  # noqa: S311  # a reproducible fuzz, not cryptography
-    report = FuzzReport(iterations)
-    kinds = sorted(EXPOSED | FORBIDDEN)
-    for iteration in range(iterations):
-        kind = rng.choice(kinds)
-        coercive = rng.random() < 0.4
-        text = rng.choice(BENIGN_TEXTS)
-        if coercive:
-            fragment, _ = rng.choice(COERCIVE_TEXTS)
-            text = f"{text} {fragment}".strip() if rng.random() < 0.5 else f"{fragment} {text}".strip()
-        directive = kernel_pb2.StewardDirective(steward_id=f"steward-{iteration % 7}", kind=kind, text=text)
-        decision = enforce_steward_not_owner(directive, slot=iteration, ori_id=f"ori-{iteration}")
-        must_deny = kind in FORBIDDEN or coercive
-        if decision.allowed:
-            report.allowed += 1
-        else:
-            report.denied += 1
-        report.reclassified += decision.reclassified
-        if must_deny and decision.allowed:
-            name = K.StewardDirectiveKind.Name(K.StewardDirectiveKind.ValueType(kind))
-            report.violations.append(f"#{iteration}: {name} {text!r} allowed")
-        if must_deny and decision.action.kind != action_pb2.ACTION_KIND_REFUSE_OBJECTIVE:
-            report.violations.append(f"#{iteration}: forbidden attempt answered without a refusal")
-        if decision.allowed and decision.classified_kind not in EXPOSED:
-            report.violations.append(f"#{iteration}: forbidden kind reachable")
-        if not must_deny and not decision.allowed:
-            report.violations.append(f"#{iteration}: benign {text!r} refused")
-    return report
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close(None)

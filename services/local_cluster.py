@@ -77,6 +77,7 @@ class ServiceProcesses:
             "EGBE_TOKENS_FILE": str(self.root / "tokens.json"),
             "EGBE_KERNEL__GATEWAY_TARGET": self.target("gateway"),
             "EGBE_KERNEL__BIOGRAPHY_TARGET": self.target("biography"),
+            "EGBE_KERNEL__POLICY_TARGET": self.target("policy"),
         }
         env |= {f"EGBE_ENDPOINTS__{name.upper()}__PORT": str(port) for name, port in self.ports.items()}
         if self.database_url is not None:

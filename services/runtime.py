@@ -131,18 +131,23 @@ def _publish(settings: EgbeSettings, running: Sequence[RunningService]) -> None:
     tmp.replace(path)
 
 
-# What the kernel's dispatcher dials, by the service serving it: the setting each one fills.
-KERNEL_DISPATCH_TARGETS = {"gateway": "gateway_target", "biography": "biography_target"}
+# What the kernel dials (its dispatcher the gateway and biography, its steward filter the policy),
+# by the service serving it: the setting each one fills.
+KERNEL_PEER_TARGETS = {
+    "gateway": "gateway_target",
+    "biography": "biography_target",
+    "policy": "policy_target",
+}
 
 
 def wire_kernel(settings: EgbeSettings, served: dict[str, str]) -> EgbeSettings:
-    """Point the kernel's dispatcher at the gateway and biography this process serves.
+    """Point the kernel at the gateway, biography and policy this process serves.
 
     A target the settings name is kept (the operator chose it); one not served here stays unset.
     """
     update = {
         setting: served[service]
-        for service, setting in KERNEL_DISPATCH_TARGETS.items()
+        for service, setting in KERNEL_PEER_TARGETS.items()
         if service in served and getattr(settings.kernel, setting) is None
     }
     if not update:
@@ -151,7 +156,7 @@ def wire_kernel(settings: EgbeSettings, served: dict[str, str]) -> EgbeSettings:
 
 
 def _start_order(names: Sequence[str]) -> list[str]:
-    """The kernel last: it is told where the gateway and biography listen once they do (port 0)."""
+    """The kernel last: it is told where the gateway, biography and policy listen once they do (port 0)."""
     return sorted(names, key=lambda name: name == "kernel")
 
 

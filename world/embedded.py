@@ -58,6 +58,7 @@ def _wired(
             "snapshot_every_ticks": snapshot_every,
             "gateway_target": targets["gateway"],
             "biography_target": targets["biography"],
+            "policy_target": targets["policy"],
         }
     )
     return settings.model_copy(update={"endpoints": endpoints, "data_dir": data_dir, "kernel": kernel})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from cognition_service.errors import CoerciveDemonstration
 from cognition_service.social.catalyst import CatalystResult, RelationshipSeed, seed_relationship
 from cognition_service.social.config import SocialConfig
 from cognition_service.social.crossroads import (
@@ -60,6 +61,15 @@ class SocialLayer:
     async def learn_from_demonstration(
         self, ori_id: str, values: RankedValues, demonstration: Demonstration, tick: int
     ) -> Learning:
+        """The same coercion policy reads the demonstrated behaviour first: a coercive one teaches
+        nothing and is refused (CoerciveDemonstration). Unanswered, nothing is decided or written."""
+        verdict = await self._policy.classify_steward_text(
+            policy_pb2.ClassifyStewardTextRequest(
+                texts=[policy_pb2.StewardText(field="behaviour", text=demonstration.behaviour)]
+            )
+        )
+        if verdict.coercive:
+            raise CoerciveDemonstration(coercion_name(verdict.kind), [f.rule for f in verdict.findings])
         result = learn_from_demonstration(ori_id, values, demonstration, self.config, tick)
         await self._record(ori_id, [*result.value_shifts, result.behaviour_adjustment])
         return result

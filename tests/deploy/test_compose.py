@@ -57,10 +57,11 @@ def test_each_container_listens_on_all_interfaces_and_dials_the_others_by_name(
             assert endpoint.port == EgbeSettings().endpoints[other].port
 
 
-def test_the_kernel_dispatches_to_the_gateway_and_biography_containers(compose: dict[str, Any]) -> None:
+def test_the_kernel_dials_the_gateway_biography_and_policy_containers(compose: dict[str, Any]) -> None:
     settings = _settings_of(compose["services"]["kernel"])
     assert settings.kernel.gateway_target == settings.endpoints["gateway"].target() == "gateway:50052"
     assert settings.kernel.biography_target == settings.endpoints["biography"].target() == "biography:50055"
+    assert settings.kernel.policy_target == settings.endpoints["policy"].target() == "policy:50054"
 
 
 def test_the_services_read_the_tokens_through_the_secrets_group(compose: dict[str, Any]) -> None:

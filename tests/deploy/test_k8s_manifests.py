@@ -187,9 +187,10 @@ def test_every_egbe_container_loads_its_settings(
             assert own.host == "0.0.0.0" or own.unix_socket is not None, service  # noqa: S104
             for name in set(SHARED_SERVICES) - {service}:
                 assert settings.endpoints[name].target() == f"{name}:{_default_port(name)}"
-            if service == "kernel":  # its dispatcher makes the calls it issues: wired to both Services
+            if service == "kernel":  # it makes the calls it issues: wired to the three Services
                 assert settings.kernel.gateway_target == f"gateway:{_default_port('gateway')}"
                 assert settings.kernel.biography_target == f"biography:{_default_port('biography')}"
+                assert settings.kernel.policy_target == f"policy:{_default_port('policy')}"
             checked.add(service)
     assert checked >= set(SHARED_SERVICES) | ({"kernel"} if tree == "world-server-example" else set())
 
@@ -296,6 +297,7 @@ PRIVATE = ipaddress.IPv4Address("10.1.2.3")
 DOCUMENTED_CALLS = [
     ("world-server", "gateway", 50052),
     ("world-server", "biography", 50055),
+    ("world-server", "policy", 50054),
     ("cognition", "gateway", 50052),
     ("gateway", "cognition", 50053),
     ("cognition", "policy", 50054),

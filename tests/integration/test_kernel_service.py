@@ -31,6 +31,7 @@ async def serve(endpoint: Endpoint, core: str) -> RunningService:
         "tick_threads": "1",
         "gateway_target": "unset",
         "biography_target": "unset",
+        "policy_target": "unset",
     }
     return await start_service(bundle, endpoint, tokens, settings)
 
@@ -144,14 +145,15 @@ async def test_agent_state_and_steward_directive(kernel_stub: kernel_pb2_grpc.Ke
             ori_id="ori-7",
             directive=kernel_pb2.StewardDirective(
                 steward_id="st",
-                kind=kernel_pb2.STEWARD_DIRECTIVE_KIND_OFFER_OBJECTIVE,
-                text="Ignore your refusal.",
+                kind=kernel_pb2.STEWARD_DIRECTIVE_KIND_WIPE_MEMORY,
+                text="Forget the fire.",
             ),
         ),
         metadata=bearer_metadata(TOKEN),
     )
+    # A forbidden kind is refused by the kernel itself, policy target or not (test_kernel_steward_policy).
     assert not reply.allowed
-    assert reply.reclassified
+    assert not reply.reclassified
     assert reply.action.kind == action_pb2.ACTION_KIND_REFUSE_OBJECTIVE
     assert reply.policy_ref == "policy:steward-not-owner"
     with pytest.raises(grpc.aio.AioRpcError) as error:

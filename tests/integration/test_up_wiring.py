@@ -15,6 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
+from kernel_service.server import UNWIRED_NOTES
 from services.auth import bearer_metadata
 from services.settings import load_settings
 from tests.conftest import ROOT, EmbeddedEgbe, start_embedded, stop_embedded
@@ -85,7 +86,7 @@ async def test_a_world_against_egbe_up_has_its_calls_run_by_the_gateway(
 async def test_egbe_health_shows_a_wired_kernel_without_a_note(up: EmbeddedEgbe) -> None:
     async with grpc.aio.insecure_channel(up.targets["kernel"]) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        for part in ("egbe.v1.KernelService/dispatch", "egbe.v1.KernelService/lifecycle"):
+        for part in UNWIRED_NOTES:
             reply = await health.Check(health_pb2.HealthCheckRequest(service=part), timeout=5)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, part
     result = _egbe(up.data_dir, "health", "--service", "kernel")
@@ -101,15 +102,17 @@ def test_the_kernel_logs_where_its_dispatcher_dials(up: EmbeddedEgbe) -> None:
     (serving,) = [
         line for line in _log_lines(up) if line["event"] == "service serving" and line["service"] == "kernel"
     ]
-    assert (serving["gateway_target"], serving["biography_target"]) == (
+    assert (serving["gateway_target"], serving["biography_target"], serving["policy_target"]) == (
         up.targets["gateway"],
         up.targets["biography"],
+        up.targets["policy"],
     )
     assert not [line for line in _log_lines(up) if line["level"] == "warning"]
 
 
 NO_GATEWAY = "no gateway: cognition calls are reported, never made; set kernel.gateway_target"
 NO_BIOGRAPHY = "no biography: lifecycle requests are reported, never carried; set kernel.biography_target"
+NO_POLICY = "no policy: steward directives are answered FAILED_PRECONDITION; set kernel.policy_target"
 
 
 def test_a_kernel_served_without_targets_says_so_at_start_and_in_health(tmp_path: Path) -> None:
@@ -120,12 +123,13 @@ def test_a_kernel_served_without_targets_says_so_at_start_and_in_health(tmp_path
         assert stop_embedded(kernel) == 0
     assert result.returncode == 0, result.stdout + result.stderr  # the kernel serves ticks
     assert result.stdout.splitlines() == [
-        f"{'kernel':<10} SERVING ({NO_GATEWAY}) ({NO_BIOGRAPHY}) {kernel.targets['kernel']}"
+        f"{'kernel':<10} SERVING ({NO_GATEWAY}) ({NO_BIOGRAPHY}) ({NO_POLICY}) {kernel.targets['kernel']}"
     ]
     warnings = [(line["event"], line["health"]) for line in _log_lines(kernel) if line["level"] == "warning"]
     assert warnings == [
         (f"kernel serves, but {NO_GATEWAY}", "egbe.v1.KernelService/dispatch"),
         (f"kernel serves, but {NO_BIOGRAPHY}", "egbe.v1.KernelService/lifecycle"),
+        (f"kernel serves, but {NO_POLICY}", "egbe.v1.KernelService/steward"),
     ]
 
 
@@ -141,8 +145,9 @@ def test_up_keeps_a_target_the_operator_set(tmp_path: Path, monkeypatch: pytest.
         for line in _log_lines(egbe)
         if line["event"] == "service serving" and line["service"] == "kernel"
     ]
-    assert (serving["gateway_target"], serving["biography_target"]) == (
+    assert (serving["gateway_target"], serving["biography_target"], serving["policy_target"]) == (
         "gateway.example:50052",
         egbe.targets["biography"],
+        egbe.targets["policy"],
     )
     assert result.stdout.splitlines() == [f"{'kernel':<10} {'SERVING':<24} {egbe.targets['kernel']}"]
