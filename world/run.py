@@ -191,7 +191,7 @@ async def execute(
             kills=kill_records(recording, calls),
             directives=recording.directives,
             biographies=await biographies(clients, setup.population),
-            conversations=loop.story.conversations(),
+            conversations=loop.story.conversations({c.run_id: c.tier for c in calls}),
             moments=loop.story.moment_records(
                 issue_ticks({r.run_id: r.kernel_call_id for r in audit.values() if r.kernel_call_id})
             ),

@@ -16,7 +16,14 @@ import numpy as np
 from google.protobuf import json_format, struct_pb2
 
 from egbe.v1 import action_pb2
-from world.artifact import TIER_NAME, ConversationRecord, MomentDecision, MomentRecord, SpokenPlanBudget
+from world.artifact import (
+    TIER_NAME,
+    ConversationRecord,
+    MomentDecision,
+    MomentRecord,
+    SpokenPlanBudget,
+    TierName,
+)
 from world.population import Population
 from world.script import ScriptIndex, Window
 
@@ -212,10 +219,16 @@ class StoryRecorder:
             answered=False,
         )
 
-    def conversations(self) -> list[ConversationRecord]:
-        """Every line sent, in tick order; those without a reply are unanswered."""
+    def conversations(self, call_tiers: dict[str, TierName]) -> list[ConversationRecord]:
+        """Every line sent, in tick order; those without a reply are unanswered. A reply's tier is the
+        tier its call ran at (`call_tiers`, by gateway run id, from the audit), which the Ori may have
+        left by the tick the reply arrived; the arrival tick's tier stands in for a run not audited."""
         ordered = sorted(self.lines.values(), key=lambda line: (line.tick, line.row))
-        return [line.record or self._record(line) for line in ordered]
+        records = [line.record or self._record(line) for line in ordered]
+        return [
+            r.model_copy(update={"tier": call_tiers[r.run_id]}) if r.run_id in call_tiers else r
+            for r in records
+        ]
 
     def moment_records(self, issued_at: dict[str, int]) -> list[MomentRecord]:
         """Each moment with the results of the calls issued inside its window; `issued_at` maps a

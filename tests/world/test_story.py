@@ -162,7 +162,7 @@ def test_each_line_gets_its_reply_and_a_line_never_answered_is_kept(recorder: St
     _tick(recorder, 1_601, 2.02, 2.03, _reply_result(folasade, _say(1_599, "Not this line.")))
     _tick(recorder, 1_602, 2.04, 2.05, _reply_result(folasade, _say(1_600, "Not this player.", "player-2")))
     _tick(recorder, 1_603, 2.06, 2.07, _reply_result(adaeze, _say(1_600, "Not the addressed Ori.")))
-    answered, unanswered = recorder.conversations()
+    answered, unanswered = recorder.conversations({})
     assert answered == ConversationRecord(
         line_tick=700,
         line=LINE,
@@ -194,6 +194,9 @@ def test_each_line_gets_its_reply_and_a_line_never_answered_is_kept(recorder: St
         ori_name="Folasade the baker",
         answered=False,
     )
+    # The reply's tier is the tier its call ran at, as audited, not the Ori's tier when it arrived.
+    audited, _ = recorder.conversations({"run-700": "lachesis", "run-other": "atropos"})
+    assert audited == answered.model_copy(update={"tier": "lachesis"})
 
 
 def test_decisions_issued_inside_a_moments_window_are_what_it_came_to(recorder: StoryRecorder) -> None:
