@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BUF := .tools/node_modules/.bin/buf
 # Type-checked packages (mypy strict); grows as each service lands.
-TYPED := services gateway kernel_service cognition_service policy_service biography_service world scripts
+TYPED := assembly services gateway kernel_service cognition_service policy_service biography_service world scripts
 
 .PHONY: system-deps demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check cpp-client
 

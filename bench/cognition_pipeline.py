@@ -118,7 +118,7 @@ def start_egbe(data_dir: Path) -> tuple[subprocess.Popen[bytes], dict[str, str],
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     env["EGBE_LOG_LEVEL"] = "warning"
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "up", "--ephemeral-ports"],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(data_dir), "up", "--ephemeral-ports"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -23,10 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from assembly.embedded import DemoTarget, services_for_run
+from assembly.settings import load_settings
 from services.logging import configure_logging
-from services.settings import SERVICE_NAMES, Endpoint, LogFormat, load_settings
+from services.settings import SERVICE_NAMES, Endpoint, LogFormat
 from world.artifact import RunArtifact
-from world.embedded import DemoTarget, services_for_run
 from world.run import RunOptions, execute, new_run_id
 from world.scenario import Scenario, load_scenario, parse_scenario
 

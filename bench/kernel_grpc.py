@@ -57,7 +57,7 @@ def start_kernel(
         "EGBE_MAX_MESSAGE_BYTES": str(MAX_MESSAGE),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", "kernel", *listen],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(data_dir), "serve", "kernel", *listen],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -18,11 +18,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from assembly.embedded import DemoTarget, services_for_run
+from assembly.settings import load_settings
+from assembly.world_runs import run_demo
 from services.logging import configure_logging
-from services.settings import SERVICE_NAMES, Endpoint, LogFormat, load_settings
+from services.settings import SERVICE_NAMES, Endpoint, LogFormat
 from world.artifact import RunArtifact
-from world.demo import run_demo
-from world.embedded import DemoTarget, services_for_run
 from world.run import RunOptions, execute, new_run_id
 from world.scenario import load_scenario
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from services.settings import ChassisSettings
+
 # SQLite stores integers as signed 64-bit; every version, position and tick must fit.
 MAX_STORED_INTEGER = 2**63 - 1
 
@@ -51,3 +53,11 @@ class BiographyConfig(BaseModel):
         default=64, gt=0, description="Most queued appends one writer commits in one transaction."
     )
     postgres_pool_max: int = Field(default=8, gt=0, description="Most PostgreSQL connections in the pool.")
+
+
+class BiographyServiceSettings(ChassisSettings):
+    """What a biography process needs: the chassis settings and the biography service's own."""
+
+    biography: BiographyConfig = Field(
+        default_factory=BiographyConfig, description="The Ori event log's limits and defaults."
+    )

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from biography_service.config import BiographyServiceSettings
 from biography_service.service import Biography
 from biography_service.servicer import METHOD_ROLES, BiographyServicer
 from biography_service.store.factory import store_for
 from egbe.v1 import biography_pb2_grpc
 from services.auth import TokenStore
 from services.server import ServiceBundle
-from services.settings import EgbeSettings
 
 
-async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+async def build_bundle(settings: BiographyServiceSettings, tokens: TokenStore) -> ServiceBundle:
     config = settings.biography
     store = store_for(settings, config)
     await store.open()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 import uuid
@@ -369,8 +370,15 @@ def rehydrate_response(context: WorkingContext) -> biography_pb2.RehydrateRespon
         identity_version=context.identity_version,
     )
     if context.identity is not None:
-        json_format.ParseDict(context.identity, response.identity)
+        response.identity.MergeFromString(_identity_wire(canonical_json(context.identity)))
     return response
+
+
+@functools.lru_cache(maxsize=4_096)
+def _identity_wire(identity: str) -> bytes:
+    """An identity's protobuf encoding, by its canonical JSON: parsing JSON into a message is pure
+    Python and an Ori's identity rarely changes, so each one is parsed once."""
+    return json_format.Parse(identity, biography_pb2.OriIdentity()).SerializeToString()
 
 
 def _memory(memory: MemoryView) -> biography_pb2.MemoryItem:

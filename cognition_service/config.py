@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cognition_service.social.config import SocialConfig
+from services.settings import ChassisSettings
 
 
 class AssemblyLimits(BaseModel):
@@ -124,3 +125,11 @@ class CognitionConfig(BaseModel):
         if sum(self.spoken_reply_stages_ms.values()) > self.spoken_reply_budget_ms:
             raise ValueError("spoken_reply_stages_ms sum past spoken_reply_budget_ms")
         return self
+
+
+class CognitionServiceSettings(ChassisSettings):
+    """What a cognition process needs: the chassis settings and the cognition service's own."""
+
+    cognition: CognitionConfig = Field(
+        default_factory=CognitionConfig, description="Assembly limits, mode budgets, retries, Psyche plan."
+    )

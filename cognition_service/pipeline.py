@@ -516,5 +516,5 @@ async def think(
     if run.mode == "dialogue" and response.line.approved:
         run.spoken_reply(response, cognition_us)
         run.say(response, reason)
-    response.audit.CopyFrom(commit.to_struct(run.audit(outcome, reason, cognition_us)))
+    response.audit.update(run.audit(outcome, reason, cognition_us))
     return response

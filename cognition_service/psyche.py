@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping
+from itertools import groupby
 
 from cognition_service.config import CognitionConfig
 from egbe.v1 import cognition_pb2
@@ -49,13 +50,12 @@ def viseme_track(text: str, ms_per_char: int) -> list[cognition_pb2.VisemeCue]:
             continue
         shapes.append(LETTERS.get(letters[i], SILENCE))
         i += 1
-    cues: list[cognition_pb2.VisemeCue] = []
-    for shape in shapes:
-        if cues and cues[-1].viseme == shape:
-            cues[-1].duration_ms += ms_per_char
-        else:
-            start = cues[-1].start_ms + cues[-1].duration_ms if cues else 0
-            cues.append(cognition_pb2.VisemeCue(viseme=shape, start_ms=start, duration_ms=ms_per_char))
+    cues = []
+    start = 0
+    for shape, repeated in groupby(shapes):
+        duration = len(list(repeated)) * ms_per_char
+        cues.append(cognition_pb2.VisemeCue(viseme=shape, start_ms=start, duration_ms=duration))
+        start += duration
     return cues
 
 

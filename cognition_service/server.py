@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cognition_service.config import CognitionServiceSettings
 from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
 from egbe.v1 import cognition_pb2_grpc
@@ -9,10 +10,9 @@ from services.auth import Role, TokenStore
 from services.channels import channel_opener
 from services.runtime import published_targets
 from services.server import ServiceBundle
-from services.settings import EgbeSettings
 
 
-async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+async def build_bundle(settings: CognitionServiceSettings, tokens: TokenStore) -> ServiceBundle:
     # Peers are dialled on the first Think: under `egbe up` they publish their ports after we start.
     peers = GrpcPeers(
         lambda: published_targets(settings),

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from egbe.v1 import common_pb2
 from kernel_service.behavior.config import BehaviorConfig
 from services.fingerprint import fingerprint
+from services.settings import ChassisSettings
 
 WORLD_TICK_HZ = 20
 GAME_MINUTE_TICKS = WORLD_TICK_HZ * 60
@@ -199,3 +200,11 @@ class KernelSettings(BaseModel):
         default=0, ge=0, le=65_535, description="Serve Prometheus metrics on this port; 0 = not served."
     )
     config: KernelConfig = Field(default_factory=KernelConfig)
+
+
+class KernelServiceSettings(ChassisSettings):
+    """What a kernel process needs: the chassis settings and the kernel service's own."""
+
+    kernel: KernelSettings = Field(
+        default_factory=KernelSettings, description="The Moirai kernel: core, dispatch targets, tick log."
+    )

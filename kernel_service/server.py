@@ -6,6 +6,7 @@ from prometheus_client import start_http_server
 
 from egbe.v1 import kernel_pb2, kernel_pb2_grpc
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
+from kernel_service.config import KernelServiceSettings
 from kernel_service.dispatcher import Dispatcher
 from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics
@@ -16,7 +17,6 @@ from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
 from services.channels import channel_opener
 from services.server import ServiceBundle, metrics_host
-from services.settings import EgbeSettings
 
 _KERNEL_SERVICE = kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name
 GATEWAY_HEALTH = f"{_KERNEL_SERVICE}/dispatch"
@@ -41,7 +41,7 @@ def _wiring_health(targets: dict[str, str | None]) -> dict[str, str | None]:
     return {name: None if target else UNWIRED_NOTES[name] for name, target in targets.items()}
 
 
-async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+async def build_bundle(settings: KernelServiceSettings, tokens: TokenStore) -> ServiceBundle:
     kernel_settings = settings.kernel
     core = select_core(
         configured=kernel_settings.core,

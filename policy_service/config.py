@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.settings import ChassisSettings
+
 # The seed's BLOCKED_CULTURAL_BACKSTORY_TERMS.
 BLOCKED_CULTURAL_BACKSTORY_TERMS = (
     "exotic primitive",
@@ -106,4 +108,12 @@ class PolicyConfig(BaseModel):
         ge=1,
         le=10_000,
         description="Sophia: share (bp) of a claim's significant terms one evidence item must hold.",
+    )
+
+
+class PolicyServiceSettings(ChassisSettings):
+    """What a policy process needs: the chassis settings and the policy service's own."""
+
+    policy: PolicyConfig = Field(
+        default_factory=PolicyConfig, description="Isis, Sophia, cultural review and minor protection."
     )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 
 from policy_service.config import PolicyConfig
 from policy_service.model import Claim, ClaimGrounding, ClaimKind, Evidence, GroundingReport

@@ -1,7 +1,7 @@
-"""The shared service chassis: settings, logging, errors, auth, server bootstrap and the `egbe` CLI.
+"""The shared service chassis: settings, logging, errors, auth, channels and server bootstrap.
 
 Importing it sets gRPC core's transport for the process, which is why every entry point (the `egbe`
-CLI, `python -m services.cli`, the benchmarks and the tests) imports this package before grpc:
+CLI, `python -m assembly.cli`, the benchmarks and the tests) imports this package before grpc:
 gRPC core reads `GRPC_EXPERIMENTS` once, when grpc is first imported, and ignores it after.
 """
 

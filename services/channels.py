@@ -8,13 +8,13 @@ from typing import Any
 
 import grpc
 
-from services.settings import EgbeSettings, TlsMode, TlsSettings
+from services.settings import ChassisSettings, TlsMode, TlsSettings
 
 # A server bound to a wildcard address is dialled on loopback from inside its own host or pod.
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "::": "[::1]"}  # noqa: S104
 
 
-def channel_options(settings: EgbeSettings) -> list[tuple[str, Any]]:
+def channel_options(settings: ChassisSettings) -> list[tuple[str, Any]]:
     """A client channel's message-size limits (each server has its own: services.limits)."""
     return [
         ("grpc.max_send_message_length", settings.max_message_bytes),
@@ -57,7 +57,7 @@ def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials:
     )
 
 
-def open_channel(target: str, settings: EgbeSettings) -> grpc.aio.Channel:
+def open_channel(target: str, settings: ChassisSettings) -> grpc.aio.Channel:
     """An asyncio channel to `target`, secured per `settings.tls`; use as `async with`."""
     target = dialable_target(target)
     options = channel_options(settings)
@@ -69,12 +69,12 @@ def open_channel(target: str, settings: EgbeSettings) -> grpc.aio.Channel:
 ChannelOpener = Callable[[str], grpc.aio.Channel]
 
 
-def channel_opener(settings: EgbeSettings) -> ChannelOpener:
+def channel_opener(settings: ChassisSettings) -> ChannelOpener:
     """`open_channel` bound to these settings, for clients that learn their targets later."""
     return partial(open_channel, settings=settings)
 
 
-def open_blocking_channel(target: str, settings: EgbeSettings) -> grpc.Channel:
+def open_blocking_channel(target: str, settings: ChassisSettings) -> grpc.Channel:
     """A blocking channel to `target`, secured per `settings.tls`, for synchronous clients."""
     target = dialable_target(target)
     options = channel_options(settings)

@@ -15,7 +15,7 @@ from typing import Any
 
 from services.errors import ResourceExhausted
 from services.logging import get_logger
-from services.settings import EgbeSettings, ServerLimits
+from services.settings import ChassisSettings, ServerLimits
 
 _WINDOW_SECONDS = 60.0
 
@@ -24,7 +24,7 @@ def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def server_options(settings: EgbeSettings, limits: ServerLimits) -> list[tuple[str, Any]]:
+def server_options(settings: ChassisSettings, limits: ServerLimits) -> list[tuple[str, Any]]:
     """The grpc.aio server options of one service."""
     options: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", limits.max_message_bytes),

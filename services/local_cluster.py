@@ -98,7 +98,7 @@ class ServiceProcesses:
         nice = ["nice", "-n", str(self.niceness[name])] if name in self.niceness else []
         pin = ["taskset", "-c", ",".join(map(str, sorted(self.cpus[name])))] if name in self.cpus else []
         self.running[name] = subprocess.Popen(
-            [*pin, *nice, sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), "serve", name],
+            [*pin, *nice, sys.executable, "-m", "assembly.cli", "--data-dir", str(data_dir), "serve", name],
             env=self.env(),
             stdout=subprocess.DEVNULL,
             stderr=(data_dir / "serve.log").open("ab"),

@@ -30,7 +30,7 @@ from services.errors import EgbeError, Internal, InvalidArgument, to_rpc_status
 from services.grpc_types import Context, GenericHandler, MethodHandler
 from services.limits import CallLimit, RateLimitedLog, server_options
 from services.logging import get_logger
-from services.settings import EgbeSettings, Endpoint, ServerLimits, TlsSettings
+from services.settings import ChassisSettings, Endpoint, ServerLimits, TlsSettings
 
 log = get_logger(__name__)
 
@@ -86,7 +86,7 @@ class Chassis:
     """
 
     def __init__(
-        self, bundle: ServiceBundle, tokens: TokenStore, limits: ServerLimits, settings: EgbeSettings
+        self, bundle: ServiceBundle, tokens: TokenStore, limits: ServerLimits, settings: ChassisSettings
     ) -> None:
         self._bundle = bundle
         self._tokens = tokens
@@ -348,7 +348,7 @@ def metrics_host(endpoint: Endpoint) -> str:
 
 
 def listener_plan(
-    bundle: ServiceBundle, endpoint: Endpoint, settings: EgbeSettings
+    bundle: ServiceBundle, endpoint: Endpoint, settings: ChassisSettings
 ) -> list[tuple[Endpoint, frozenset[str]]]:
     """Which gRPC services each listener exposes.
 
@@ -368,7 +368,7 @@ async def _listen(
     *,
     exposed: frozenset[str],
     chassis: Chassis,
-    settings: EgbeSettings,
+    settings: ChassisSettings,
     limits: ServerLimits,
 ) -> Listener:
     server = grpc.aio.server(options=server_options(settings, limits))
@@ -407,7 +407,7 @@ async def _listen(
 
 
 async def start_service(
-    bundle: ServiceBundle, endpoint: Endpoint, tokens: TokenStore, settings: EgbeSettings
+    bundle: ServiceBundle, endpoint: Endpoint, tokens: TokenStore, settings: ChassisSettings
 ) -> RunningService:
     """Serve one bundle on its endpoint(s) with health and reflection; returns once it is SERVING.
 

@@ -1,5 +1,9 @@
 """Typed runtime settings: defaults < TOML file < `EGBE_*` environment < explicit arguments.
 
+This module holds what every service process needs whatever it serves (mode, data directory,
+endpoints, TLS, tokens, logging, server limits); each service package adds its own config in a
+subclass of `ChassisSettings`, and the composition root (`assembly.settings`) joins them all.
+
 A setting the user got wrong is reported as a `UserError` naming where it came from (the file or the
 environment variable), the key and the fix, so the CLI can print it without a traceback.
 """
@@ -14,7 +18,7 @@ import types
 from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, Field, FilePath, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -25,12 +29,6 @@ from pydantic_settings import (
     SettingsError,
     TomlConfigSettingsSource,
 )
-
-from biography_service.config import BiographyConfig
-from cognition_service.config import CognitionConfig
-from gateway.config import GatewayConfig
-from kernel_service.config import KernelSettings
-from policy_service.config import PolicyConfig
 
 SERVICE_NAMES = ("kernel", "gateway", "cognition", "policy", "biography")
 ENV_PREFIX = "EGBE_"
@@ -158,8 +156,8 @@ def _default_server_limits() -> dict[str, ServerLimits]:
     return {name: ServerLimits(**limits) for name, limits in DEFAULT_SERVER_LIMITS.items()}
 
 
-class EgbeSettings(BaseSettings):
-    """Everything a service process needs to start; each field documents itself."""
+class ChassisSettings(BaseSettings):
+    """What a service process needs whatever it serves; each field documents itself."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -250,28 +248,12 @@ class EgbeSettings(BaseSettings):
         default=None,
         description="JSON file {token: role}; embedded mode generates <data_dir>/tokens.json if unset.",
     )
-    kernel: KernelSettings = Field(
-        default_factory=KernelSettings, description="The Moirai kernel: core, dispatch targets, tick log."
-    )
     database_url: str | None = Field(
         default=None,
         description="postgresql://... for production storage; unset = SQLite files under data_dir.",
     )
     tls: TlsSettings = Field(
         default_factory=TlsSettings, description="TLS / mTLS certificates for serving and dialling."
-    )
-
-    biography: BiographyConfig = Field(
-        default_factory=BiographyConfig, description="The Ori event log's limits and defaults."
-    )
-    gateway: GatewayConfig = Field(
-        default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
-    )
-    policy: PolicyConfig = Field(
-        default_factory=PolicyConfig, description="Isis, Sophia, cultural review and minor protection."
-    )
-    cognition: CognitionConfig = Field(
-        default_factory=CognitionConfig, description="Assembly limits, mode budgets, retries, Psyche plan."
     )
 
     @field_validator("endpoints")
@@ -349,20 +331,24 @@ class _TomlFileSource(PydanticBaseSettingsSource):
             raise UserError(f"config file {path} cannot be read: {exc.strerror}") from None
 
 
-def load_settings(**overrides: Any) -> EgbeSettings:
-    """Build settings with the documented precedence; explicit overrides win.
+Settings = TypeVar("Settings", bound=ChassisSettings)
 
-    Raises UserError for an unknown key, a value out of range, bad TOML or a missing config file."""
+
+def build_settings(settings_cls: type[Settings], **overrides: Any) -> Settings:
+    """Build settings of this class with the documented precedence; explicit overrides win.
+
+    Raises UserError for an unknown key, a value out of range, bad TOML or a missing config file; an
+    unknown key's suggestion is drawn from every key `settings_cls` knows."""
     try:
-        return EgbeSettings(**overrides)
+        return settings_cls(**overrides)
     except ValidationError as exc:
-        lines = [_describe(error, overrides) for error in exc.errors()]
+        lines = [_describe(settings_cls, error, overrides) for error in exc.errors()]
         raise UserError("\n".join(lines)) from None
     except SettingsError as exc:
         raise UserError(_describe_unparsable(exc)) from None
 
 
-def _describe(error: ErrorDetails, overrides: Mapping[str, Any]) -> str:
+def _describe(settings_cls: type[BaseModel], error: ErrorDetails, overrides: Mapping[str, Any]) -> str:
     """One line: where the bad setting came from, its key, what is wrong and the fix."""
     loc = error["loc"]
     key = ".".join(str(part) for part in loc)
@@ -375,7 +361,7 @@ def _describe(error: ErrorDetails, overrides: Mapping[str, Any]) -> str:
         config_file = overrides.get("config_file") or _env_value(f"{ENV_PREFIX}CONFIG_FILE")
         where = f"config file {config_file}" if config_file else "settings"
     if error["type"] == "extra_forbidden":
-        suggestion = _suggest(loc)
+        suggestion = _suggest(settings_cls, loc)
         if suggestion is None:
             return f"{where}: unknown key {key}; remove it (docs/configuration.md lists every key)"
         if env_var is not None:
@@ -435,9 +421,9 @@ def _model_of(annotation: Any) -> Any:
     return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
 
 
-def _suggest(loc: Sequence[str | int]) -> tuple[str | int, ...] | None:
+def _suggest(settings_cls: type[BaseModel], loc: Sequence[str | int]) -> tuple[str | int, ...] | None:
     """The path of the known key nearest an unknown one: a sibling, else any key reached by name."""
-    model: Any = EgbeSettings
+    model: Any = settings_cls
     for part in loc[:-1]:
         field = model.model_fields.get(part) if isinstance(part, str) else None
         if field is not None:
@@ -448,7 +434,7 @@ def _suggest(loc: Sequence[str | int]) -> tuple[str | int, ...] | None:
     sibling = difflib.get_close_matches(name, list(model.model_fields), n=1)
     if sibling:
         return (*loc[:-1], sibling[0])
-    paths = {path[-1]: path for path in _key_paths(EgbeSettings, ())}
+    paths = {path[-1]: path for path in _key_paths(settings_cls, ())}
     anywhere = difflib.get_close_matches(name, list(paths), n=1)
     return paths[anywhere[0]] if anywhere else None
 

@@ -62,7 +62,7 @@ def start_embedded(
     ephemeral_ports: bool = True,
     command: tuple[str, ...] = ("up",),
 ) -> EmbeddedEgbe:
-    """Start `python -m services.cli up` (or `command`, e.g. `serve kernel`) and wait until it has
+    """Start `python -m assembly.cli up` (or `command`, e.g. `serve kernel`) and wait until it has
     published its endpoints.
 
     `ephemeral_ports=False` keeps the ports the settings (environment) name.
@@ -75,7 +75,7 @@ def start_embedded(
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "assembly.cli",
             "--data-dir",
             str(data_dir),
             *command,

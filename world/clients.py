@@ -1,17 +1,31 @@
-"""The world's gRPC clients: one channel per service, each call carrying the right role's token."""
+"""The world's gRPC clients: one channel per service, each call carrying the right role's token.
+
+The world is a client of services something else started: it is handed where they are (`Services`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
 from egbe.v1 import biography_pb2_grpc, gateway_pb2_grpc, kernel_pb2_grpc
 from services.auth import Role, TokenStore, bearer_metadata
 from services.channels import open_channel
-from services.settings import EgbeSettings
+from services.settings import ChassisSettings
 
 Metadata = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Services:
+    """Where the services are, the tokens to reach them, and whether this run started them."""
+
+    targets: dict[str, str]
+    tokens: TokenStore
+    settings: ChassisSettings
+    embedded: bool
+    tick_log: Path | None  # the kernel's tick log of this run, when the run started the kernel
 
 
 @dataclass
@@ -27,7 +41,7 @@ class ServiceClients:
     operator_md: Metadata
 
     @classmethod
-    def dial(cls, targets: dict[str, str], tokens: TokenStore, settings: EgbeSettings) -> ServiceClients:
+    def dial(cls, targets: dict[str, str], tokens: TokenStore, settings: ChassisSettings) -> ServiceClients:
         """Channels through the one channel factory, so TLS/mTLS settings apply to the world too."""
         kernel = open_channel(targets["kernel"], settings)
         gateway = open_channel(targets["gateway"], settings)

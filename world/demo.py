@@ -1,13 +1,14 @@
-"""`egbe demo`: run a scenario against the services and write runs/<run-id>/ (artifact, report, tick log)."""
+"""`egbe demo`: run a scenario against the services and write runs/<run-id>/ (artifact, report, tick log);
+the summary it prints and its exit status."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from services.settings import EgbeSettings
-from world.artifact import RunArtifact, write_artifact
-from world.embedded import DemoTarget, services_for_run
+from world.artifact import ReplayCheck, RunArtifact, write_artifact
+from world.clients import Services
 from world.outcomes import describe_control, figures, headline, model_path_failure
 from world.report import write_report
 from world.report_story import conversation_summary
@@ -16,8 +17,16 @@ from world.run_folder import ARTIFACT_FILE, REPORT_FILE
 from world.scenario import load_scenario
 
 
-async def run_demo(
-    settings: EgbeSettings,
+@dataclass(frozen=True)
+class DemoRun:
+    """One demo run about to start: its folder (made, empty), its id and its options."""
+
+    run_dir: Path
+    run_id: str
+    options: RunOptions
+
+
+def new_demo_run(
     scenario_name: str,
     seed: int,
     runs_dir: Path,
@@ -25,28 +34,30 @@ async def run_demo(
     reduced_time: bool = False,
     realtime: bool = False,
     progress: bool = True,
-    check_replay: bool = True,
-    target: DemoTarget = DemoTarget.AUTO,
-) -> tuple[Path, RunArtifact]:
-    """Runs one scenario end to end; returns the run folder and its artifact."""
+) -> DemoRun:
+    """The scenario loaded and the run's folder made under `runs_dir`; a scenario that fails makes none."""
     scenario = load_scenario(scenario_name)
     options = RunOptions(scenario, seed, reduced_time=reduced_time, realtime=realtime, progress=progress)
     run_id = new_run_id(scenario, seed)
     run_dir = runs_dir / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
-    async with services_for_run(settings, run_dir, scenario.snapshot_every_ticks, target) as services:
-        if not services.embedded:
-            print(
-                "using the running Egbe services; their kernel's tick log is not this run's", file=sys.stderr
-            )
-        artifact = await execute(services, options=options, run_dir=run_dir, run_id=run_id)
-    if check_replay and artifact.tick_log is not None:
-        from world.replay import replay_run
+    return DemoRun(run_dir, run_id, options)
 
-        artifact = artifact.model_copy(update={"replay": await replay_run(run_dir, settings)})
-        write_artifact(artifact, run_dir / ARTIFACT_FILE)
-    write_report(artifact, run_dir / REPORT_FILE)
-    return run_dir, artifact
+
+async def execute_demo(demo: DemoRun, services: Services) -> RunArtifact:
+    """Runs the scenario end to end against `services`; writes its artifact."""
+    if not services.embedded:
+        print("using the running Egbe services; their kernel's tick log is not this run's", file=sys.stderr)
+    return await execute(services, options=demo.options, run_dir=demo.run_dir, run_id=demo.run_id)
+
+
+def finish_demo(demo: DemoRun, artifact: RunArtifact, replay: ReplayCheck | None) -> RunArtifact:
+    """Records the replay check, when one ran, in the artifact, and writes the report."""
+    if replay is not None:
+        artifact = artifact.model_copy(update={"replay": replay})
+        write_artifact(artifact, demo.run_dir / ARTIFACT_FILE)
+    write_report(artifact, demo.run_dir / REPORT_FILE)
+    return artifact
 
 
 def summary(run_dir: Path, artifact: RunArtifact) -> str:

@@ -1,16 +1,15 @@
-"""`egbe fork`: resumes a run from its snapshot at a tick under another config and compares the two bills."""
+"""`egbe fork`: resumes a run from its snapshot at a tick under another config and compares the two bills;
+the services it runs against are started by the caller, under the fork's config."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from egbe.v1 import kernel_pb2
-from services.settings import EgbeSettings, load_settings
 from world.artifact import RunArtifact, read_artifact
-from world.embedded import DemoTarget, services_for_run
+from world.clients import Services
 from world.replay import read_tick_log
 from world.report import write_report
 from world.report_bill import fork_table
@@ -62,22 +61,23 @@ def _fork_start(run_dir: Path, artifact: RunArtifact, at_tick: int) -> kernel_pb
     return kernel.get(at_tick)
 
 
-def _fork_settings(config: Path) -> EgbeSettings:
-    try:
-        return load_settings(config_file=config)
-    except (ValueError, FileNotFoundError, ValidationError) as exc:
-        raise ForkError(f"fork config {config} does not load: {exc}") from exc
+@dataclass(frozen=True)
+class ForkPlan:
+    """A fork checked and ready to run: where it writes, what it runs and the state it starts from."""
+
+    parent: RunArtifact
+    at_tick: int
+    fork_dir: Path
+    run_id: str
+    options: RunOptions
+    start: tuple[WorldState, kernel_pb2.KernelSnapshot] | None
+    forked_from: dict[str, object]
 
 
-async def fork_run(
-    run_dir: Path, at_tick: int, config: Path, settings: EgbeSettings, progress: bool = True
-) -> str:
-    """Runs the parent's scenario from its snapshot at `at_tick` to its end under `config`; both bills."""
+def plan_fork(run_dir: Path, at_tick: int, config: Path, progress: bool = True) -> ForkPlan:
+    """The parent's scenario from its snapshot at `at_tick` to its end; ForkError when it cannot be."""
     parent = read_artifact(run_dir / ARTIFACT_FILE)
     snapshot = _fork_start(run_dir, parent, at_tick)
-    fork_settings = _fork_settings(config).model_copy(
-        update={"log_level": settings.log_level, "log_format": settings.log_format}
-    )
     scenario = parse_scenario(parent.scenario.document, f"run {parent.run_id}")
     end_tick = parent.tiers.ticks[-1] + 1
     start = None
@@ -88,20 +88,20 @@ async def fork_run(
         scenario, parent.seed, reduced_time=parent.reduced_time, progress=progress, ticks=end_tick
     )
     run_id = f"{new_run_id(scenario, parent.seed)}-fork-of-{parent.run_id}-at-{at_tick}"
-    fork_dir = run_dir.parent / run_id
-    fork_dir.mkdir(parents=True)
     forked_from: dict[str, object] = {"run_id": parent.run_id, "at_tick": at_tick, "config": str(config)}
-    async with services_for_run(
-        fork_settings, fork_dir, scenario.snapshot_every_ticks, DemoTarget.EMBEDDED
-    ) as svc:
-        artifact = await execute(
-            svc,
-            options=options,
-            run_dir=fork_dir,
-            run_id=run_id,
-            start=start,
-            forked_from=forked_from,
-        )
-    write_report(artifact, fork_dir / REPORT_FILE)
-    table = fork_table(artifact, parent, at_tick)
-    return f"{table}\nfork run   {fork_dir / ARTIFACT_FILE}\nreport     {fork_dir / REPORT_FILE}"
+    return ForkPlan(parent, at_tick, run_dir.parent / run_id, run_id, options, start, forked_from)
+
+
+async def run_fork(plan: ForkPlan, services: Services) -> str:
+    """Runs the fork against `services` (started under the fork's config); both bills, side by side."""
+    artifact = await execute(
+        services,
+        options=plan.options,
+        run_dir=plan.fork_dir,
+        run_id=plan.run_id,
+        start=plan.start,
+        forked_from=plan.forked_from,
+    )
+    write_report(artifact, plan.fork_dir / REPORT_FILE)
+    table = fork_table(artifact, plan.parent, plan.at_tick)
+    return f"{table}\nfork run   {plan.fork_dir / ARTIFACT_FILE}\nreport     {plan.fork_dir / REPORT_FILE}"

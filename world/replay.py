@@ -2,23 +2,21 @@
 
 The kernel's tick log holds each tick's input batch and the cognition results merged on it; the world's
 result log holds every TickResult the kernel answered. A fresh kernel service, fed the logged ticks over
-ReplayTicks, must answer the recorded results field for field (the measured elapsed time aside).
+ReplayTicks, must answer the recorded results field for field (the measured elapsed time aside). The
+world opens the logs and compares; whoever calls it starts that kernel (`assembly.world_runs`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import tempfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from egbe.v1 import action_pb2, kernel_pb2
-from services.runtime import load_tokens, start_services, stop_services
-from services.settings import EgbeSettings, Endpoint
 from world.artifact import ArtifactError, ReplayCheck, read_artifact
 from world.clients import ServiceClients
 from world.divergence import first_divergence
@@ -53,42 +51,6 @@ def read_tick_log(path: Path) -> tuple[kernel_pb2.TickLogConfig, Iterator[kernel
     if first is None or first.WhichOneof("entry") != "config":
         raise FrameError(f"{path}: does not start with the kernel's config record; not a tick log")
     return first.config, records
-
-
-@asynccontextmanager
-async def fresh_kernel(
-    settings: EgbeSettings, config: kernel_pb2.TickLogConfig
-) -> AsyncIterator[ServiceClients]:
-    """A kernel service of its own, configured as the log recorded, with no dispatcher targets and no log."""
-    kernel_settings = settings.kernel
-    recorded = type(kernel_settings.config).model_validate_json(config.canonical_json)
-    with tempfile.TemporaryDirectory(prefix="egbe-replay-") as scratch:
-        folder = Path(scratch)
-        endpoints = dict(settings.endpoints)
-        endpoints["kernel"] = Endpoint(port=0, unix_socket=folder / "kernel.sock")
-        isolated = settings.model_copy(
-            update={
-                "data_dir": folder,
-                "endpoints": endpoints,
-                "kernel": kernel_settings.model_copy(
-                    update={
-                        "config": recorded,
-                        "tick_log_path": None,
-                        "gateway_target": None,
-                        "biography_target": None,
-                    }
-                ),
-            }
-        )
-        running = await start_services(["kernel"], isolated)
-        targets = {name: endpoint.target() for name, endpoint in endpoints.items()}
-        targets["kernel"] = running[0].target
-        clients = ServiceClients.dial(targets, load_tokens(isolated), isolated)
-        try:
-            yield clients
-        finally:
-            await clients.close()
-            await stop_services(running, isolated)
 
 
 class _LogFeed:
@@ -142,8 +104,18 @@ async def _prepare(
     return None
 
 
-async def replay_run(run_dir: Path, settings: EgbeSettings) -> ReplayCheck:
-    """matches, or the first divergent field path with the recorded and the replayed value."""
+@dataclass
+class ReplayLogs:
+    """A run's logs opened for replay: the kernel config and records it logged, and what it answered."""
+
+    run_dir: Path
+    config: kernel_pb2.TickLogConfig
+    records: Iterator[kernel_pb2.TickLogRecord]
+    recorded: Iterator[action_pb2.TickResult]
+
+
+def open_replay(run_dir: Path) -> ReplayLogs:
+    """The run's tick log and result log, their framing checked whole before any kernel starts."""
     artifact = read_artifact(run_dir / ARTIFACT_FILE)
     if artifact.tick_log is None:
         raise ArtifactError(
@@ -154,36 +126,42 @@ async def replay_run(run_dir: Path, settings: EgbeSettings) -> ReplayCheck:
     tick_log_summary(run_dir / RESULT_LOG_FILE)
     config, records = read_tick_log(log)
     recorded = read_frames(run_dir / RESULT_LOG_FILE, action_pb2.TickResult, compressed=True)
+    return ReplayLogs(run_dir, config, records, recorded)
+
+
+async def compare_replay(logs: ReplayLogs, clients: ServiceClients) -> ReplayCheck:
+    """Feeds the logs to a fresh kernel configured as `logs.config` recorded (no dispatcher targets,
+    no log of its own): matches, or the first divergent field path with the recorded and replayed value."""
+    run_dir, records, recorded = logs.run_dir, logs.records, logs.recorded
     index = 0
-    async with fresh_kernel(settings, config) as clients:
-        first = await _prepare(clients, records)
-        if first is None:
-            return ReplayCheck(checked=True, matches=True, ticks_compared=0)
-        feed = _LogFeed(first, records)
-        stream = clients.kernel.ReplayTicks(feed.requests(), metadata=clients.world_md)
-        try:
-            async for reply in stream:
-                expected = next(recorded, None)
-                if expected is None:
-                    raise FrameError(f"{run_dir}: the result log ends before the tick log (at tick {index})")
-                found = first_divergence(comparable(expected), comparable(reply.result))
-                if found is not None:
-                    stream.cancel()
-                    return ReplayCheck(
-                        checked=True,
-                        matches=False,
-                        divergence=f"results[{expected.report.tick}].{found.path}",
-                        recorded=found.recorded,
-                        fresh=found.fresh,
-                        ticks_compared=index + 1,
-                    )
-                index += 1
-        except grpc.aio.AioRpcError as exc:
-            raise WorldRunError(describe_rpc_error(f"ReplayTicks at frame {index}", exc)) from exc
-        except asyncio.CancelledError:
-            if feed.error is not None:
-                raise feed.error from None
-            raise
+    first = await _prepare(clients, records)
+    if first is None:
+        return ReplayCheck(checked=True, matches=True, ticks_compared=0)
+    feed = _LogFeed(first, records)
+    stream = clients.kernel.ReplayTicks(feed.requests(), metadata=clients.world_md)
+    try:
+        async for reply in stream:
+            expected = next(recorded, None)
+            if expected is None:
+                raise FrameError(f"{run_dir}: the result log ends before the tick log (at tick {index})")
+            found = first_divergence(comparable(expected), comparable(reply.result))
+            if found is not None:
+                stream.cancel()
+                return ReplayCheck(
+                    checked=True,
+                    matches=False,
+                    divergence=f"results[{expected.report.tick}].{found.path}",
+                    recorded=found.recorded,
+                    fresh=found.fresh,
+                    ticks_compared=index + 1,
+                )
+            index += 1
+    except grpc.aio.AioRpcError as exc:
+        raise WorldRunError(describe_rpc_error(f"ReplayTicks at frame {index}", exc)) from exc
+    except asyncio.CancelledError:
+        if feed.error is not None:
+            raise feed.error from None
+        raise
     if next(recorded, None) is not None:
         raise FrameError(f"{run_dir}: the result log holds more ticks than the tick log ({index})")
     return ReplayCheck(checked=True, matches=True, ticks_compared=index)

@@ -25,7 +25,7 @@ from world.artifact import (
     TierSeries,
     write_artifact,
 )
-from world.clients import ServiceClients
+from world.clients import ServiceClients, Services
 from world.collect import (
     audit_records,
     audited_calls,
@@ -38,7 +38,6 @@ from world.collect import (
     tier_occupancy,
 )
 from world.controls import RunScope, list_controls, stopping_controls
-from world.embedded import Services
 from world.errors import WorldRunError, describe_rpc_error
 from world.ledger import LedgerView, ledger_view, wait_for_dispatch
 from world.loop import LoopHooks, LoopRecording, WorldLoop, WorldSetup, lift_run_controls

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from biography_service.config import BiographyConfig
 from biography_service.store.base import BiographyStore
-from services.settings import EgbeSettings
+from services.settings import ChassisSettings
 
 
-def store_for(settings: EgbeSettings, config: BiographyConfig) -> BiographyStore:
+def store_for(settings: ChassisSettings, config: BiographyConfig) -> BiographyStore:
     """An unopened store for these settings; the caller opens (migrates) and closes it."""
     if settings.database_url:
         from biography_service.store.postgres import PostgresStore

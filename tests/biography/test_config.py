@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from assembly.settings import load_settings
 from biography_service.config import BiographyConfig
-from services.settings import load_settings
 
 
 def test_environment_reaches_the_biography_config(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from assembly.settings import EgbeSettings, load_settings
 from services.auth import Role, TokenStore
-from services.settings import SERVICE_NAMES, EgbeSettings, load_settings
+from services.settings import SERVICE_NAMES
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"

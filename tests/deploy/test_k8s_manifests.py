@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from assembly.settings import EgbeSettings, load_settings
 from scripts.make_dev_certs import issue_ca, issue_certificate
-from services.settings import EgbeSettings, load_settings
 from tests.deploy.conftest import render
 
 Manifest = dict[str, Any]

@@ -9,12 +9,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from assembly.settings import EgbeSettings
 from biography_service.config import BiographyConfig
 from biography_service.server import build_bundle
 from egbe.v1 import biography_pb2_grpc
 from services.auth import Role, TokenStore
 from services.server import start_service
-from services.settings import EgbeSettings, Endpoint
+from services.settings import Endpoint
 
 SERVICE_TOKEN = "service-token-0123456789"
 WORLD_TOKEN = "world-token-0123456789ab"

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from assembly.settings import EgbeSettings
 from services.auth import Role, TokenStore, bearer_metadata
 from services.server import RunningService, ServiceBundle, start_service
-from services.settings import EgbeSettings, Endpoint
+from services.settings import Endpoint
 
 TOKENS = {
     Role.WORLD: "world-token-0123456789abcdef",

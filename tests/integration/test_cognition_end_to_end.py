@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 import pytest
 
+from assembly.launcher import start_services, stop_services
+from assembly.settings import EgbeSettings, load_settings
 from egbe.v1 import (
     action_pb2,
     biography_pb2,
@@ -24,9 +26,8 @@ from egbe.v1 import (
     gateway_pb2_grpc,
 )
 from services.auth import bearer_metadata
-from services.runtime import start_services, stop_services
 from services.server import RunningService
-from services.settings import EgbeSettings, Endpoint, load_settings
+from services.settings import Endpoint
 
 STACK = ("biography", "policy", "cognition", "gateway")
 

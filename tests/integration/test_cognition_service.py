@@ -9,6 +9,7 @@ import grpc
 import pytest
 from grpc_status import rpc_status
 
+from assembly.settings import load_settings
 from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.peers import Peers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
@@ -18,7 +19,6 @@ from services.auth import Role
 from services.channels import channel_opener
 from services.errors import Aborted, field_violations
 from services.server import ServiceBundle
-from services.settings import load_settings
 from tests.cognition_service.doubles import RecordingBiography, ScriptedGateway, dialogue, outage
 from tests.integration.inprocess_services import TOKENS, channel_to, metadata, serve_bundles, token_store
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from assembly.settings import load_settings
 from biography_service.server import build_bundle as build_biography
 from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc
 from kernel_service.dispatcher import Dispatcher
 from services.auth import Role
 from services.channels import channel_opener
-from services.settings import load_settings
 from tests.integration.inprocess_services import TOKENS, channel_to, metadata, serve_bundles, token_store
 from tests.kernel_service.frames import make_kernel
 from tests.kernel_service.test_fragments import CONFIG, run_stint

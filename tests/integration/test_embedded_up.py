@@ -56,7 +56,7 @@ async def test_reflection_lists_each_services_api(embedded_egbe: EmbeddedEgbe) -
 
 def test_egbe_health_command_reports_every_service(embedded_egbe: EmbeddedEgbe) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(embedded_egbe.data_dir), "health"],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(embedded_egbe.data_dir), "health"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -71,7 +71,7 @@ def test_egbe_health_command_reports_every_service(embedded_egbe: EmbeddedEgbe) 
 def test_egbe_health_fails_when_nothing_serves(tmp_path: Path) -> None:
     env_ports = {f"EGBE_ENDPOINTS__{n.upper()}__PORT": "1" for n in EXPECTED_SERVICES}
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(tmp_path), "health", "--timeout", "0.5"],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(tmp_path), "health", "--timeout", "0.5"],
         cwd=ROOT,
         capture_output=True,
         text=True,

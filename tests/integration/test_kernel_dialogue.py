@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from assembly.settings import load_settings
 from egbe.v1 import (
     action_pb2,
     gateway_pb2,
@@ -23,7 +24,7 @@ from kernel_service.tick_log import deterministic_digest, read_records
 from services.auth import Role
 from services.grpc_types import Context
 from services.server import start_service
-from services.settings import Endpoint, load_settings
+from services.settings import Endpoint
 from tests.integration.inprocess_services import TOKENS, metadata, token_store
 from tests.kernel_service.frames import WORLD, frame, registrations
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import grpc
 
+from assembly.embedded import DemoTarget, services_for_run
+from assembly.settings import load_settings
 from egbe.v1 import action_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from services.auth import Role, bearer_metadata
 from services.local_cluster import free_ports
-from services.settings import load_settings
 from tests.kernel_service.frames import WORLD, registrations
 from tests.prometheus_samples import scrape
-from world.embedded import DemoTarget, services_for_run
 
 AGENTS = 4
 

@@ -12,6 +12,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from assembly.settings import EgbeSettings, load_settings
 from biography_service.server import build_bundle as build_biography
 from egbe.v1 import (
     biography_pb2,
@@ -25,7 +26,7 @@ from kernel_service.server import build_bundle as build_kernel
 from services.auth import Role
 from services.local_cluster import free_ports
 from services.server import RunningService, start_service
-from services.settings import EgbeSettings, Endpoint, load_settings
+from services.settings import Endpoint
 from tests.integration.inprocess_services import metadata, token_store
 from tests.kernel_service.frames import WORLD, registrations
 

@@ -11,11 +11,12 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from assembly.settings import load_settings
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, kernel_pb2_grpc, perception_pb2
 from kernel_service.server import build_bundle
 from services.auth import Role, TokenStore, bearer_metadata
 from services.server import RunningService, start_service
-from services.settings import Endpoint, load_settings
+from services.settings import Endpoint
 from tests.kernel_service.frames import WORLD, columns, frame, registrations, rows
 
 TOKEN = "world-token-0123456789"

@@ -13,13 +13,14 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from assembly.settings import load_settings
 from egbe.v1 import action_pb2, common_pb2, kernel_pb2, kernel_pb2_grpc
 from kernel_service.server import build_bundle as build_kernel
 from policy_service.server import build_bundle as build_policy
 from services.auth import Role, TokenStore
 from services.local_cluster import free_ports
 from services.server import start_service
-from services.settings import Endpoint, load_settings
+from services.settings import Endpoint
 from tests.integration.inprocess_services import TOKENS, channel_to, metadata, serve_bundles, token_store
 from world.scenario import load_scenario
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from assembly.embedded import DemoTarget, services_for_run
+from assembly.settings import EgbeSettings, load_settings
+from services.settings import SERVICE_NAMES, Endpoint
 from tests.gateway.fake_anthropic import FakeAnthropic
 from tests.integration.mind_checks import (
     Prompt,
@@ -27,7 +29,6 @@ from tests.integration.mind_checks import (
 from world.artifact import RunArtifact
 from world.clients import ServiceClients
 from world.collect import audit_records
-from world.embedded import DemoTarget, services_for_run
 from world.report import write_report
 from world.run import RunOptions, execute, new_run_id
 from world.run_folder import REPORT_FILE

@@ -10,10 +10,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from assembly.settings import EgbeSettings, load_settings
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
 from services.channels import client_credentials, open_blocking_channel, open_channel
-from services.settings import EgbeSettings, TlsMode, TlsSettings, load_settings
+from services.settings import TlsMode, TlsSettings
 from tests.conftest import ROOT, EmbeddedEgbe
 from tests.tls_fixtures import tls_env
 
@@ -116,7 +117,7 @@ async def test_server_with_a_certificate_from_another_ca_is_not_trusted(
 
 def _egbe_cli(data_dir: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), *args],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(data_dir), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

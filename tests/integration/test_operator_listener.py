@@ -8,11 +8,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from assembly.settings import load_settings
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.server import build_bundle
 from services.auth import Role, TokenStore, bearer_metadata
 from services.server import OPERATOR_SERVICE, RunningService, start_service
-from services.settings import Endpoint, load_settings
+from services.settings import Endpoint
 
 TOKENS = {role: f"{role.value}-token-0123456789" for role in Role}
 

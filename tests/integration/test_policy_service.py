@@ -8,11 +8,11 @@ import grpc
 import pytest
 from grpc_status import rpc_status
 
+from assembly.settings import load_settings
 from egbe.v1 import common_pb2, policy_pb2, policy_pb2_grpc
 from policy_service import servicer as policy_servicer_module
 from policy_service.server import build_bundle
 from services.errors import field_violations
-from services.settings import load_settings
 from tests.integration.inprocess_services import channel_to, metadata, serve_bundles, token_store
 
 ORI = common_pb2.OriRef(tenant_id="t", world_id="w", ori_id="ori-1")

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from assembly.settings import EgbeSettings, load_settings
+from services.settings import SERVICE_NAMES, Endpoint
 from tests.conftest import ROOT
 from world.artifact import read_artifact
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE, TICK_LOG_FILE

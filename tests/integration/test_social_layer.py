@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from assembly.settings import load_settings
 from biography_service.server import build_bundle as build_biography
 from cognition_service.social.catalyst import RelationshipSeed
 from cognition_service.social.crossroads import Bond, Counsel, Crossroads, CrossroadsOption
@@ -17,7 +18,6 @@ from cognition_service.social.rehydration import rehydrate
 from cognition_service.social.values import Domain, RankedValues
 from egbe.v1 import biography_pb2, biography_pb2_grpc, common_pb2, policy_pb2_grpc
 from policy_service.server import build_bundle as build_policy
-from services.settings import load_settings
 from tests.integration.inprocess_services import channel_to, metadata, serve_bundles, token_store
 
 

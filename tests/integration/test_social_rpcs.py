@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from assembly.settings import load_settings
 from biography_service.server import build_bundle as build_biography
 from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
@@ -27,7 +28,6 @@ from policy_service.server import build_bundle as build_policy
 from services.auth import Role
 from services.channels import channel_opener
 from services.server import ServiceBundle
-from services.settings import load_settings
 from tests.integration.inprocess_services import TOKENS, channel_to, metadata, serve_bundles, token_store
 
 WORLD = metadata(Role.WORLD)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from assembly.world_runs import run_demo
 from tests.integration.test_world_demo import isolated_settings
-from world.demo import run_demo
 
 pytestmark = pytest.mark.slow
 

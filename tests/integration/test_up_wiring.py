@@ -14,13 +14,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from assembly.embedded import DemoTarget
+from assembly.settings import load_settings
+from assembly.world_runs import run_demo
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from kernel_service.server import UNWIRED_NOTES
 from services.auth import bearer_metadata
-from services.settings import load_settings
 from tests.conftest import ROOT, EmbeddedEgbe, start_embedded, stop_embedded
-from world.demo import run_demo
-from world.embedded import DemoTarget
 
 
 @pytest.fixture(scope="module", params=["tcp", "unix-socket-dir"])
@@ -52,7 +52,7 @@ def _audit_records(egbe: EmbeddedEgbe) -> list[gateway_pb2.AuditRecord]:
 
 def _egbe(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), *args],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(data_dir), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

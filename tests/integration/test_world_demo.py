@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from assembly.settings import EgbeSettings, load_settings
+from assembly.world_runs import fork_run, replay_run, run_demo
 from egbe.v1 import action_pb2, kernel_pb2
-from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, load_settings
+from services.settings import SERVICE_NAMES, Endpoint
 from tests.conftest import ROOT
 from world.artifact import ArtifactError, RunArtifact, read_artifact
-from world.demo import run_demo, summary
-from world.fork import ForkError, fork_run
+from world.demo import summary
+from world.fork import ForkError
 from world.framing import FrameError, read_frames, write_frame
-from world.replay import replay_run
 from world.run_folder import ARTIFACT_FILE, REPORT_FILE, RESULT_LOG_FILE, TICK_LOG_FILE
 from world.scenario import load_scenario
 
@@ -257,7 +258,7 @@ async def test_fork_at_tick_zero_runs_the_whole_scenario_under_the_config(
 def test_egbe_replay_command_reports_matches(hamlet: tuple[Path, RunArtifact], tmp_path: Path) -> None:
     run_dir = _copy(hamlet[0], tmp_path)
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(tmp_path / "data"), "replay", str(run_dir)],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(tmp_path / "data"), "replay", str(run_dir)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from assembly.embedded import DemoTarget, services_for_run
 from egbe.v1 import gateway_pb2
 from services.settings import SERVICE_NAMES
 from tests.conftest import ROOT
 from tests.integration.test_world_demo import isolated_settings
 from world.clients import ServiceClients
 from world.demo import summary
-from world.embedded import DemoTarget, services_for_run
 from world.report import render_report
 from world.run import RunOptions, execute
 from world.run_folder import ARTIFACT_FILE
@@ -40,7 +40,7 @@ def test_a_demo_whose_model_calls_all_fail_says_so_and_exits_non_zero(tmp_path: 
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{_closed_port()}",
         **{f"EGBE_ENDPOINTS__{name.upper()}__PORT": "0" for name in SERVICE_NAMES},
     }
-    command = [sys.executable, "-m", "services.cli", "--data-dir", str(tmp_path / "data"), "demo"]
+    command = [sys.executable, "-m", "assembly.cli", "--data-dir", str(tmp_path / "data"), "demo"]
     result = subprocess.run(
         [*command, "--reduced-time", "--quiet", "--target", "embedded", "--runs-dir", str(tmp_path / "runs")],
         cwd=ROOT,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from assembly.settings import load_settings
 from egbe.v1 import action_pb2
 from kernel_service.dispatcher import Dispatcher
 from services.channels import channel_opener
-from services.settings import load_settings
 from tests.kernel_service.frames import frame, intent_of, make_kernel, rows
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from assembly.settings import load_settings
 from scripts.make_dev_certs import issue_ca, issue_certificate
 from services.channels import dialable_target, uses_tls
-from services.settings import TlsMode, TlsSettings, load_settings
+from services.settings import TlsMode, TlsSettings
 
 
 @pytest.fixture(scope="module")

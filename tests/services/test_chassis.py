@@ -14,11 +14,12 @@ import grpc
 import pytest
 from grpc_status import rpc_status
 
+from assembly.settings import load_settings
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from services.auth import Principal, Role, TokenStore, bearer_metadata
 from services.errors import EgbeError, InvalidArgument, field_violations
 from services.server import RunningService, ServiceBundle, start_service
-from services.settings import Endpoint, load_settings
+from services.settings import Endpoint
 
 SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
 METHOD = f"/{SERVICE}/EvaluateBudget"

@@ -37,7 +37,7 @@ def _first_imports(module: str) -> list[str]:
     return [line.rsplit("|", 1)[1].strip() for line in lines[1:]]  # (the first line is the header)
 
 
-@pytest.mark.parametrize("entry_point", ["services.cli", "bench.gateway_overhead", "bench.system_load"])
+@pytest.mark.parametrize("entry_point", ["assembly.cli", "bench.gateway_overhead", "bench.system_load"])
 def test_every_entry_point_sets_it_before_grpc_loads(entry_point: str) -> None:
     imported = _first_imports(entry_point)
     assert "grpc" in imported

@@ -1,7 +1,8 @@
-"""The import graph runs one way: each service package and the world stand side by side, importing
-only the generated protocol (egbe), the chassis (services) and themselves; the chassis imports no
-service package; no module imports itself back through others. Read from source with ast: nothing
-is imported to check it."""
+"""The import graph runs one way: the composition root (assembly) on top, importing anything; below
+it each service package and the world side by side, importing only the generated protocol (egbe), the
+chassis (services) and themselves; the chassis imports neither a service package, the world nor the
+root; no module imports itself back through others. Read from source with ast: nothing is imported
+to check it."""
 
 from __future__ import annotations
 
@@ -22,10 +23,8 @@ SERVICE_PACKAGES = (
 )
 PROTOCOL = "egbe"
 CHASSIS = "services"
-# The settings assembly, the CLI and the launcher: they sit above every service until they move out
-# of the chassis into a package of their own. They may import services, and the world may import them.
-COMPOSITION_ROOT = frozenset({"services.settings", "services.cli", "services.runtime"})
-FIRST_PARTY = (*SERVICE_PACKAGES, PROTOCOL, CHASSIS)
+COMPOSITION_ROOT = "assembly"
+FIRST_PARTY = (*SERVICE_PACKAGES, PROTOCOL, CHASSIS, COMPOSITION_ROOT)
 
 
 @dataclass(frozen=True)
@@ -114,6 +113,7 @@ def test_the_graph_is_read_from_every_package() -> None:
     found = {(i.module, i.target) for i in IMPORTS}
     assert ("kernel_service.servicer", "kernel_service.errors") in found
     assert ("gateway.adapters.offline", "services.errors") in found
+    assert ("assembly.settings", "kernel_service.config") in found
 
 
 def test_a_service_imports_only_the_protocol_the_chassis_and_itself() -> None:
@@ -125,13 +125,9 @@ def test_a_service_imports_only_the_protocol_the_chassis_and_itself() -> None:
     assert crossing == []
 
 
-def test_the_chassis_imports_no_service_package() -> None:
+def test_the_chassis_imports_no_service_package_and_not_the_root() -> None:
     upward = [
-        _where(i)
-        for i in IMPORTS
-        if _top(i.module) == CHASSIS
-        and i.module not in COMPOSITION_ROOT
-        and _top(i.target) in SERVICE_PACKAGES
+        _where(i) for i in IMPORTS if _top(i.module) == CHASSIS and _top(i.target) not in {CHASSIS, PROTOCOL}
     ]
     assert upward == []
 
@@ -179,12 +175,10 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_loop() -> None:
-    """No module reaches itself again through what it imports, deferred imports included; the world's
-    imports of the composition root are left out while the root still lives in services/."""
+    """No module reaches itself again through what it imports, deferred imports included."""
     edges: dict[str, set[str]] = {module: set() for module in MODULES}
     for found in IMPORTS:
-        tolerated = _top(found.module) == "world" and found.target in COMPOSITION_ROOT
-        if found.target != found.module and not tolerated:
+        if found.target != found.module:
             edges[found.module].add(found.target)
     assert _cycles(edges) == []
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from assembly.launcher import start_services, stop_services
+from assembly.settings import load_settings
 from services.files import create_private_file, private_dir
-from services.runtime import load_tokens, start_services, stop_services
-from services.settings import SERVICE_NAMES, Endpoint, Mode, UserError, load_settings
+from services.runtime import load_tokens
+from services.settings import SERVICE_NAMES, Endpoint, Mode, UserError
 
 TOKENS = {"world": "w" * 24, "service": "s" * 24, "operator": "o" * 24}
 

@@ -21,13 +21,14 @@ import structlog
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
+from assembly.settings import EgbeSettings, load_settings
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc, kernel_pb2, perception_pb2
 from services.auth import Role, TokenStore, bearer_metadata
 from services.errors import retry_delay_seconds
 from services.limits import RateLimitedLog, server_options
 from services.logging import configure_logging
 from services.server import RunningService, ServiceBundle, start_service
-from services.settings import EgbeSettings, Endpoint, LogFormat, Mode, load_settings
+from services.settings import Endpoint, LogFormat, Mode
 
 SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
 METHOD = f"/{SERVICE}/EvaluateBudget"

@@ -18,7 +18,7 @@ def test_required_services_not_serving_is_a_clear_refusal(target: str, tmp_path:
     }
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "services.cli", "--data-dir", str(tmp_path / "cli")),
+            *(sys.executable, "-m", "assembly.cli", "--data-dir", str(tmp_path / "cli")),
             *("demo", "--target", target, "--quiet", "--runs-dir", str(tmp_path / "runs")),
         ],
         cwd=ROOT,

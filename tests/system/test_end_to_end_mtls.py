@@ -48,7 +48,7 @@ def test_hamlet_runs_end_to_end_over_mtls(
     client_tls = tls_env("mtls", certificates["ca"], certificates["client_cert"], certificates["client_key"])
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "services.cli", "--data-dir", str(mtls_services.data_dir)),
+            *(sys.executable, "-m", "assembly.cli", "--data-dir", str(mtls_services.data_dir)),
             *("demo", "--target", "running", "--reduced-time", "--quiet", "--runs-dir", str(tmp_path)),
         ],
         cwd=ROOT,

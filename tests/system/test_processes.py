@@ -39,7 +39,7 @@ def services(postgres_dsn: str, tmp_path: Path) -> Iterator[ServiceProcesses]:
 def _demo(services: ServiceProcesses, runs: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            *(sys.executable, "-m", "services.cli", "--data-dir", str(runs / "cli")),
+            *(sys.executable, "-m", "assembly.cli", "--data-dir", str(runs / "cli")),
             *("demo", "--target", "running", "--quiet", "--runs-dir", str(runs), *extra),
         ],
         cwd=ROOT,

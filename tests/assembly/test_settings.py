@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.settings import Mode, UserError, load_settings
+from assembly.settings import load_settings
+from services.settings import Mode, UserError
 
 
 @pytest.fixture

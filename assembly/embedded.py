@@ -5,25 +5,17 @@ from __future__ import annotations
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from services.auth import TokenStore
-from services.runtime import client_tokens, load_tokens, published_targets, start_services, stop_services
-from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint
+from assembly.health import check_health
+from assembly.launcher import start_services, stop_services
+from assembly.settings import EgbeSettings
+from services.runtime import client_tokens, load_tokens, published_targets
+from services.settings import SERVICE_NAMES, Endpoint
+from world.clients import Services
+from world.errors import WorldRunError
 from world.run_folder import SERVICES_DIR, TICK_LOG_FILE
-
-
-@dataclass
-class Services:
-    """Where the services are, the tokens to reach them, and whether this run started them."""
-
-    targets: dict[str, str]
-    tokens: TokenStore
-    settings: EgbeSettings
-    embedded: bool
-    tick_log: Path | None
 
 
 class DemoTarget(StrEnum):
@@ -38,12 +30,6 @@ class DemoTarget(StrEnum):
 # How long a health check may take: a glance when falling back is possible, longer when it is not.
 _AUTO_HEALTH_DEADLINE_SECONDS = 1.0
 _REQUIRED_HEALTH_DEADLINE_SECONDS = 10.0
-
-
-async def _statuses(targets: dict[str, str], settings: EgbeSettings, deadline: float) -> dict[str, str]:
-    from services.cli import check_health
-
-    return await check_health(targets, deadline_seconds=deadline, settings=settings)
 
 
 def _wired(
@@ -73,13 +59,11 @@ async def services_for_run(
     if target is not DemoTarget.EMBEDDED:
         required = target in {DemoTarget.RUNNING, DemoTarget.COMPOSE}
         deadline = _REQUIRED_HEALTH_DEADLINE_SECONDS if required else _AUTO_HEALTH_DEADLINE_SECONDS
-        statuses = await _statuses(targets, settings, deadline)
+        statuses = await check_health(targets, deadline, settings)
         if all(status == "SERVING" for status in statuses.values()):
             yield Services(targets, client_tokens(settings), settings, embedded=False, tick_log=None)
             return
         if required:
-            from world.errors import WorldRunError
-
             down = {name: status for name, status in statuses.items() if status != "SERVING"}
             raise WorldRunError(f"--target {target.value} needs every service SERVING; not serving: {down}")
     tick_log = run_dir / TICK_LOG_FILE

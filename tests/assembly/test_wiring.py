@@ -6,10 +6,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from assembly.launcher import builder_for
+from assembly.settings import load_settings
 from egbe.v1 import biography_pb2, cognition_pb2, gateway_pb2, kernel_pb2, policy_pb2
 from services.auth import Role, TokenStore
-from services.runtime import builder_for
-from services.settings import SERVICE_NAMES, load_settings
+from services.settings import SERVICE_NAMES
 
 PROTO_FILES = [kernel_pb2, gateway_pb2, cognition_pb2, policy_pb2, biography_pb2]
 

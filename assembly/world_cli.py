@@ -9,8 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from services.settings import EgbeSettings
-from world.embedded import DemoTarget
+from assembly.embedded import DemoTarget
+from assembly.settings import EgbeSettings
 from world.scenario import builtin_scenario_names
 
 DEFAULT_SCENARIO = "hamlet"
@@ -51,7 +51,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     """Adds `demo`, `replay` and `fork` to the egbe CLI."""
 
     def cmd_demo(args: argparse.Namespace) -> int:
-        from world.demo import exit_status, run_demo, summary
+        from assembly.world_runs import run_demo
+        from world.demo import exit_status, summary
 
         loaded = quiet_services(settings(args))
         run_dir, artifact = asyncio.run(
@@ -70,7 +71,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
         return exit_status(artifact)
 
     def cmd_replay(args: argparse.Namespace) -> int:
-        from world.replay import replay_run
+        from assembly.world_runs import replay_run
 
         check = asyncio.run(replay_run(args.run_dir, quiet_services(settings(args))))
         if check.matches:
@@ -80,7 +81,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
         return 1
 
     def cmd_fork(args: argparse.Namespace) -> int:
-        from world.fork import fork_run
+        from assembly.world_runs import fork_run
 
         loaded = quiet_services(settings(args))
         print(asyncio.run(fork_run(args.run_dir, args.at, args.config, loaded, progress=not args.quiet)))

@@ -15,15 +15,14 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from assembly import world_cli
+from assembly.health import check_health, kernel_notes
+from assembly.launcher import serve_until_signalled
+from assembly.settings import EgbeSettings, load_settings
 from gateway.cli import register as register_gateway_commands
-from services.channels import open_channel
 from services.logging import configure_logging
-from services.runtime import endpoints_path, published_targets, run_event_loop, serve_until_signalled
-from services.settings import SERVICE_NAMES, EgbeSettings, Endpoint, UserError, load_settings
-from world import cli as world_cli
+from services.runtime import endpoints_path, published_targets, run_event_loop
+from services.settings import SERVICE_NAMES, Endpoint, UserError
 
 
 def _settings(args: argparse.Namespace) -> EgbeSettings:
@@ -48,53 +47,6 @@ def _with_listen_overrides(settings: EgbeSettings, args: argparse.Namespace) -> 
         elif args.ephemeral_ports:
             endpoints[name] = Endpoint(host=endpoint.host, port=0)
     return settings.model_copy(update={"endpoints": endpoints})
-
-
-async def check_health(
-    targets: dict[str, str], deadline_seconds: float, settings: EgbeSettings | None = None
-) -> dict[str, str]:
-    """Health status name per service ("SERVING", "NOT_SERVING", "UNREACHABLE: ...").
-
-    Dials through the channel factory, so TLS/mTLS apply; `settings` defaults to the environment's.
-    """
-    dial_settings = settings if settings is not None else load_settings()
-
-    async def one(target: str) -> str:
-        async with open_channel(target, dial_settings) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=deadline_seconds)
-            except grpc.aio.AioRpcError as exc:
-                return f"UNREACHABLE: {exc.code().name}"
-            return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
-
-    names = list(targets)
-    statuses = await asyncio.gather(*(one(targets[n]) for n in names))
-    return dict(zip(names, statuses, strict=True))
-
-
-async def kernel_notes(target: str, deadline_seconds: float, settings: EgbeSettings) -> list[str]:
-    """What a serving kernel cannot do: each dispatch target it lacks, from its own health names.
-
-    A name the kernel does not know (NOT_FOUND) says nothing; NOT_SERVING adds that name's note.
-    """
-    from kernel_service.server import UNWIRED_NOTES
-
-    async with open_channel(target, settings) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        notes = []
-        for name, note in UNWIRED_NOTES.items():
-            try:
-                reply = await stub.Check(
-                    health_pb2.HealthCheckRequest(service=name), timeout=deadline_seconds
-                )
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() != grpc.StatusCode.NOT_FOUND:
-                    notes.append(f"{name} unanswered: {exc.code().name}")
-                continue
-            if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING:
-                notes.append(note)
-        return notes
 
 
 def cmd_health(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import subprocess
 from collections.abc import Iterator
 
-from services.cli import build_parser
+from assembly.cli import build_parser
 from tests.conftest import ROOT
 
 
