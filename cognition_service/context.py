@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from cognition_service.config import AssemblyLimits
-from services.fingerprint import canonical_json
+from services.fingerprint import fingerprint
 
 SECTIONS = ("perception", "traits", "values", "quirks", "memories", "relationships", "objectives")
 # When the whole context is still over budget, the lowest-priority items go first from these sections.
@@ -156,10 +155,5 @@ def assemble_context(request: ContextInput, limits: AssemblyLimits) -> Assembled
         omitted={k: v for k, v in omitted.items() if v},
         clipped=any(omitted.values()),
     )
-    return replace(assembled, fingerprint=context_fingerprint(assembled.canonical()))
+    return replace(assembled, fingerprint=fingerprint(assembled.canonical()))
 
-
-def context_fingerprint(canonical: dict[str, object]) -> str:
-    """16 hex digits of BLAKE2b over the canonical JSON: a context is kilobytes, and hashing them in C
-    costs a hundredth of a byte-at-a-time FNV loop in Python."""
-    return hashlib.blake2b(canonical_json(canonical), digest_size=8).hexdigest()
