@@ -2,9 +2,9 @@
 the event loop slept, and right after it spun for as long.
 
 Prints one JSON object. The work is a fused run's CPU-bound part without I/O, on the gateway's own code:
-the benchmark's RunRequest parsed from its bytes and validated (`_model_request`), the offline adapter's
-reply, and the RunResponse built and serialized. It is timed, on uvloop, in rounds that alternate the
-ways (so each spell of the machine is shared by all of them):
+the benchmark's RunRequest parsed from its bytes and validated (`gateway.wire.model_request`), the offline
+adapter's reply, and the RunResponse built and serialized. It is timed, on uvloop, in rounds that
+alternate the ways (so each spell of the machine is shared by all of them):
 
 - `back_to_back`: one unit after another, nothing between them (the baseline);
 - `after_sleep_<ms>_ms`: the loop sleeps (`asyncio.sleep`) that long before each unit: the process's
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from bench.gateway_overhead import _percentile, _run_request
 from egbe.v1 import gateway_pb2
+from gateway import wire as gateway_wire
 from gateway.adapters.offline import OfflineAdapter
-from gateway.servicer import _model_request
 from services.runtime import run_event_loop
 
 GAPS_MS = (0.2, 1.0, 2.0, 5.0)
@@ -46,7 +46,7 @@ async def unit(adapter: OfflineAdapter, wire: bytes) -> None:
     """One fused run's CPU work, no I/O: parse, validate, the offline reply, the answer serialized."""
     request = gateway_pb2.RunRequest.FromString(wire)
     # (the gateway bounds the output by the run's budget, as here)
-    model_request = dataclasses.replace(_model_request(request.generate), max_output_tokens=4_000)
+    model_request = dataclasses.replace(gateway_wire.model_request(request.generate), max_output_tokens=4_000)
     await adapter.count_input_tokens(model_request)
     reply = await adapter.generate(model_request)
     gateway_pb2.RunResponse(

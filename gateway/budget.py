@@ -1,4 +1,5 @@
-"""Budget arithmetic: clamp each request to its tier cap, then draw on the world cap in tier order."""
+"""Budget arithmetic: clamp each request to its tier cap, then draw on the world cap in tier order; and
+whether a model call still fits its run's budget (`call_grant`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from dataclasses import dataclass
 
 from egbe.v1 import common_pb2
 from gateway.config import TIER_NAMES, BudgetConfig
+from gateway.errors import BudgetExhausted
+from gateway.records import CallGrant, RunSpec
 from services.errors import FieldViolation, InvalidArgument
 
 BASIS_POINTS = 10_000
@@ -118,3 +121,26 @@ def worst_case_requests(config: BudgetConfig) -> list[TokenRequest]:
             for _ in range(units)
         ]
     return requests
+
+
+def call_grant(
+    run: RunSpec, *, model_calls: int, used_tokens: int, input_tokens: int, max_output_tokens: int
+) -> CallGrant:
+    """A model call fits the run's budget (calls and tokens so far); else RESOURCE_EXHAUSTED naming the
+    limit. The grant's output tokens are what the run has left after the prompt."""
+    if model_calls >= run.max_model_calls:
+        raise BudgetExhausted(
+            f"run {run.run_id} used all {run.max_model_calls} model calls of its "
+            f"{run.tier_name} budget (max_model_calls)",
+            limit="max_model_calls",
+            run_id=run.run_id,
+        )
+    remaining = run.max_tokens - used_tokens
+    if input_tokens >= remaining:
+        raise BudgetExhausted(
+            f"run {run.run_id} has {max(remaining, 0)} of its {run.max_tokens} tokens left and the "
+            f"prompt needs {input_tokens} (max_tokens)",
+            limit="max_tokens",
+            run_id=run.run_id,
+        )
+    return CallGrant(run, model_calls + 1, min(max_output_tokens, remaining - input_tokens))

@@ -20,11 +20,11 @@ from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway import cli_worlds
 from gateway.cli_output import duration_seconds, plain
 from gateway.config import TIERS_BY_NAME
-from gateway.operator_service import OPERATOR_ID_METADATA
+from gateway.operator_wire import OPERATOR_ID_METADATA
 from services.auth import Role, bearer_metadata
 from services.channels import open_channel
 from services.runtime import client_tokens, operator_target
-from services.settings import EgbeSettings
+from services.settings import ChassisSettings
 
 SCOPES = {"ori": gateway_pb2.CONTROL_SCOPE_ORI, "tier": gateway_pb2.CONTROL_SCOPE_TIER}
 SCOPES["tenant"] = gateway_pb2.CONTROL_SCOPE_TENANT
@@ -33,11 +33,11 @@ Command = Callable[
     ["gateway_pb2_grpc.OperatorServiceAsyncStub", tuple[tuple[str, str], ...], argparse.Namespace],
     Awaitable[Any],
 ]
-SettingsLoader = Callable[[argparse.Namespace], EgbeSettings]
+SettingsLoader = Callable[[argparse.Namespace], ChassisSettings]
 WATCH_SECONDS = 1.0  # how often `egbe ops spend --watch` refreshes
 
 
-def _run(args: argparse.Namespace, settings: EgbeSettings, command: Command) -> int:
+def _run(args: argparse.Namespace, settings: ChassisSettings, command: Command) -> int:
     metadata = (
         *bearer_metadata(client_tokens(settings).token_for(Role.OPERATOR)),
         (OPERATOR_ID_METADATA, getpass.getuser()),

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from services import vocabulary
+from services.settings import ChassisSettings
 
 # The protocol's tier names (services.vocabulary), where the gateway's modules look for them.
 TIER_NAMES = vocabulary.TIER_NAMES
@@ -267,3 +268,11 @@ class GatewayConfig(_Frozen):
     )
     retry_stats_window: int = Field(default=100, gt=0, description="Runs rolled up by GetRetryStats.")
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
+
+
+class GatewayServiceSettings(ChassisSettings):
+    """What a gateway process needs: the chassis settings and the gateway service's own."""
+
+    gateway: GatewayConfig = Field(
+        default_factory=GatewayConfig, description="The cognition gateway: budgets, routing, prices, store."
+    )

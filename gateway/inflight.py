@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from gateway.cost import Usage
 from gateway.records import Control, ControlKey, RunSpec
-from gateway.store.base import AdmissionItem
+from gateway.store.rows import AdmissionItem
 
 
 @dataclass
@@ -33,7 +33,7 @@ class InFlightRun:
     micro_usd: int = 0
     cost_estimated: bool = False
     # A fused run's admission row, not written yet: its finish writes it in the same transaction, and
-    # any other ending (or a failed call's audit record) writes it first (`CognitionGateway._write_row`).
+    # any other ending (or a failed call's audit record) writes it first (`GatewayCore._write_row`).
     unwritten: AdmissionItem | None = None
 
     def met(self, error_class: str) -> None:

@@ -11,11 +11,11 @@ from prometheus_client import start_http_server
 from egbe.v1 import gateway_pb2_grpc
 from gateway.adapters.base import ModelAdapter
 from gateway.adapters.offline import OfflineAdapter
-from gateway.admission import CognitionGateway
 from gateway.cognition_client import CognitionClient
-from gateway.config import GatewayConfig
-from gateway.operator_service import OperatorServicer, refusal_auditor
+from gateway.config import GatewayConfig, GatewayServiceSettings
+from gateway.operator_servicer import OperatorServicer, refusal_auditor
 from gateway.routing import validate_config
+from gateway.service import CognitionGateway
 from gateway.servicer import METHOD_ROLES, CognitionGatewayServicer
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
@@ -23,13 +23,12 @@ from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role, TokenStore
 from services.channels import channel_opener
 from services.runtime import published_targets
-from services.server import ServiceBundle
-from services.settings import EgbeSettings
+from services.server import ServiceBundle, metrics_host
 
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
 
 
-def build_store(settings: EgbeSettings) -> GatewayStore:
+def build_store(settings: GatewayServiceSettings) -> GatewayStore:
     config = settings.gateway
     if settings.database_url:
         return PostgresGatewayStore(
@@ -53,13 +52,13 @@ def build_adapter(config: GatewayConfig) -> ModelAdapter:
     return OfflineAdapter()
 
 
-def lease_holder(settings: EgbeSettings) -> str:
+def lease_holder(settings: GatewayServiceSettings) -> str:
     """The configured lease holder id, else `host:data_dir`: distinct for gateways with their own data
     directories, and the same after a restart (which settles what the previous life left leased)."""
     return settings.gateway.lease.holder or f"{socket.gethostname()}:{settings.data_dir.resolve()}"
 
 
-async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
+async def build_gateway(settings: GatewayServiceSettings) -> CognitionGateway:
     """A started gateway: config refused whole when invalid, controls loaded before it answers anything."""
     validate_config(settings.gateway)
     gateway = CognitionGateway(
@@ -72,7 +71,7 @@ async def build_gateway(settings: EgbeSettings) -> CognitionGateway:
     return gateway
 
 
-async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBundle:
+async def build_bundle(settings: GatewayServiceSettings, tokens: TokenStore) -> ServiceBundle:
     gateway = await build_gateway(settings)
     cognition = CognitionClient(
         lambda: published_targets(settings)["cognition"],
@@ -82,7 +81,9 @@ async def build_bundle(settings: EgbeSettings, tokens: TokenStore) -> ServiceBun
     metrics_server = None
     if settings.gateway.metrics_port:
         metrics_server, _ = start_http_server(
-            settings.gateway.metrics_port, registry=gateway.metrics.registry
+            settings.gateway.metrics_port,
+            metrics_host(settings.endpoints["gateway"]),
+            gateway.metrics.registry,
         )
 
     async def close() -> None:

@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from egbe.v1 import gateway_pb2
-from gateway.admission import CognitionGateway
 from gateway.records import RunStatus
+from gateway.service import CognitionGateway
 from services.errors import EgbeError, InvalidArgument
 from services.logging import get_logger
 

@@ -1,7 +1,8 @@
 """The Anthropic adapter on the official async SDK: one retry loop of ours, prompt caching, batches, counts.
 
 The SDK's own retries are off (`max_retries=0`) so every attempt is classified and counted here, and a
-spend-limit 429 or any other 4xx is never retried.
+spend-limit 429 or any other 4xx is never retried. The caller's deadline (`ModelRequest.deadline`) bounds
+each attempt and the loop: no attempt outlasts it, and no retry starts that could not end before it.
 """
 
 from __future__ import annotations
@@ -143,17 +144,37 @@ class AnthropicAdapter:
             return await self._with_retries(request, self._batched)
         return await self._with_retries(request, self._create)
 
+    def _timeout(self, request: ModelRequest) -> float:
+        """Seconds the next attempt may take: the configured request timeout, or less when the caller's
+        deadline is sooner (0 or below: it has passed)."""
+        timeout = self._config.request_timeout_seconds
+        if request.deadline is None:
+            return timeout
+        return min(timeout, request.deadline - time.monotonic())
+
+    @staticmethod
+    def _can_wait(request: ModelRequest, wait: float) -> bool:
+        """Whether a retry after `wait` seconds would still start before the caller's deadline."""
+        return request.deadline is None or time.monotonic() + wait < request.deadline
+
     async def _with_retries(self, request: ModelRequest, call: Any) -> ModelReply:
-        """Our one retry loop: transient classes back off (full jitter, honouring retry-after); others end."""
+        """Our one retry loop: transient classes back off (full jitter, honouring retry-after); others end,
+        as does a transient one whose wait would reach the caller's deadline."""
         retried: list[str] = []
         for attempt in range(1, self._config.max_attempts + 1):
+            timeout = self._timeout(request)
+            if timeout <= 0:
+                raise ProviderError(
+                    ProviderErrorClass.TIMEOUT, "the caller's deadline passed", attempts=attempt - 1
+                )
             try:
-                reply: ModelReply = await call(request)
+                reply: ModelReply = await call(request, timeout)
             except anthropic.AnthropicError as raw:
                 error = classify(raw)
                 error.attempts = attempt
                 wait = self._backoff(attempt, error.retry_after_seconds)
-                if not error.transient or attempt == self._config.max_attempts or wait is None:
+                last = attempt == self._config.max_attempts
+                if not error.transient or last or wait is None or not self._can_wait(request, wait):
                     raise error from raw
                 retried.append(error.error_class.value)
                 log.info("provider error; retrying", error_class=error.error_class.value, wait_seconds=wait)
@@ -200,17 +221,21 @@ class AnthropicAdapter:
             batched=batched,
         )
 
-    async def _create(self, request: ModelRequest) -> ModelReply:
-        message = await self._client.messages.create(**self._params(request))
+    async def _create(self, request: ModelRequest, seconds: float) -> ModelReply:
+        message = await self._client.messages.create(**self._params(request), timeout=seconds)
         return self._reply(message, batched=False)
 
-    async def _batched(self, request: ModelRequest) -> ModelReply:
-        """Deferrable Atropos work through Message Batches (half price): submit, poll until ended, read."""
+    async def _batched(self, request: ModelRequest, seconds: float) -> ModelReply:
+        """Deferrable Atropos work through Message Batches (half price): submit, poll until ended (or the
+        caller's deadline), read."""
         custom_id = (request.request_id or uuid.uuid4().hex).replace(":", "_")[:64]
         batch = await self._client.messages.batches.create(
-            requests=[{"custom_id": custom_id, "params": self._params(request)}]  # type: ignore[typeddict-item]
+            requests=[{"custom_id": custom_id, "params": self._params(request)}],  # type: ignore[typeddict-item]
+            timeout=seconds,
         )
         deadline = time.monotonic() + self._config.batch_max_wait_seconds
+        if request.deadline is not None:
+            deadline = min(deadline, request.deadline)
         while batch.processing_status != "ended":
             if time.monotonic() > deadline:
                 await self._client.messages.batches.cancel(batch.id)

@@ -32,6 +32,8 @@ class ModelRequest:
     # Atropos work no player waits for: may go through Message Batches when enabled.
     deferrable: bool = False
     request_id: str = ""
+    # The caller's deadline on the monotonic clock (None: none): no provider attempt outlasts it.
+    deadline: float | None = None
 
     def prompt_text(self) -> str:
         """Every prompt part in order, for estimates, fingerprints and the offline adapter's seed."""

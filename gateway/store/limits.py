@@ -1,7 +1,7 @@
 """Transaction bodies for what operators change and read across worlds: world caps and per-run budgets
 set at run time (each with its operator audit row and a push to every gateway), and the ledger by world.
 
-Kept apart from `base.py`'s run and ledger transactions; `GatewayStore` runs these through its writer.
+`controls.ControlStore` runs these through the store's writer.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 from gateway.config import TIER_NAMES
 from gateway.records import Control, Limits, RunStatus
+from gateway.store.reports import record_attempt
 
 if TYPE_CHECKING:
-    from gateway.store.base import Tx
+    from gateway.store.tx import Tx
 
 # The push payload that tells every gateway to reload the limits (a control's payload is its id, 32 hex
 # digits, so the two never collide).
@@ -41,7 +42,16 @@ async def set_world_cap(
         " reason = excluded.reason, updated_at_ms = excluded.updated_at_ms",
         (world_id, tokens_per_hour, operator_id, reason, now_ms),
     )
-    _record(tx, "SET:WORLD_CAP", operator_id, f"{world_id}: {tokens_per_hour} tokens/hour: {reason}", now_ms)
+    detail = f"{world_id}: {tokens_per_hour} tokens/hour: {reason}"
+    record_attempt(
+        tx,
+        "SET:WORLD_CAP",
+        role="operator",
+        operator_id=operator_id,
+        allowed=True,
+        detail=detail,
+        now_ms=now_ms,
+    )
     tx.notify(LIMITS_CHANGED)
     return await load_limits(tx)
 
@@ -59,16 +69,23 @@ async def set_run_budget(
         (tier, calls, tools, tokens, operator_id, reason, now_ms),
     )
     detail = f"{TIER_NAMES[tier]}: {calls} model calls, {tools} tool calls, {tokens} tokens: {reason}"
-    _record(tx, "SET:RUN_BUDGET", operator_id, detail, now_ms)
+    record_attempt(
+        tx,
+        "SET:RUN_BUDGET",
+        role="operator",
+        operator_id=operator_id,
+        allowed=True,
+        detail=detail,
+        now_ms=now_ms,
+    )
     tx.notify(LIMITS_CHANGED)
     return await load_limits(tx)
 
 
 def _record(tx: Tx, method: str, operator_id: str, detail: str, now_ms: int) -> None:
-    tx.execute(
-        "INSERT INTO gateway_operator_audit (method, role, operator_id, allowed, detail, recorded_at_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (method, "operator", operator_id, 1, detail, now_ms),
+    """The change's operator audit row, in its transaction."""
+    record_attempt(
+        tx, method, role="operator", operator_id=operator_id, allowed=True, detail=detail, now_ms=now_ms
     )
 
 

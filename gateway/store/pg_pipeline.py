@@ -39,7 +39,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
 
-from gateway.store.base import Row
+from gateway.store.tx import Row
 
 # Prepared statements kept per connection (least recently used dropped first): the gateway's own
 # statements are far fewer; the rest are shapes sized by their inputs (`IN (?, ?, ...)`).

@@ -12,11 +12,13 @@ from typing import Any
 import psycopg
 
 from gateway.records import Control
-from gateway.store.base import CONTROLS_CHANNEL, DeferredLedger, GatewayStore, Row
+from gateway.store.base import CONTROLS_CHANNEL, GatewayStore
 from gateway.store.group_commit import GroupCommitter, Writing
+from gateway.store.ledger import DeferredLedger
 from gateway.store.limits import LIMITS_CHANGED
 from gateway.store.pg_pipeline import Pipeline, Reply, connect_timeout
 from gateway.store.schema import schema_statements, upgrade_statements
+from gateway.store.tx import Row
 from services.errors import EgbeError, Unavailable
 from services.logging import get_logger
 

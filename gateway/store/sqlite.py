@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.store.base import DeferredLedger, GatewayStore, Row
+from gateway.store.base import GatewayStore
 from gateway.store.group_commit import GroupCommitter, Writing
+from gateway.store.ledger import DeferredLedger
 from gateway.store.schema import schema_statements, upgrade_statements
+from gateway.store.tx import Row
 from services.errors import Unavailable
+from services.files import create_private_file
 
 # The WAL checkpoint (`_checkpoint`). A fused run changes about four rows and appends about fourteen
 # pages to the WAL, so a copy starts about every 1,000 pages (SQLite's own default).
@@ -113,6 +116,7 @@ class _SqliteTx:
 
 def _open(path: Path, timeout_seconds: float, synchronous: str) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
+    create_private_file(path)  # owner-only (0600), and so are its WAL and shared-memory files
     connection = sqlite3.connect(path, timeout=timeout_seconds, isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute(f"PRAGMA synchronous={synchronous}")

@@ -17,17 +17,18 @@ from typing import Any
 
 import grpc
 
+from assembly.settings import EgbeSettings, load_settings
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.offline import OfflineAdapter
-from gateway.admission import CognitionGateway
 from gateway.config import AnthropicConfig, BudgetConfig, GatewayConfig, LeaseConfig
 from gateway.server import build_bundle, build_store
+from gateway.service import CognitionGateway
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
 from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role, TokenStore, bearer_metadata
 from services.server import RunningService, start_service
-from services.settings import EgbeSettings, Endpoint, load_settings
+from services.settings import Endpoint
 from tests.conftest import ROOT
 
 CLOTHO, LACHESIS, ATROPOS = (
@@ -231,7 +232,7 @@ def serve_gateway_process(
         [
             sys.executable,
             "-m",
-            "services.cli",
+            "assembly.cli",
             "--data-dir",
             str(data_dir),
             "serve",

@@ -39,7 +39,7 @@ def test_worst_case_saturates_the_cap_to_the_token() -> None:
 
 def test_worst_case_cli_json() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "budget", "worst-case", "--json"],
+        [sys.executable, "-m", "assembly.cli", "budget", "worst-case", "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,

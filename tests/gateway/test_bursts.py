@@ -16,11 +16,14 @@ import pytest
 
 from gateway.adapters.base import ModelRequest
 from gateway.adapters.offline import OfflineAdapter
-from gateway.admission import CognitionGateway, GenerateResult, Who
+from gateway.calls import GenerateResult
 from gateway.config import GatewayConfig
+from gateway.errors import BudgetExhausted, NoSuchRun, RunEnded, ToolNotGranted
 from gateway.records import RunEnd, RunStatus
-from gateway.store.base import GatewayStore, Tx
-from services.errors import FailedPrecondition, NotFound, PermissionDenied, ResourceExhausted
+from gateway.runs import Who
+from gateway.service import CognitionGateway
+from gateway.store.base import GatewayStore
+from gateway.store.tx import Tx
 from tests.gateway.harness import backend_store
 
 CLOTHO = 1
@@ -136,7 +139,7 @@ async def test_endings_arriving_together_are_each_applied_as_alone(
     assert bursts == [len(ENDINGS)]  # one store call for all six
 
     assert [_answer(o) for o in together] == [_answer(o) for [o] in alone]
-    assert isinstance(together[4], NotFound)
+    assert isinstance(together[4], NoSuchRun)
     assert [_answer(o)[2] for o in together if not isinstance(o, BaseException)] == [
         True, True, False, True, True,
     ]  # fmt: skip
@@ -178,10 +181,7 @@ async def test_model_calls_arriving_together_are_each_applied_as_alone(
     assert max(records) > 1  # and calls recorded together
 
     assert [_answer(o) for o in together] == [_answer(o) for [o] in alone]
-    assert [type(o) for o in together if isinstance(o, BaseException)] == [
-        ResourceExhausted,
-        FailedPrecondition,
-    ]
+    assert [type(o) for o in together if isinstance(o, BaseException)] == [BudgetExhausted, RunEnded]
     assert await _world(gateway, "together", together_runs) == await _world(gateway, "alone", alone_runs)
     rows, audited, _ = await _world(gateway, "together", together_runs)
     assert [(row[5], row[6]) for row in rows[:4]] == [
@@ -229,7 +229,7 @@ async def test_tool_calls_arriving_together_are_each_applied_as_alone(
 
     assert [answer(o) for o in together] == [answer(o) for [o] in alone]
     assert [answer(o) for o in together] == [
-        (1, 1), (2, 0), ResourceExhausted, PermissionDenied, FailedPrecondition, NotFound,
+        (1, 1), (2, 0), BudgetExhausted, ToolNotGranted, RunEnded, NoSuchRun,
     ]  # fmt: skip
 
     async def tool_calls(tx: Tx) -> list[Any]:
@@ -250,5 +250,5 @@ async def test_reads_of_runs_arriving_together_are_one_read(
     asked = [runs[1], "no-such-run", runs[3], runs[1]]
     together = await asyncio.gather(*(store.get_run(run_id) for run_id in asked), return_exceptions=True)
     assert reads == [len(asked)]
-    assert [getattr(o, "run_id", type(o)) for o in together] == [runs[1], NotFound, runs[3], runs[1]]
+    assert [getattr(o, "run_id", type(o)) for o in together] == [runs[1], NoSuchRun, runs[3], runs[1]]
     assert [getattr(o, "ori_id", None) for o in together] == ["ori-1", None, "ori-3", "ori-1"]

@@ -18,7 +18,7 @@ from tests.conftest import ROOT, EmbeddedEgbe
 
 def egbe(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", "--data-dir", str(data_dir), *args],
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(data_dir), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -203,7 +203,7 @@ def test_world_scoped_expiring_kills_worlds_caps_and_a_watched_spend(embedded_eg
             [
                 sys.executable,
                 "-m",
-                "services.cli",
+                "assembly.cli",
                 "--data-dir",
                 str(data_dir),
                 "ops",

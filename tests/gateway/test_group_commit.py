@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.store.base import Row, Tx
 from gateway.store.group_commit import _groups, _Job
 from gateway.store.sqlite import SqliteGatewayStore
+from gateway.store.tx import Row, Tx
 from services.errors import Unavailable
 
 

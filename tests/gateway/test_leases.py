@@ -19,13 +19,14 @@ from pydantic import ValidationError
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.base import ModelRequest
-from gateway.admission import CognitionGateway, Who
 from gateway.audit import audit_problems
 from gateway.config import GatewayConfig
+from gateway.errors import StoreUnreachable
 from gateway.records import LEASE_SETTLED, RunStatus, Spend
+from gateway.runs import Who
 from gateway.server import build_store
+from gateway.service import CognitionGateway
 from services.auth import bearer_metadata
-from services.errors import Unavailable
 from tests.gateway.harness import (
     CLOTHO,
     gateway_settings,
@@ -342,7 +343,7 @@ async def test_admission_fails_closed_while_the_control_push_is_down_even_with_l
                 break
             await asyncio.sleep(0.01)
         # A kill pushed now could be missed: admission refuses rather than admit from the lease.
-        with pytest.raises(Unavailable):
+        with pytest.raises(StoreUnreachable):
             await _admit(gateway)
         for _ in range(500):  # reconnected and the controls reloaded: admission opens again
             if gateway.store.healthy:

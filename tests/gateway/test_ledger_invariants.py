@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from gateway.adapters.base import ModelRequest
 from gateway.adapters.offline import OfflineAdapter
-from gateway.admission import CognitionGateway, Who
 from gateway.config import BudgetConfig, GatewayConfig
+from gateway.errors import GatewayError
 from gateway.records import AuditEntry, ControlKind, ControlScope, RunEnd, RunStatus
+from gateway.runs import Who
+from gateway.service import CognitionGateway
 from gateway.store.sqlite import SqliteGatewayStore
 from services.errors import EgbeError
 
@@ -58,7 +60,7 @@ async def _play(gateway: CognitionGateway, chunk: list[Step], runs: list[str]) -
                 )
             elif action == "resume":
                 await gateway.lift_controls(ControlScope.ORI, ori, reason="r", operator_id="o")
-        except EgbeError:
+        except (EgbeError, GatewayError):
             pass  # refusals (killed, over budget, ended) are part of the game
 
     await asyncio.gather(*(one(*step) for step in chunk))

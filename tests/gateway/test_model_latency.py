@@ -11,7 +11,7 @@ import pytest
 
 from egbe.v1 import gateway_pb2
 from gateway.adapters.base import ModelRequest
-from gateway.admission import Who
+from gateway.runs import Who
 from gateway.server import build_gateway
 from tests.gateway.fake_anthropic import SLOW_MODEL_SECONDS, FakeAnthropic, Scripted, error_body
 from tests.gateway.harness import anthropic_gateway, gateway_settings

@@ -20,10 +20,11 @@ import pytest
 from gateway.config import GatewayConfig
 from gateway.server import build_store
 from gateway.store import pg_pipeline
-from gateway.store.base import GatewayStore, Tx
+from gateway.store.base import GatewayStore
 from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.pg_pipeline import Pipeline, native_sql
 from gateway.store.postgres import PostgresGatewayStore, _PostgresTx
+from gateway.store.tx import Tx
 from services.errors import Unavailable
 from tests.gateway.harness import backend_store, gateway_settings
 

@@ -10,12 +10,13 @@ import pydantic
 import pytest
 from google.protobuf import json_format
 
+from assembly.settings import load_settings
 from egbe.v1 import gateway_pb2
 from gateway.config import GatewayConfig, RoutingConfig, TierRoute
+from gateway.errors import RunStopped
 from gateway.server import build_gateway
 from services.auth import Role
-from services.errors import Aborted, InvalidArgument
-from services.settings import load_settings
+from services.errors import InvalidArgument
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
 
@@ -96,13 +97,13 @@ async def test_metrics_count_tokens_admissions_and_kills(tmp_path: Path) -> None
     gateway = await build_gateway(settings)
     try:
         from gateway.adapters.base import ModelRequest
-        from gateway.admission import Who
         from gateway.records import ControlKind, ControlScope
+        from gateway.runs import Who
 
         admitted = await gateway.admit(Who("t", "w", "ada"), 1, 1)
         await gateway.generate(admitted.run.run_id, ModelRequest("p", "Objective: x", mode="dialogue"))
         await gateway.add_control(ControlKind.KILL, ControlScope.ORI, "ada", reason="r", operator_id="o")
-        with pytest.raises(Aborted):  # the kill stops the run at its next model boundary
+        with pytest.raises(RunStopped):  # the kill stops the run at its next model boundary
             await gateway.generate(admitted.run.run_id, ModelRequest("p", "Objective: x", mode="dialogue"))
         text = gateway.metrics.exposition().decode()
     finally:

@@ -17,8 +17,10 @@ import pytest
 
 from gateway.records import RunSpec
 from gateway.store import sqlite as sqlite_store
-from gateway.store.base import AdmissionItem, AdmissionOutcome, GatewayStore, Tx, insert_rows
+from gateway.store.base import GatewayStore
+from gateway.store.rows import AdmissionItem, AdmissionOutcome
 from gateway.store.sqlite import SqliteGatewayStore
+from gateway.store.tx import Tx, insert_rows
 from services.errors import FailedPrecondition
 from tests.gateway.harness import backend_store
 

@@ -1,4 +1,5 @@
-"""OperatorService over gRPC: the operators' controls, run-time limits and reads of the gateway.
+"""OperatorService over gRPC: the operators' controls, run-time limits and reads of the gateway; its
+requests and answers map through `operator_wire.py`.
 
 Every attempt by the operator role is audited (a change in its own transaction, a read before it
 answers), and so is every refused one; the reads a world server makes with the world role (its progress
@@ -8,175 +9,30 @@ line polls GetSpend) are not operator actions and are not recorded.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import json_format, struct_pb2
 
-from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from gateway.admission import CognitionGateway
+from egbe.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway import operator_wire, wire
 from gateway.config import TIER_NAMES
-from gateway.records import AuditEntry, Control, ControlAdded, ControlKind, ControlScope, OperatorAttempt
+from gateway.errors import NothingToResume, status_error
+from gateway.records import Control, ControlAdded, ControlKind, ControlScope
 from gateway.retry_stats import roll_up
-from gateway.servicer import ID_CHARS, TEXT_CHARS, check_texts
-from gateway.store.limits import WorldLedger
+from gateway.service import CognitionGateway
 from services.auth import Principal, Role
-from services.errors import EgbeError, InvalidArgument, NotFound
+from services.errors import EgbeError, InvalidArgument
 from services.grpc_types import Context
 
 _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 T = TypeVar("T")
-# Operators name themselves in this metadata key (the CLI sends $USER); the audit records it.
-OPERATOR_ID_METADATA = "x-egbe-operator"
 # The role recorded for a refused operator attempt that presented no known token.
 UNAUTHENTICATED = "unauthenticated"
-DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 1_000
-_SCOPES = "ORI, TIER, TENANT or WORLD"
 # Told the caller's role from the call's metadata (the chassis has authenticated it already).
 RoleOf = Callable[[Context], Role]
-ControlRequest = (
-    gateway_pb2.KillOriRequest
-    | gateway_pb2.KillTierRequest
-    | gateway_pb2.KillTenantRequest
-    | gateway_pb2.KillWorldRequest
-    | gateway_pb2.PauseRequest
-    | gateway_pb2.QuarantineRequest
-)
-
-
-def _timestamp(ms: int) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromMilliseconds(ms)
-    return stamp
-
-
-def control_message(control: Control, now_ms: int) -> gateway_pb2.Control:
-    message = gateway_pb2.Control(
-        control_id=control.control_id,
-        kind=int(control.kind),  # type: ignore[arg-type]
-        scope=int(control.scope),  # type: ignore[arg-type]
-        target=control.target,
-        reason=control.reason,
-        operator_id=control.operator_id,
-        created_at=_timestamp(control.created_at_ms),
-        active=control.applies(now_ms),
-        world_id=control.world_id,
-        expired=control.expired(now_ms),
-    )
-    if control.expires_at_ms:
-        message.expires_at.CopyFrom(_timestamp(control.expires_at_ms))
-    return message
-
-
-def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
-    context = struct_pb2.Struct()
-    json_format.ParseDict(entry.input_context, context)
-    return gateway_pb2.AuditRecord(
-        call_id=entry.call_id,
-        run_id=entry.run_id,
-        ori=common_pb2.OriRef(tenant_id=entry.tenant_id, world_id=entry.world_id, ori_id=entry.ori_id),
-        tier=entry.tier,  # type: ignore[arg-type]
-        cause=entry.cause,
-        model_ref=entry.model_ref,
-        model_class=entry.model_class,
-        input_context=context,
-        output=entry.output,
-        usage=common_pb2.TokenUsage(
-            input_tokens=entry.usage.input_tokens,
-            output_tokens=entry.usage.output_tokens,
-            cache_read_tokens=entry.usage.cache_read_tokens,
-            cache_write_tokens=entry.usage.cache_write_tokens,
-        ),
-        cost=common_pb2.CostMicroUsd(micro_usd=entry.micro_usd, estimated=entry.cost_estimated),
-        policy_decision=entry.policy_decision,
-        retention_policy_id=entry.retention_policy_id,
-        config_fingerprint=common_pb2.ConfigFingerprint(fnv1a64=entry.config_fingerprint, scope="gateway"),
-        offline=entry.offline,
-        recorded_at=_timestamp(entry.recorded_at_ms),
-        kernel_call_id=entry.kernel_call_id,
-        error_class=entry.error_class,
-        model_latency_us=entry.model_latency_us,
-    )
-
-
-def attempt_message(attempt: OperatorAttempt) -> gateway_pb2.OperatorAttempt:
-    return gateway_pb2.OperatorAttempt(
-        seq=attempt.seq,
-        method=attempt.method,
-        role=attempt.role,
-        operator_id=attempt.operator_id,
-        allowed=attempt.allowed,
-        detail=attempt.detail,
-        recorded_at=_timestamp(attempt.recorded_at_ms),
-    )
-
-
-def _page(page_size: int, page_token: str) -> tuple[int, int]:
-    """(limit, after_seq) from a page size and an opaque token (the last sequence number served)."""
-    if page_size < 0:
-        raise InvalidArgument.field("page_size", "must be >= 0")
-    try:
-        after = int(page_token) if page_token else 0
-    except ValueError:
-        after = -1
-    if not 0 <= after < 2**63:
-        raise InvalidArgument.field("page_token", "is not a token this service issued")
-    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), after
-
-
-def _world_page(page_size: int, page_token: str) -> tuple[int, str]:
-    """(limit, after_world) from a page size and an opaque token (the last world served, encoded)."""
-    limit, _ = _page(page_size, "")
-    try:
-        after = base64.urlsafe_b64decode(page_token.encode()).decode() if page_token else ""
-    except (binascii.Error, UnicodeError, ValueError):
-        raise InvalidArgument.field("page_token", "is not a token this service issued") from None
-    return limit, after
-
-
-def _operator_id(context: Context) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == OPERATOR_ID_METADATA and isinstance(value, str) and value:
-            return value[:128]
-    return "operator"
-
-
-def _scope(value: int) -> ControlScope:
-    try:
-        return ControlScope(value)
-    except ValueError:
-        raise InvalidArgument.field("scope", f"must be {_SCOPES}") from None
-
-
-def _tier_name(tier: int) -> str:
-    if tier not in TIER_NAMES:
-        raise InvalidArgument.field("tier", "must be CLOTHO, LACHESIS or ATROPOS")
-    return TIER_NAMES[tier]
-
-
-def _expires_after_ms(request: ControlRequest) -> int:
-    """A request's `expires_after` in ms (0: unset, never expires); a set one must be positive."""
-    if not request.HasField("expires_after"):
-        return 0
-    duration = request.expires_after
-    ms = duration.seconds * 1000 + duration.nanos // 1_000_000
-    if ms <= 0:
-        raise InvalidArgument.field("expires_after", "must be a positive duration (unset: never expires)")
-    return ms
-
-
-def _warning(added: ControlAdded) -> str:
-    """Why the answer warns: the control names an Ori or a world no run of which was ever seen."""
-    control = added.control
-    if added.seen:
-        return ""
-    if control.scope is ControlScope.WORLD:
-        return f"no run of world {control.target!r} has been seen by this gateway; check the id"
-    where = f" in world {control.world_id!r}" if control.world_id else ""
-    return f"no run of Ori {control.target!r}{where} has been seen by this gateway; check the id"
 
 
 class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
@@ -192,27 +48,25 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         audits with its change."""
         try:
             return await operation
-        except (InvalidArgument, NotFound) as error:
+        except (InvalidArgument, NothingToResume) as error:
+            refusal = status_error(error) if isinstance(error, NothingToResume) else error
             await self._gateway.record_operator_attempt(
                 method,
                 role=Role.OPERATOR.value,
-                operator_id=_operator_id(context),
+                operator_id=operator_wire.operator_id(context),
                 allowed=False,
-                detail=error.message,
+                detail=refusal.message,
             )
-            raise
+            if refusal is error:
+                raise
+            raise refusal from error
 
     async def _control(
         self,
         method: str,
         kind: ControlKind,
         target: Callable[[], tuple[ControlScope, str]],
-        request: gateway_pb2.KillOriRequest
-        | gateway_pb2.KillTierRequest
-        | gateway_pb2.KillTenantRequest
-        | gateway_pb2.KillWorldRequest
-        | gateway_pb2.PauseRequest
-        | gateway_pb2.QuarantineRequest,
+        request: operator_wire.ControlRequest,
         context: Context,
     ) -> ControlAdded:
         """Add a control: `target` gives its scope and target (refusing a bad one); the request its
@@ -223,16 +77,16 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
 
         async def add() -> ControlAdded:
             scope, name = target()
-            check_texts(ID_CHARS, target=name, world_id=world_id)
-            check_texts(TEXT_CHARS, reason=request.reason)
+            wire.check_texts(wire.ID_CHARS, target=name, world_id=world_id)
+            wire.check_texts(wire.TEXT_CHARS, reason=request.reason)
             return await self._gateway.add_control(
                 kind,
                 scope,
                 name,
                 world_id=world_id,
-                expires_after_ms=_expires_after_ms(request),
+                expires_after_ms=operator_wire.expires_after_ms(request),
                 reason=request.reason,
-                operator_id=_operator_id(context),
+                operator_id=operator_wire.operator_id(context),
             )
 
         return await self._refusals_audited(method, context, add())
@@ -242,11 +96,15 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         if self._role_of(context) is not Role.OPERATOR:
             return
         await self._gateway.record_operator_attempt(
-            method, role=Role.OPERATOR.value, operator_id=_operator_id(context), allowed=True, detail=detail
+            method,
+            role=Role.OPERATOR.value,
+            operator_id=operator_wire.operator_id(context),
+            allowed=True,
+            detail=detail,
         )
 
     def _message(self, control: Control) -> gateway_pb2.Control:
-        return control_message(control, self._gateway.now_ms())
+        return operator_wire.control_message(control, self._gateway.now_ms())
 
     async def KillOri(
         self, request: gateway_pb2.KillOriRequest, context: Context
@@ -258,7 +116,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             control=self._message(added.control),
             runs_aborted=added.runs_ended,
             existing=added.existing,
-            warning=_warning(added),
+            warning=operator_wire.warning(added),
         )
 
     async def KillTier(
@@ -267,7 +125,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         added = await self._control(
             "KillTier",
             ControlKind.KILL,
-            lambda: (ControlScope.TIER, _tier_name(request.tier)),
+            lambda: (ControlScope.TIER, operator_wire.tier_name(request.tier)),
             request,
             context,
         )
@@ -295,29 +153,35 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             control=self._message(added.control),
             runs_aborted=added.runs_ended,
             existing=added.existing,
-            warning=_warning(added),
+            warning=operator_wire.warning(added),
         )
 
     async def Pause(self, request: gateway_pb2.PauseRequest, context: Context) -> gateway_pb2.PauseResponse:
         added = await self._control(
-            "Pause", ControlKind.PAUSE, lambda: (_scope(request.scope), request.target), request, context
+            "Pause",
+            ControlKind.PAUSE,
+            lambda: (operator_wire.scope(request.scope), request.target),
+            request,
+            context,
         )
         return gateway_pb2.PauseResponse(
-            control=self._message(added.control), existing=added.existing, warning=_warning(added)
+            control=self._message(added.control),
+            existing=added.existing,
+            warning=operator_wire.warning(added),
         )
 
     async def Resume(
         self, request: gateway_pb2.ResumeRequest, context: Context
     ) -> gateway_pb2.ResumeResponse:
         async def lift() -> list[Control]:
-            check_texts(ID_CHARS, target=request.target, world_id=request.world_id)
-            check_texts(TEXT_CHARS, reason=request.reason)
+            wire.check_texts(wire.ID_CHARS, target=request.target, world_id=request.world_id)
+            wire.check_texts(wire.TEXT_CHARS, reason=request.reason)
             return await self._gateway.lift_controls(
-                _scope(request.scope),
+                operator_wire.scope(request.scope),
                 request.target,
                 world_id=request.world_id,
                 reason=request.reason,
-                operator_id=_operator_id(context),
+                operator_id=operator_wire.operator_id(context),
             )
 
         lifted = await self._refusals_audited("Resume", context, lift())
@@ -329,25 +193,27 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         added = await self._control(
             "Quarantine",
             ControlKind.QUARANTINE,
-            lambda: (_scope(request.scope), request.target),
+            lambda: (operator_wire.scope(request.scope), request.target),
             request,
             context,
         )
         return gateway_pb2.QuarantineResponse(
-            control=self._message(added.control), existing=added.existing, warning=_warning(added)
+            control=self._message(added.control),
+            existing=added.existing,
+            warning=operator_wire.warning(added),
         )
 
     async def SetWorldCap(
         self, request: gateway_pb2.SetWorldCapRequest, context: Context
     ) -> gateway_pb2.SetWorldCapResponse:
         async def change() -> int:
-            check_texts(ID_CHARS, world_id=request.world_id)
-            check_texts(TEXT_CHARS, reason=request.reason)
+            wire.check_texts(wire.ID_CHARS, world_id=request.world_id)
+            wire.check_texts(wire.TEXT_CHARS, reason=request.reason)
             return await self._gateway.set_world_cap(
                 request.world_id,
                 request.tokens_per_hour,
                 reason=request.reason,
-                operator_id=_operator_id(context),
+                operator_id=operator_wire.operator_id(context),
             )
 
         cap = await self._refusals_audited("SetWorldCap", context, change())
@@ -362,14 +228,14 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             return int(getattr(request, name)) if request.HasField(name) else None  # type: ignore[arg-type]
 
         async def change() -> gateway_pb2.RunBudget:
-            check_texts(TEXT_CHARS, reason=request.reason)
+            wire.check_texts(wire.TEXT_CHARS, reason=request.reason)
             budget = await self._gateway.set_run_budget(
                 request.tier,
                 max_model_calls=given("max_model_calls"),
                 max_tool_calls=given("max_tool_calls"),
                 max_tokens=given("max_tokens"),
                 reason=request.reason,
-                operator_id=_operator_id(context),
+                operator_id=operator_wire.operator_id(context),
             )
             return gateway_pb2.RunBudget(
                 max_model_calls=budget.max_model_calls,
@@ -383,7 +249,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def ListControls(
         self, request: gateway_pb2.ListControlsRequest, context: Context
     ) -> gateway_pb2.ListControlsResponse:
-        limit, after = _page(request.page_size, request.page_token)
+        limit, after = operator_wire.page(request.page_size, request.page_token)
         await self._audited_read("ListControls", context)
         rows = await self._gateway.store.list_controls(
             include_inactive=request.include_inactive,
@@ -399,7 +265,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def GetSpend(
         self, request: gateway_pb2.GetSpendRequest, context: Context
     ) -> gateway_pb2.GetSpendResponse:
-        check_texts(ID_CHARS, world_id=request.world_id, tenant_id=request.tenant_id)
+        wire.check_texts(wire.ID_CHARS, world_id=request.world_id, tenant_id=request.tenant_id)
         await self._audited_read("GetSpend", context, request.world_id)
         window_start_ms = self._gateway.spend_window_start_ms(request.since_unix_ms)
         spend = await self._gateway.store.spend(
@@ -410,58 +276,36 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             if request.world_id
             else spend.world_cap_tokens or self._gateway.world_cap_tokens()
         )
-        return gateway_pb2.GetSpendResponse(
-            world_cap_tokens=cap,
-            reserved_tokens=spend.reserved_tokens,
-            consumed_tokens=spend.consumed_tokens,
-            consumed_micro_usd=spend.consumed_micro_usd,
-            by_tier=[
-                gateway_pb2.TierSpend(tier=t.tier, tokens=t.tokens, micro_usd=t.micro_usd, calls=t.calls)  # type: ignore[arg-type]
-                for t in spend.by_tier
-            ],
-            admissions=spend.admissions,
-            blocked_by_world_cap=spend.blocked_by_world_cap,
-            killed=spend.killed,
-            killed_in_flight=spend.killed_in_flight,
-            window_start_unix_ms=window_start_ms,
-        )
+        return operator_wire.spend_response(spend, cap, window_start_ms)
 
     async def ListWorlds(
         self, request: gateway_pb2.ListWorldsRequest, context: Context
     ) -> gateway_pb2.ListWorldsResponse:
-        limit, after = _world_page(request.page_size, request.page_token)
+        limit, after = operator_wire.world_page(request.page_size, request.page_token)
         await self._audited_read("ListWorlds", context)
         window_start_ms = self._gateway.spend_window_start_ms(request.since_unix_ms)
         worlds = await self._gateway.store.list_worlds(
             after_world=after, limit=limit, window_start_ms=window_start_ms, now_ms=self._gateway.now_ms()
         )
-        last = base64.urlsafe_b64encode(worlds[-1].world_id.encode()).decode() if worlds else ""
+        now_ms = self._gateway.now_ms()
         return gateway_pb2.ListWorldsResponse(
-            worlds=[self._world(world) for world in worlds],
-            next_page_token=last if len(worlds) == limit else "",
+            worlds=[
+                operator_wire.world_message(world, self._gateway.world_cap_tokens(world.world_id), now_ms)
+                for world in worlds
+            ],
+            next_page_token=operator_wire.world_page_token(worlds, limit),
             window_start_unix_ms=window_start_ms,
-        )
-
-    def _world(self, world: WorldLedger) -> gateway_pb2.WorldSpend:
-        return gateway_pb2.WorldSpend(
-            world_id=world.world_id,
-            world_cap_tokens=self._gateway.world_cap_tokens(world.world_id),
-            reserved_tokens=world.reserved_tokens,
-            consumed_tokens=world.consumed_tokens,
-            consumed_micro_usd=world.consumed_micro_usd,
-            calls=world.calls,
-            admissions=world.admissions,
-            blocked_by_world_cap=world.blocked_by_world_cap,
-            killed=world.killed,
-            active_controls=[self._message(control) for control in world.controls],
         )
 
     async def ListAuditRecords(
         self, request: gateway_pb2.ListAuditRecordsRequest, context: Context
     ) -> gateway_pb2.ListAuditRecordsResponse:
-        limit, after = _page(request.page_size, request.page_token)
-        check_texts(
-            ID_CHARS * 2, ori_id=request.ori_id, run_id=request.run_id, kernel_call_id=request.kernel_call_id
+        limit, after = operator_wire.page(request.page_size, request.page_token)
+        wire.check_texts(
+            wire.ID_CHARS * 2,
+            ori_id=request.ori_id,
+            run_id=request.run_id,
+            kernel_call_id=request.kernel_call_id,
         )
         if request.tier and request.tier not in TIER_NAMES:
             raise InvalidArgument.field("tier", "must be unset, CLOTHO, LACHESIS or ATROPOS")
@@ -475,7 +319,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             limit=limit,
         )
         return gateway_pb2.ListAuditRecordsResponse(
-            records=[audit_message(e) for e in entries],
+            records=[operator_wire.audit_message(e) for e in entries],
             next_page_token=str(entries[-1].seq) if len(entries) == limit else "",
         )
 
@@ -493,53 +337,102 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def ListOperatorAttempts(
         self, request: gateway_pb2.ListOperatorAttemptsRequest, context: Context
     ) -> gateway_pb2.ListOperatorAttemptsResponse:
-        limit, after = _page(request.page_size, request.page_token)
-        check_texts(ID_CHARS, method=request.method, operator_id=request.operator_id)
-        if request.decision not in _DECISIONS:
+        limit, after = operator_wire.page(request.page_size, request.page_token)
+        wire.check_texts(wire.ID_CHARS, method=request.method, operator_id=request.operator_id)
+        if request.decision not in operator_wire.DECISIONS:
             raise InvalidArgument.field("decision", "must be unset, ALLOWED or REFUSED")
         # This read is itself an attempt: recorded first, so a page can show the read that served it.
         await self._audited_read("ListOperatorAttempts", context)
         attempts = await self._gateway.store.list_operator_attempts(
             limit=limit,
             after_seq=after,
-            allowed=_DECISIONS[request.decision],
+            allowed=operator_wire.DECISIONS[request.decision],
             method=request.method,
             operator_id=request.operator_id,
         )
         return gateway_pb2.ListOperatorAttemptsResponse(
-            attempts=[attempt_message(a) for a in attempts],
+            attempts=[operator_wire.attempt_message(a) for a in attempts],
             next_page_token=str(attempts[-1].seq) if len(attempts) == limit else "",
         )
 
 
-_DECISIONS: dict[int, bool | None] = {
-    gateway_pb2.OPERATOR_ATTEMPT_DECISION_UNSPECIFIED: None,
-    gateway_pb2.OPERATOR_ATTEMPT_DECISION_ALLOWED: True,
-    gateway_pb2.OPERATOR_ATTEMPT_DECISION_REFUSED: False,
-}
+# Refused attempts are recorded one row each up to this many per caller (its role and token id, or
+# `unauthenticated`) in a window; the rest of the window's are counted and written as one row when it ends.
+REFUSED_ROWS_PER_WINDOW = 10
+REFUSAL_WINDOW_SECONDS = 60.0
+AGGREGATE_METHOD = "AGGREGATE:REFUSED"
+
+
+class _Window:
+    """One caller's refusals in the current window: rows written, and the rest counted by method."""
+
+    __slots__ = ("counted", "started", "written")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.written = 0
+        self.counted: Counter[str] = Counter()
+
+
+class RefusalAudit:
+    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering.
+
+    A caller with a known token is recorded by its role and token id (never the token); one without is
+    recorded as `unauthenticated`. A flood of refusals must not flood the audit: each caller gets at most
+    `REFUSED_ROWS_PER_WINDOW` rows per `REFUSAL_WINDOW_SECONDS`, and the refusals past that are counted
+    and written as one `AGGREGATE:REFUSED` row when the window ends (its detail: how many, by RPC). The
+    callers are the tokens configured and `unauthenticated`, so what is kept per caller stays bounded."""
+
+    def __init__(self, gateway: CognitionGateway, clock: Callable[[], float] = time.monotonic) -> None:
+        self._gateway = gateway
+        self._clock = clock
+        self._rows = REFUSED_ROWS_PER_WINDOW
+        self._seconds = REFUSAL_WINDOW_SECONDS
+        self._windows: dict[tuple[str, str], _Window] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, method: str, error: EgbeError, principal: Principal | None) -> None:
+        if not method.startswith(f"/{_OPERATOR}/"):
+            return
+        caller = (principal.role.value, principal.token_id) if principal else (UNAUTHENTICATED, "")
+        now = self._clock()
+        window = self._windows.get(caller)
+        if window is None or now - window.started >= self._seconds:
+            window = self._windows[caller] = _Window(now)
+        name = method.rsplit("/", 1)[-1]
+        if window.written < self._rows:
+            window.written += 1
+            self._record(caller, name, error.message)
+            return
+        if not window.counted:
+            delay = window.started + self._seconds - now
+            asyncio.get_running_loop().call_later(delay, self._aggregate, caller, window)
+        window.counted[name] += 1
+
+    def _aggregate(self, caller: tuple[str, str], window: _Window) -> None:
+        """The window's refusals past its rows, as one row."""
+        if self._windows.get(caller) is window:
+            del self._windows[caller]
+        by_method = ", ".join(f"{name} x{count}" for name, count in sorted(window.counted.items()))
+        total = window.counted.total()
+        detail = (
+            f"{total} more refused attempts within {self._seconds:g} s, counted and not recorded one by one"
+            f" (at most {self._rows} rows per caller): {by_method}"
+        )
+        self._record(caller, AGGREGATE_METHOD, detail)
+
+    def _record(self, caller: tuple[str, str], method: str, detail: str) -> None:
+        role, token_id = caller
+        task = asyncio.get_running_loop().create_task(
+            self._gateway.record_operator_attempt(
+                method, role=role, operator_id=token_id, allowed=False, detail=detail
+            )
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError, Principal | None], None]:
-    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering.
-
-    A caller with a known token is recorded by its role and token id (never the token); one without
-    is recorded as `unauthenticated`."""
-    tasks: set[asyncio.Task[None]] = set()
-
-    def audit(method: str, error: EgbeError, principal: Principal | None) -> None:
-        if not method.startswith(f"/{_OPERATOR}/"):
-            return
-        role, token_id = (principal.role.value, principal.token_id) if principal else (UNAUTHENTICATED, "")
-        task = asyncio.get_running_loop().create_task(
-            gateway.record_operator_attempt(
-                method.rsplit("/", 1)[-1],
-                role=role,
-                operator_id=token_id,
-                allowed=False,
-                detail=error.message,
-            )
-        )
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    return audit
+    """The chassis's `on_refused` hook of a gateway: its refused operator attempts, bounded
+    (`RefusalAudit`)."""
+    return RefusalAudit(gateway)

@@ -1,0 +1,108 @@
+"""A Submit's run, from admission to ending: admitted, thought through the cognition service (a task a
+pushed control cancels, bounded by the run timeout or the caller's own deadline, whichever is sooner),
+and ended with its answer kept for repeats of the request id. Every way it ends (completed, fallback,
+killed, timed out, failed, the caller gone) ends the run, releasing what it reserved but did not use."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+import grpc
+
+from egbe.v1 import common_pb2, gateway_pb2
+from gateway import wire
+from gateway.cognition_client import CognitionClient
+from gateway.errors import RunStopped
+from gateway.records import RunStatus
+from gateway.routing import select_route
+from gateway.runs import Requester, Who
+from gateway.service import CognitionGateway
+
+
+class Submissions:
+    """Runs Submit requests (checked by `wire.submit_request`) on one gateway and one cognition client."""
+
+    def __init__(
+        self, gateway: CognitionGateway, cognition: CognitionClient, fingerprint: common_pb2.ConfigFingerprint
+    ) -> None:
+        self._gateway = gateway
+        self._cognition = cognition
+        self._fingerprint = fingerprint
+
+    async def submit(
+        self, who: Who, request: gateway_pb2.SubmitRequest, time_remaining: float | None = None
+    ) -> gateway_pb2.SubmitResponse:
+        """The Submit's run; `time_remaining` is the caller's deadline in seconds from now (None: none),
+        passed on to Think when it is sooner than the run timeout."""
+        candidate = request.candidate
+        admission = await self._gateway.admit(
+            who,
+            candidate.tier,
+            candidate.cause,
+            request_id=request.request_id,
+            kernel_call_id=candidate.call_id,
+            requester=Requester.SUBMIT,
+        )
+        if admission.repeated:
+            return gateway_pb2.SubmitResponse.FromString(
+                wire.earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
+            )
+        adapter = self._gateway.adapter
+        # What answers: the offline adapter names itself, never the model it stands in for.
+        answering = (
+            adapter.name
+            if adapter.offline
+            else select_route(self._gateway.config.routing, candidate.tier).model_ref
+        )
+        reply = wire.submit_reply(admission, answering, adapter.offline, self._fingerprint)
+        if not admission.admitted:
+            return reply
+        spec = admission.run
+        think = wire.think_request(request, spec)
+        status, detail = RunStatus.FAILED, ""
+        timeout = self._gateway.config.run_timeout_seconds
+        if time_remaining is not None:
+            timeout = max(0.0, min(timeout, time_remaining))
+        try:
+            thought = await self._gateway.run_guarded(
+                spec, self._cognition.think(think, deadline_seconds=timeout), timeout
+            )
+        except RunStopped as error:
+            status, detail = RunStatus.KILLED, str(error)
+        except TimeoutError:
+            status, detail = RunStatus.TIMED_OUT, "the run passed its deadline"
+        except grpc.aio.AioRpcError as error:
+            detail = f"cognition Think failed: {error.code().name}: {error.details()}"
+            if error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                status = RunStatus.TIMED_OUT
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                self._gateway.end_run(spec.run_id, RunStatus.CANCELLED, detail="caller cancelled")
+            )
+            raise
+        except BaseException as error:
+            await asyncio.shield(self._gateway.end_run(spec.run_id, RunStatus.FAILED, detail=repr(error)))
+            raise
+        else:
+            status = RunStatus.FALLBACK if thought.fell_back else RunStatus.COMPLETED
+            reply.actions.extend(thought.actions)
+            reply.committed_event_ids.extend(thought.committed_event_ids)
+            reply.policy_decision = thought.policy_decision
+        tracked = self._gateway.inflight.runs.get(spec.run_id)
+        if tracked is not None:
+            reply.usage.CopyFrom(wire.usage_message(tracked.usage))
+            reply.cost.CopyFrom(
+                common_pb2.CostMicroUsd(micro_usd=tracked.micro_usd, estimated=tracked.cost_estimated)
+            )
+        reply.outcome = wire.SUBMIT_OUTCOMES.get(status, gateway_pb2.RUN_OUTCOME_FAILED)
+        reply.detail = detail or "completed"
+        fallbacks = thought.validation_fallbacks if status is RunStatus.FALLBACK else 0
+        await self._gateway.end_run(
+            spec.run_id,
+            status,
+            detail=detail,
+            fallbacks=fallbacks,
+            result=base64.b64encode(reply.SerializeToString()).decode(),
+        )
+        return reply
