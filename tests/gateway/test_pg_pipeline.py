@@ -102,7 +102,8 @@ async def test_a_statement_whose_prepare_an_error_aborted_is_prepared_again(pipe
 
 
 # The polling tests: PostgreSQL sleeps ASLEEP_S before answering. A budget of POLL_US keeps the event
-# loop's thread on the CPU for a quarter of that, then it sleeps; without one it sleeps at once.
+# loop's thread on the CPU for a quarter of that, then it sleeps; without one it sleeps at once. Each test
+# compares the two waits in the same run (how long each took is the benchmark's: bench/pg_pipeline.py).
 SLEEP = "SELECT pg_sleep(?)"
 ASLEEP_S = 0.4
 POLL_US = 100_000
@@ -116,34 +117,35 @@ async def _cpu_seconds_asleep(query: Callable[[float], Awaitable[object]]) -> fl
     return time.thread_time() - cpu
 
 
-def _polled(cpu_seconds: float) -> bool:
-    return 0.05 < cpu_seconds < 0.25
-
-
-def _slept(cpu_seconds: float) -> bool:
-    return cpu_seconds < 0.05
+def _polled_more(polled: float, slept: float) -> bool:
+    """A wait that polled for its budget kept the loop's thread on the CPU, one that slept did not."""
+    return polled > 4 * slept
 
 
 async def test_a_wait_keeps_the_loop_polling_for_its_budget_then_sleeps(postgres_dsn: str) -> None:
-    for poll_wait_us, expected in ((POLL_US, _polled), (0, _slept)):
+    spent = {}
+    for poll_wait_us in (POLL_US, 0):
         pipeline = await Pipeline.open(postgres_dsn, timeout_seconds=5, poll_wait_us=poll_wait_us)
         try:
-            assert expected(await _cpu_seconds_asleep(functools.partial(_rows_of, pipeline, SLEEP)))
+            spent[poll_wait_us] = await _cpu_seconds_asleep(functools.partial(_rows_of, pipeline, SLEEP))
         finally:
             await pipeline.close()
+    assert _polled_more(spent[POLL_US], spent[0])
 
 
 async def test_the_gateway_setting_reaches_the_writer(tmp_path: Path, postgres_dsn: str) -> None:
     async def asleep(tx: Tx) -> float:
         return await _cpu_seconds_asleep(lambda s: tx.one(SLEEP, (s,)))
 
-    for poll_wait_us, expected in ((POLL_US, _polled), (0, _slept)):
+    spent = {}
+    for poll_wait_us in (POLL_US, 0):
         store = build_store(gateway_settings(tmp_path, postgres_dsn, postgres_poll_wait_us=poll_wait_us))
         await store.open()
         try:
-            assert expected(await store.transact(asleep, durable=False))
+            spent[poll_wait_us] = await store.transact(asleep, durable=False)
         finally:
             await store.close()
+    assert _polled_more(spent[POLL_US], spent[0])
 
 
 async def test_only_a_batch_somebody_waits_for_keeps_the_loop_polling(postgres_dsn: str) -> None:
@@ -172,8 +174,7 @@ async def test_only_a_batch_somebody_waits_for_keeps_the_loop_polling(postgres_d
         await writer.submit("waited", timeout_seconds=5, combine=asleep)
     finally:
         await writer.close()
-    assert _slept(spent["posted"])
-    assert _polled(spent["waited"])
+    assert _polled_more(spent["waited"], spent["posted"])
 
 
 async def test_a_killed_connection_is_lost_and_the_writer_reconnects(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -228,8 +229,13 @@ async def test_a_reply_failing_validation_twice_falls_back(model_stack: Stack, f
     assert say.payload["speech"]["source"] == "template-fallback"
     assert "reply" not in say.payload
     assert await model_stack.events("ori-ada") == []
-    second = json.dumps(fake_api.message_requests()[1])
-    assert "addressed_to" in second  # the validation error went back to the model
+    first, second = (request["messages"][0]["content"] for request in fake_api.message_requests())
+    # The retry carries its own zones: the rejected reply and the critique naming what was wrong.
+    assert '<untrusted kind="PRIOR_MODEL_OUTPUT">\n{"utterance": "hi"}\n</untrusted>' in second
+    [critique] = re.findall(r'<untrusted kind="REVIEWER_CRITIQUE">\n(.*?)\n</untrusted>', second, re.S)
+    assert "addressed_to" in critique
+    assert "PRIOR_MODEL_OUTPUT" not in first
+    assert "REVIEWER_CRITIQUE" not in first
     stats = await model_stack.operator.GetRetryStats(
         gateway_pb2.GetRetryStatsRequest(), metadata=model_stack.md("operator")
     )
@@ -304,3 +310,42 @@ async def test_a_gateway_dying_mid_run_fails_loud_and_commits_nothing(
     assert "gateway Generate" in (caught.value.details() or "")
     await asyncio.sleep(1.2)  # the model's late answer has nowhere to land
     assert await model_stack.events("ori-dee") == []
+
+
+async def test_a_killed_ori_cannot_think_on_another_oris_run(model_stack: Stack, fake_api: Any) -> None:
+    """Think with another Ori's admitted run id, naming a killed Ori: the gateway refuses the model call
+    (the run is not that Ori's) before any model, audit or commit."""
+    fake_api.reply_text = _dialogue()
+    admitted = await model_stack.gateway.AdmitRun(
+        gateway_pb2.AdmitRunRequest(
+            ori=common_pb2.OriRef(tenant_id="tenant-a", world_id="world-1", ori_id="ori-bram"),
+            tier=common_pb2.COGNITION_TIER_CLOTHO,
+            cause=action_pb2.COGNITION_CAUSE_DIALOGUE,
+        ),
+        metadata=model_stack.md(),
+    )
+    await model_stack.operator.KillOri(
+        gateway_pb2.KillOriRequest(ori_id="ori-ada", reason="killed"), metadata=model_stack.md("operator")
+    )
+    think = cognition_pb2.ThinkRequest(
+        run_id=admitted.run_id,
+        ori=common_pb2.OriRef(tenant_id="tenant-a", world_id="world-1", ori_id="ori-ada"),
+        tier=common_pb2.COGNITION_TIER_CLOTHO,
+        mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
+        cause=action_pb2.COGNITION_CAUSE_DIALOGUE,
+        locale="en-US",
+        stimulus="speaker: bram\nHello?",
+        world_tick=7,
+        max_model_calls=2,
+        max_tool_calls=2,
+        max_tokens=4_000,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await model_stack.cognition.Think(think, metadata=model_stack.md())
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert fake_api.message_requests() == []
+    assert await model_stack.events("ori-ada") == []
+    audit = await model_stack.operator.ListAuditRecords(
+        gateway_pb2.ListAuditRecordsRequest(run_id=admitted.run_id), metadata=model_stack.md("operator")
+    )
+    assert list(audit.records) == []
