@@ -198,9 +198,13 @@ def generate_request(
         tool_grants=prompt.get("tool_grants", ()),
         untrusted=[
             gateway_pb2.UntrustedZone(
+                kind=gateway_pb2.UNTRUSTED_ZONE_KIND_STEWARD_INPUT,
+                content=prompt.get("heard", "Bram (Bram) says: Will you open the bakery today?"),
+            ),
+            gateway_pb2.UntrustedZone(
                 kind=gateway_pb2.UNTRUSTED_ZONE_KIND_RECALLED_MEMORY,
                 content=prompt.get("memory", "[mem-7] Bram lent me flour last winter."),
-            )
+            ),
         ],
     )
     return gateway_pb2.GenerateRequest(run_id=run_id, mode=mode, prompt=envelope)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import pydantic
 import pytest
 from google.protobuf import json_format
 
@@ -17,6 +16,7 @@ from gateway.errors import RunStopped
 from gateway.server import build_gateway
 from services.auth import Role
 from services.errors import InvalidArgument
+from services.settings import UserError
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
 
@@ -51,9 +51,10 @@ async def test_a_down_routed_config_is_refused_before_anything_opens(tmp_path: P
 def test_malformed_gateway_config_names_the_field(tmp_path: Path, toml: str, field: str) -> None:
     path = tmp_path / "egbe.toml"
     path.write_text(toml)
-    with pytest.raises(pydantic.ValidationError) as refused:
+    with pytest.raises(UserError) as refused:
         load_settings(config_file=path)
-    assert field in str(refused.value)
+    assert str(refused.value).startswith(f"config file {path}: ")
+    assert f"gateway.{field}" in str(refused.value) or f".{field} = " in str(refused.value)
 
 
 def test_gateway_config_is_reachable_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
