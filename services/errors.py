@@ -21,6 +21,23 @@ class FieldViolation:
     description: str
 
 
+# A refusal travels in the response trailers, which clients cap (gRPC's default is 8-16 KiB): an
+# echo of a large or many-times-wrong request must not turn the refusal into a transport error.
+# UTF-8 bytes each text may take, and how many violations are named.
+MAX_MESSAGE_BYTES = 512
+MAX_FIELD_BYTES = 128
+MAX_DESCRIPTION_BYTES = 256
+MAX_VIOLATIONS = 10
+
+
+def clipped(text: str, limit: int) -> str:
+    """The text cut to at most `limit` UTF-8 bytes (on a character boundary), marked when cut."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode(errors="ignore") + "…"
+
+
 class EgbeError(Exception):
     """Base of every error a servicer may raise; `code` and `reason` never change meaning."""
 
@@ -35,11 +52,15 @@ class EgbeError(Exception):
         violations: Iterable[FieldViolation] = (),
         retry_after_seconds: float | None = None,
     ) -> None:
+        message = clipped(message, MAX_MESSAGE_BYTES)
         super().__init__(message)
         self.message = message
         self.metadata = dict(metadata or {})
         # The request fields the refusal is about (an unknown id names the field that carried it).
-        self.violations = list(violations)
+        self.violations = [
+            FieldViolation(clipped(v.field, MAX_FIELD_BYTES), clipped(v.description, MAX_DESCRIPTION_BYTES))
+            for v in list(violations)[:MAX_VIOLATIONS]
+        ]
         # When set, a google.rpc.RetryInfo tells the client how long to wait before trying again.
         self.retry_after_seconds = retry_after_seconds
 

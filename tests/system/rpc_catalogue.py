@@ -11,9 +11,9 @@ import grpc
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+from assembly.launcher import BUNDLE_BUILDERS
 from egbe.v1 import biography_pb2, cognition_pb2, gateway_pb2, kernel_pb2, policy_pb2
 from services.auth import Role
-from services.runtime import BUNDLE_BUILDERS
 
 PROTO_MODULES = (kernel_pb2, gateway_pb2, cognition_pb2, policy_pb2, biography_pb2)
 
