@@ -200,7 +200,7 @@ class ChassisSettings(BaseSettings):
         description="Per service: largest message and calls in progress at once; unset keys keep defaults.",
     )
     max_concurrent_streams: int = Field(
-        default=128, gt=0, description="HTTP/2 streams one client connection may hold open at once."
+        default=1024, gt=0, description="HTTP/2 streams one client connection may hold open at once."
     )
     max_connection_age_seconds: float = Field(
         default=1800.0,

@@ -142,7 +142,7 @@ def test_server_options_bound_streams_connection_age_idleness_and_the_preface() 
     assert dict(server_options(settings, settings.server_limits["policy"])) == {
         "grpc.max_receive_message_length": 4 * 1024 * 1024,
         "grpc.max_send_message_length": 4 * 1024 * 1024,
-        "grpc.max_concurrent_streams": 128,
+        "grpc.max_concurrent_streams": 1024,
         "grpc.max_connection_age_ms": 1_800_000,
         "grpc.max_connection_age_grace_ms": 30_000,
         "grpc.max_connection_idle_ms": 600_000,

@@ -9,8 +9,16 @@ import pytest
 from tests.conftest import EmbeddedEgbe, start_embedded, stop_embedded
 from tests.system.cluster import ONE_LEDGER_WINDOW
 
-# Small enough that an oversized request is cheap to build.
+# Small enough that an oversized request is cheap to build: every service's server refuses more, and
+# the clients send up to it.
 FUZZ_MAX_MESSAGE_BYTES = 1024 * 1024
+FUZZ_MESSAGE_LIMITS = {
+    "EGBE_MAX_MESSAGE_BYTES": str(FUZZ_MAX_MESSAGE_BYTES),
+    **{
+        f"EGBE_SERVER_LIMITS__{name.upper()}__MAX_MESSAGE_BYTES": str(FUZZ_MAX_MESSAGE_BYTES)
+        for name in ("kernel", "gateway", "cognition", "policy", "biography")
+    },
+}
 # The gateway's ledger must not move by itself while the fuzz compares snapshots around refused
 # requests: no run times out (its reservation released) and the spend window never rolls over
 # (a window of about a century starting at the epoch) during the module.
@@ -23,8 +31,7 @@ QUIET_LEDGER = {
 @pytest.fixture(scope="module")
 def adversarial_egbe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEgbe]:
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("EGBE_MAX_MESSAGE_BYTES", str(FUZZ_MAX_MESSAGE_BYTES))
-        for name, value in QUIET_LEDGER.items():
+        for name, value in {**FUZZ_MESSAGE_LIMITS, **QUIET_LEDGER}.items():
             env.setenv(name, value)
         egbe = start_embedded(tmp_path_factory.mktemp("egbe-adversarial"))
     yield egbe

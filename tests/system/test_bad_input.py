@@ -346,18 +346,19 @@ def test_duplicates_and_unknown_ids_are_refused_naming_the_field_and_change_noth
     assert field in fields, (outcome.details, fields)
 
 
-def test_resuming_a_target_without_controls_lifts_nothing(
+def test_resuming_a_target_without_controls_is_not_found_and_changes_nothing(
     channels: dict[str, grpc.Channel], adversarial_egbe: EmbeddedEgbe, probe: StateProbe
 ) -> None:
     """No RPC takes a control id: controls are lifted by scope and target, and a target without one
-    lifts nothing and changes nothing (an answer, not a refusal)."""
+    is NOT_FOUND (the operator learns the resume did nothing) and changes nothing."""
     rpc = BY_NAME["OperatorService.Resume"]
     before = probe.snapshot()
     request = gateway_pb2.ResumeRequest(
         scope=gateway_pb2.CONTROL_SCOPE_ORI, target="never-controlled", reason="fuzz: nothing to lift"
     )
     outcome = call(channels["gateway"], rpc, [request], _metadata(adversarial_egbe, rpc), CALL_TIMEOUT)
-    assert outcome.code == grpc.StatusCode.OK, outcome
+    assert outcome.code == grpc.StatusCode.NOT_FOUND, outcome
+    assert "never-controlled" in outcome.details
     assert probe.snapshot() == before
 
 

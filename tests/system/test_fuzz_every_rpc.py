@@ -39,7 +39,7 @@ from services.auth import bearer_metadata
 from tests.conftest import EmbeddedEgbe, start_embedded, stop_embedded
 from tests.kernel_service.frames import frame
 from tests.kernel_service.snapshot_fuzz import BREAKS
-from tests.system.conftest import FUZZ_MAX_MESSAGE_BYTES, QUIET_LEDGER
+from tests.system.conftest import FUZZ_MESSAGE_LIMITS, QUIET_LEDGER
 from tests.system.request_mutations import Mutation, mutate, plausible
 from tests.system.rpc_catalogue import Outcome, Rpc, all_rpcs, call
 from tests.system.system_state import SEEDED_ORI, SEEDED_WORLD, State, StateProbe
@@ -162,10 +162,9 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     data_dir = tmp_path_factory.mktemp("egbe-fuzz-every-rpc")
     tick_log = data_dir / TICK_LOG
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("EGBE_MAX_MESSAGE_BYTES", str(FUZZ_MAX_MESSAGE_BYTES))
         env.setenv("EGBE_KERNEL__TICK_LOG_PATH", str(tick_log))
         env.setenv("EGBE_KERNEL__SNAPSHOT_EVERY_TICKS", "1")
-        for name, value in QUIET_LEDGER.items():
+        for name, value in {**FUZZ_MESSAGE_LIMITS, **QUIET_LEDGER}.items():
             env.setenv(name, value)
         egbe = start_embedded(data_dir)
     channels = {name: grpc.insecure_channel(target) for name, target in egbe.targets.items()}
