@@ -156,4 +156,3 @@ def assemble_context(request: ContextInput, limits: AssemblyLimits) -> Assembled
         clipped=any(omitted.values()),
     )
     return replace(assembled, fingerprint=fingerprint(assembled.canonical()))
-
