@@ -181,6 +181,9 @@ class Dispatcher:
             self._channels.append(channel)
             gateway = gateway_pb2_grpc.CognitionGatewayServiceStub(channel)
             self._tasks += [asyncio.create_task(self._submit_loop(gateway)) for _ in range(self._concurrency)]
+            # One more lane that takes dialogue calls only: a player's line never waits for a lane
+            # that slow planning or summary runs hold.
+            self._tasks.append(asyncio.create_task(self._submit_loop(gateway, dialogue_only=True)))
         if self.biography_target is not None:
             channel = self._open(self.biography_target)
             self._channels.append(channel)
@@ -213,16 +216,18 @@ class Dispatcher:
         )
         return response
 
-    async def _next(self) -> Queued:
-        """The oldest dialogue call, else the oldest other call."""
-        while not (self._dialogue or self._candidates):
+    async def _next(self, *, dialogue_only: bool = False) -> Queued:
+        """The oldest dialogue call, else (unless `dialogue_only`) the oldest other call."""
+        while not (self._dialogue or (self._candidates and not dialogue_only)):
             self._wake.clear()
             await self._wake.wait()
         return (self._dialogue or self._candidates).popleft()
 
-    async def _submit_loop(self, gateway: CognitionGatewayServiceAsyncStub) -> None:
+    async def _submit_loop(
+        self, gateway: CognitionGatewayServiceAsyncStub, *, dialogue_only: bool = False
+    ) -> None:
         while True:
-            candidate, offer, index = await self._next()
+            candidate, offer, index = await self._next(dialogue_only=dialogue_only)
             self.stats.candidates_sent += 1
             request = gateway_pb2.SubmitRequest(
                 candidate=candidate, request_id=candidate.call_id, mode=MODES[candidate.cause]

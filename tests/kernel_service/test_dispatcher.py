@@ -118,3 +118,21 @@ async def test_a_dialogue_call_goes_ahead_of_every_queued_call() -> None:
     assert dispatcher.pending_candidates == 3
     order = [(await dispatcher._next())[0].call_id for _ in range(3)]
     assert order == ["w:2:1:4", "w:1:0:1", "w:1:2:3"]
+
+
+async def test_the_dialogue_lane_takes_dialogue_calls_only() -> None:
+    """One lane serves dialogue alone, so a line never waits for a lane held by slower work."""
+    dispatcher = Dispatcher(gateway_target="127.0.0.1:9", dial=channel_opener(load_settings()))
+    planning = action_pb2.CognitionCallCandidate(
+        call_id="w:1:0:1", slot=0, cause=action_pb2.COGNITION_CAUSE_CLOTHO_LIVE_PLANNING
+    )
+    dispatcher.offer(action_pb2.TickResult(candidates=[planning]))
+    waiting = asyncio.ensure_future(dispatcher._next(dialogue_only=True))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # the planning call is not its to take
+    dialogue = action_pb2.CognitionCallCandidate(
+        call_id="w:2:1:4", slot=1, cause=action_pb2.COGNITION_CAUSE_DIALOGUE
+    )
+    dispatcher.offer(action_pb2.TickResult(candidates=[dialogue]))
+    assert (await asyncio.wait_for(waiting, 1.0))[0].call_id == "w:2:1:4"
+    assert dispatcher.pending_candidates == 1
