@@ -231,7 +231,7 @@ Run = ActionRun | GuardRun
 
 def set_value(value: struct_pb2.Value, item: Any) -> None:
     """One JSON-like item into a Struct value, field by field: `Struct.update` walks the same tree
-    in Python through generic helpers and costs several times more per key."""
+    in Python through generic code paths and costs several times more per key."""
     if isinstance(item, str):
         value.string_value = item
     elif isinstance(item, bool):

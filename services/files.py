@@ -1,7 +1,7 @@
 """Files only the service's own user may read: the data directory, SQLite databases, tokens.
 
 A secret or a database made world-readable by a default umask is readable by every account on the
-host; these helpers create such files owner-only from the start and refuse secrets others can read.
+host; these functions create such files owner-only from the start and refuse secrets others can read.
 """
 
 from __future__ import annotations

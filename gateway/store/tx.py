@@ -1,5 +1,5 @@
 """The transaction every store capability is written over: a minimal cursor (`Tx`) on the backend's one
-writer (group commit, `gateway/store/group_commit.py`), and the few helpers their bodies share."""
+writer (group commit, `gateway/store/group_commit.py`), and the few functions their bodies share."""
 
 from __future__ import annotations
 
