@@ -196,8 +196,10 @@ class Kernel:
         self.core.run(self.arrays, self.core_params, tick=decoded.tick, observed_all=decoded.slots is None)
         if said:
             # A merged reply is answered as said on this tick, whatever call or guard the core put
-            # over the slot's cached action (outside the core, so both cores stay as they are).
+            # over the slot's cached action (outside the core, so both cores stay as they are): a SAY
+            # from cognition, never a guard's, so a world reading its answer finds the reply.
             self.arrays.fields["out_kind"][said] = action_pb2.ACTION_KIND_SAY
+            self.arrays.fields["out_source"][said] = action_pb2.ACTION_SOURCE_COGNITION
         self.last_tick = decoded.tick
         guards = guard_stamps(self.arrays)
         result = action_pb2.TickResult() if into is None else into

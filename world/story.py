@@ -44,14 +44,15 @@ class CognitionResult:
 
 def cognition_results(actions: action_pb2.ActionBatch) -> list[CognitionResult]:
     """The merged cognition results of a tick, from rows (intents) or columns (sparse payloads): the
-    payloads naming the gateway run that produced them ("run_id"). An Ori holding a cognition action
-    over later ticks repeats its source, not a new result.
+    payloads naming the gateway run that produced them ("run_id"), whatever source the action has (a
+    guard that fired on the merge tick keeps its action, the result its payload). An Ori holding a
+    cognition action over later ticks repeats its source, not a new result.
     """
     if actions.intents:
         return [
             CognitionResult(i.slot, i.tier, i.payload)
             for i in actions.intents
-            if i.source == action_pb2.ACTION_SOURCE_COGNITION and "run_id" in i.payload.fields
+            if "run_id" in i.payload.fields
         ]
     columns = actions.columns
     found = [p for p in columns.payloads if "run_id" in p.payload.fields]

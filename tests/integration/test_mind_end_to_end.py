@@ -81,12 +81,7 @@ def assert_conversations(scenario: Scenario, artifact: RunArtifact, source: str)
     said = [(a.at_tick, a.ori, a.line) for a in scenario.player.addresses]
     heard = [(c.line_tick, c.ori_id, c.line) for c in artifact.conversations]
     assert heard == said
-    last = artifact.conversations[-1]
-    if not last.answered:
-        # Known defect, open: in a full-suite run the last line's reply has been seen not to reach
-        # the world before the run's end. Its dialogue call must still have run.
-        assert any(call.ori_id == last.ori_id and call.cause == "dialogue" for call in artifact.calls)
-    for conversation in [c for c in artifact.conversations if c.answered or c is not last]:
+    for conversation in artifact.conversations:
         assert conversation.answered, conversation
         assert conversation.reply
         assert conversation.source == source
@@ -115,7 +110,7 @@ async def test_hamlet_through_the_anthropic_sdk(fake_model: FakeAnthropic, tmp_p
     assert check_situations(received, scenario) == []
     assert artifact.answered_by == "model"
     assert_conversations(scenario, artifact, "model")
-    for conversation in [c for c in artifact.conversations if c.answered]:
+    for conversation in artifact.conversations:
         assert conversation.reply.startswith(f"This is {conversation.ori_name}.")
 
 

@@ -15,6 +15,7 @@ from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter, _write_varint, read_records, replay
 from services.errors import InvalidArgument
 from tests.kernel_service.frames import CORES, WORLD, columns, frame, make_kernel, registrations, rows
+from world.story import cognition_results, speech_of
 
 AGENTS = 6
 DIALOGUE = action_pb2.COGNITION_CAUSE_DIALOGUE
@@ -238,6 +239,26 @@ def test_a_reply_wins_over_another_result_for_its_slot() -> None:
     result = kernel.tick(rows(2, [frame(3)]), [_said(3, "Not now."), decided])
     [intent] = result.actions.intents
     assert (intent.kind, intent.payload["speech"]["text"]) == (action_pb2.ACTION_KIND_SAY, "Not now.")
+
+
+@pytest.mark.parametrize("core", CORES)
+def test_a_reply_merged_as_a_guard_fires_reaches_the_world_as_the_oris_reply(core: str) -> None:
+    """The stale-goal guard fires on the sixth tick a Lachesis Ori holds goal 77 without progress;
+    the reply merged on that tick is still the Ori's cognition SAY, which the world reads as a reply."""
+    kernel = make_kernel(1, core)
+    held = [frame(0, player_nearby_in_world=True, goal_ref=77)]
+    for tick in range(1, 6):
+        kernel.tick(rows(tick, held))
+    reply = _said(0, "Aye, I will open it.")
+    reply.payload["run_id"] = "run-1"
+    result = kernel.tick(rows(6, held), [reply])
+    assert result.report.guard_interventions == 1
+    [intent] = result.actions.intents
+    assert (intent.kind, intent.source) == (action_pb2.ACTION_KIND_SAY, action_pb2.ACTION_SOURCE_COGNITION)
+    heard = [speech_of(r) for r in cognition_results(result.actions)]
+    assert [(s.slot, s.text, s.run_id) for s in heard if s is not None] == [
+        (0, "Aye, I will open it.", "run-1")
+    ]
 
 
 def test_a_logged_dialogue_tick_replays_to_the_same_digest(tmp_path: Path) -> None:
