@@ -9,7 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from assembly.health import check_health
-from assembly.launcher import start_services, stop_services
+from assembly.launcher import KERNEL_PEER_TARGETS, start_services, stop_services
 from assembly.settings import EgbeSettings
 from services.runtime import client_tokens, load_tokens, published_targets
 from services.settings import SERVICE_NAMES, Endpoint
@@ -42,9 +42,7 @@ def _wired(
         update={
             "tick_log_path": tick_log,
             "snapshot_every_ticks": snapshot_every,
-            "gateway_target": targets["gateway"],
-            "biography_target": targets["biography"],
-            "policy_target": targets["policy"],
+            **{setting: targets[service] for service, setting in KERNEL_PEER_TARGETS.items()},
         }
     )
     return settings.model_copy(update={"endpoints": endpoints, "data_dir": data_dir, "kernel": kernel})

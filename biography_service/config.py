@@ -6,9 +6,6 @@ from pydantic import BaseModel, Field
 
 from services.settings import ChassisSettings
 
-# SQLite stores integers as signed 64-bit; every version, position and tick must fit.
-MAX_STORED_INTEGER = 2**63 - 1
-
 
 class BiographyConfig(BaseModel):
     """Limits on what an Append may carry, page sizes, and the default rehydration budget."""

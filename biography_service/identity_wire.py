@@ -7,15 +7,17 @@ other than newline and tab, and the closed vocabularies (personality axes, value
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 
 from google.protobuf import json_format
 
-from biography_service.config import MAX_STORED_INTEGER, BiographyConfig
+from biography_service.config import BiographyConfig
 from biography_service.events import canonical_json
 from biography_service.identity import IdentityRecorded, Registration
 from biography_service.wire import Violations, ori_id_problems
 from egbe.v1 import biography_pb2
-from services.vocabulary import VALUE_DOMAINS_BY_NAME
+from services.protocol_limits import STORED_INTEGER_MAX
+from services.vocabulary import PERSONALITY_AXES, VALUE_DOMAINS_BY_NAME
 
 MAX_REGISTRATIONS = 100_000
 BASIS_POINTS_MAX = 10_000
@@ -26,10 +28,7 @@ MAX_QUIRKS = 8
 QUIRK_CHARS = 240
 MAX_RELATIONSHIPS = 32
 LOCALE_CHARS = 35
-PERSONALITY_AXES = frozenset(
-    {"warmth", "curiosity", "caution", "ambition", "conscientiousness", "candor", "defiance", "playfulness"}
-)
-NEEDS = ("safety_bp", "sustaining_bp", "social_bp", "purpose_bp", "fatigue_bp")
+NEEDS = tuple(field.name for field in biography_pb2.NeedsBaseline.DESCRIPTOR.fields)
 # C0 and C1 controls and DEL, except tab and newline.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # A plausible BCP-47 tag: language, then optional script, region, variants, extensions, private use.
@@ -54,8 +53,8 @@ def register_identities_request(
         if registration.ori_id in seen:
             problems.add(f"{field}.ori_id", "repeats an Ori registered earlier in this request")
         seen.add(registration.ori_id)
-        if registration.world_tick > MAX_STORED_INTEGER:
-            problems.add(f"{field}.world_tick", f"must be at most {MAX_STORED_INTEGER}")
+        if registration.world_tick > STORED_INTEGER_MAX:
+            problems.add(f"{field}.world_tick", f"must be at most {STORED_INTEGER_MAX}")
         if not registration.HasField("identity"):
             problems.add(f"{field}.identity", "is required")
             continue
@@ -80,8 +79,12 @@ def _identity(
     _text(identity.persona, f"{field}.persona", PERSONA_CHARS, problems)
     if identity.locale and (len(identity.locale) > LOCALE_CHARS or not _LOCALE.fullmatch(identity.locale)):
         problems.add(f"{field}.locale", f"must be a BCP-47 tag (en-US, yo-NG), at most {LOCALE_CHARS} long")
-    _personality(identity, field, problems)
-    _values(identity, field, problems)
+    traits = [(t.axis, t.level_bp) for t in identity.personality]
+    keys = ("axis", "level_bp")
+    _ranked(traits, f"{field}.personality", keys, problems, vocabulary=PERSONALITY_AXES, noun="axis")
+    values = [(v.value_ref, v.weight_bp) for v in identity.values]
+    keys = ("value_ref", "weight_bp")
+    _ranked(values, f"{field}.values", keys, problems, vocabulary=VALUE_DOMAINS_BY_NAME, noun="value")
     if len(identity.quirks) > MAX_QUIRKS:
         problems.add(f"{field}.quirks", f"holds {len(identity.quirks)}; the limit is {MAX_QUIRKS}")
     for i, quirk in enumerate(identity.quirks):
@@ -105,26 +108,26 @@ def _basis_points(value: int, field: str, problems: Violations) -> None:
         problems.add(field, f"must be in [0, {BASIS_POINTS_MAX}]")
 
 
-def _personality(identity: biography_pb2.OriIdentity, field: str, problems: Violations) -> None:
-    axes: set[str] = set()
-    for i, trait in enumerate(identity.personality):
-        if trait.axis not in PERSONALITY_AXES:
-            problems.add(f"{field}.personality[{i}].axis", f"must be one of {sorted(PERSONALITY_AXES)}")
-        elif trait.axis in axes:
-            problems.add(f"{field}.personality[{i}].axis", f"repeats the axis {trait.axis!r}")
-        axes.add(trait.axis)
-        _basis_points(trait.level_bp, f"{field}.personality[{i}].level_bp", problems)
-
-
-def _values(identity: biography_pb2.OriIdentity, field: str, problems: Violations) -> None:
-    refs: set[str] = set()
-    for i, value in enumerate(identity.values):
-        if value.value_ref not in VALUE_DOMAINS_BY_NAME:
-            problems.add(f"{field}.values[{i}].value_ref", f"must be one of {sorted(VALUE_DOMAINS_BY_NAME)}")
-        elif value.value_ref in refs:
-            problems.add(f"{field}.values[{i}].value_ref", f"repeats the value {value.value_ref!r}")
-        refs.add(value.value_ref)
-        _basis_points(value.weight_bp, f"{field}.values[{i}].weight_bp", problems)
+def _ranked(
+    levels: Sequence[tuple[str, int]],
+    field: str,
+    keys: tuple[str, str],
+    problems: Violations,
+    *,
+    vocabulary: Collection[str],
+    noun: str,
+) -> None:
+    """Personality traits and values alike: each names a word of its closed vocabulary, at most once,
+    with a level in basis points; `keys` are the message's name and level fields."""
+    name_key, level_key = keys
+    seen: set[str] = set()
+    for i, (name, level) in enumerate(levels):
+        if name not in vocabulary:
+            problems.add(f"{field}[{i}].{name_key}", f"must be one of {sorted(vocabulary)}")
+        elif name in seen:
+            problems.add(f"{field}[{i}].{name_key}", f"repeats the {noun} {name!r}")
+        seen.add(name)
+        _basis_points(level, f"{field}[{i}].{level_key}", problems)
 
 
 def _relationships(

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from biography_service.chain import ChainReport, ChainVerifier
-from biography_service.config import MAX_STORED_INTEGER, BiographyConfig
+from biography_service.config import BiographyConfig
 from biography_service.consolidation import (
     Fold,
     Fragment,
@@ -32,6 +32,7 @@ from biography_service.identity import (
 )
 from biography_service.rehydration import LoadBudget, WorkingContext, rehydrate
 from biography_service.store.base import AppendSignal, BiographyStore
+from services.protocol_limits import STORED_INTEGER_MAX
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Biography:
             following = None if len(events) <= page_size else events[page_size].global_position
             return Page(events[:page_size], following)
         if start is None:
-            start = MAX_STORED_INTEGER if backward else 0
+            start = STORED_INTEGER_MAX if backward else 0
         events = await self.store.read_stream(ori_id, start, page_size + 1, backward=backward)
         following = None if len(events) <= page_size else events[page_size].stream_version
         return Page(events[:page_size], following)

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from google.protobuf import json_format, struct_pb2
 
-from biography_service.config import MAX_STORED_INTEGER, BiographyConfig
+from biography_service.config import BiographyConfig
 from biography_service.consolidation import Fragment
 from biography_service.events import (
     ALL_STREAMS,
@@ -35,6 +35,7 @@ from biography_service.projections import MemoryView, RelationshipView, ValueVie
 from biography_service.rehydration import LoadBudget, WorkingContext
 from egbe.v1 import biography_pb2
 from services.errors import FieldViolation, InvalidArgument
+from services.protocol_limits import STORED_INTEGER_MAX
 
 KINDS: dict[int, EventKind] = {
     biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED: EventKind.MEMORY_FORMED,
@@ -83,8 +84,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _in_range(value: int, field: str, problems: Violations) -> None:
-    if value > MAX_STORED_INTEGER:
-        problems.add(field, f"must be at most {MAX_STORED_INTEGER}")
+    if value > STORED_INTEGER_MAX:
+        problems.add(field, f"must be at most {STORED_INTEGER_MAX}")
 
 
 def _plain(value: struct_pb2.Value) -> Any:
@@ -218,7 +219,7 @@ def append_request(
         for inner, why in found:
             problems.add(f"events[{i}].payload{inner}", why)
         world_tick = new.world_tick
-        if world_tick > MAX_STORED_INTEGER:
+        if world_tick > STORED_INTEGER_MAX:
             _in_range(world_tick, f"events[{i}].world_tick", problems)
         provenance_ref = new.provenance_ref
         if len(provenance_ref) > config.max_provenance_ref_chars or "\x00" in provenance_ref:

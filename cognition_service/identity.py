@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from cognition_service.context import RankedItem
 from egbe.v1 import biography_pb2
+from services.vocabulary import PERSONALITY_AXES
 
 # Each personality axis as the adjective a reader would use ("warm (72%)").
 AXIS_WORDS = {
@@ -24,6 +25,7 @@ AXIS_WORDS = {
     "defiance": "defiant",
     "playfulness": "playful",
 }
+assert tuple(AXIS_WORDS) == PERSONALITY_AXES
 # Need pressures in words, in the order CallMoment and NeedsBaseline carry them.
 NEED_WORDS = {
     "safety": "safety",

@@ -9,7 +9,7 @@ objectives, the objectives the moment implies, most urgent first. Everything sta
 from __future__ import annotations
 
 from cognition_service.context import RankedItem
-from cognition_service.identity import NEED_WORDS, needs_words, percent
+from cognition_service.identity import NEED_WORDS, baseline_levels, needs_words, percent
 from egbe.v1 import action_pb2, biography_pb2
 
 NO_PLAYER_MM = 2_147_483_647
@@ -99,7 +99,7 @@ def derived_objectives(
         items.append(RankedItem("objective:work", work, VOCATION_BP))
     levels = _needs(moment) if moment is not None else []
     if not any(bp for _, bp in levels) and identity.HasField("needs"):
-        levels = [(name, getattr(identity.needs, f"{name}_bp")) for name in NEED_WORDS]
+        levels = baseline_levels(identity.needs)
     if any(bp for _, bp in levels):
         name, bp = max(levels, key=lambda level: level[1])
         items.append(

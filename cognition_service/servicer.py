@@ -17,6 +17,17 @@ from services.auth import Role
 from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
 from services.logging import get_logger
+from services.protocol_limits import (
+    GROUND_CLAIM_CHARS,
+    GROUND_CLAIMS,
+    GROUND_EVIDENCE,
+    GROUND_EVIDENCE_CHARS,
+    GROUND_ID_CHARS,
+    GROUND_LOCALE_CHARS,
+    GROUND_TAG_CHARS,
+    GROUND_TAGS,
+    STORED_INTEGER_MAX,
+)
 from services.vocabulary import TIER_NAMES
 
 log = get_logger(__name__)
@@ -34,19 +45,10 @@ METHOD_ROLES = {
     }
 }
 IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:_./#-]{0,127}$")
-# The peers' limits, checked before any call so a value a peer would refuse is refused here, whole:
-# the biography stores integers as signed 64-bit; the policy's Ground takes at most 32 claims of 600
-# characters and 256 evidence items of 2,000 (the request's world facts plus the memories and
-# perception the context keeps), ids of 128 characters and 16 tags of 64.
-MAX_TICK = 2**63 - 1
+# Longest run id and context item ref. The peers' limits (services.protocol_limits) are checked before
+# any call, so a value a peer would refuse is refused here, whole; Ground's evidence is the request's
+# world facts plus the memories and perception the context keeps.
 ID_CHARS = 128
-GROUND_CLAIMS = 32
-GROUND_CLAIM_CHARS = 600
-GROUND_EVIDENCE = 256
-GROUND_EVIDENCE_CHARS = 2_000
-GROUND_TAGS = 16
-GROUND_TAG_CHARS = 64
-LOCALE_CHARS = 35
 
 
 def validate_think(request: cognition_pb2.ThinkRequest, config: CognitionConfig) -> None:
@@ -56,8 +58,8 @@ def validate_think(request: cognition_pb2.ThinkRequest, config: CognitionConfig)
         violations.append(FieldViolation("run_id", "required"))
     elif len(request.run_id) > ID_CHARS:
         violations.append(FieldViolation("run_id", f"at most {ID_CHARS} characters"))
-    if request.world_tick > MAX_TICK:
-        violations.append(FieldViolation("world_tick", f"must be at most {MAX_TICK}"))
+    if request.world_tick > STORED_INTEGER_MAX:
+        violations.append(FieldViolation("world_tick", f"must be at most {STORED_INTEGER_MAX}"))
     if not IDENTIFIER.match(request.ori.ori_id):
         violations.append(FieldViolation("ori.ori_id", "required: letters, digits and :_./#- up to 128"))
     if request.tier not in TIER_NAMES:
@@ -117,12 +119,12 @@ def _ground_violations(request: cognition_pb2.ThinkRequest, config: CognitionCon
     violations = _counted(len(request.claims), "claims", GROUND_CLAIMS)
     violations += _counted(len(request.world_facts), "world_facts", facts_limit)
     for i, claim in enumerate(request.claims[:GROUND_CLAIMS]):
-        violations += _sized(claim.claim_id, f"claims[{i}].claim_id", ID_CHARS)
+        violations += _sized(claim.claim_id, f"claims[{i}].claim_id", GROUND_ID_CHARS)
         violations += _sized(claim.text, f"claims[{i}].text", GROUND_CLAIM_CHARS)
-        violations += _sized(claim.locale, f"claims[{i}].locale", LOCALE_CHARS)
+        violations += _sized(claim.locale, f"claims[{i}].locale", GROUND_LOCALE_CHARS)
         violations += _tags(claim.required_tags, f"claims[{i}].required_tags")
     for i, fact in enumerate(request.world_facts[:facts_limit]):
-        violations += _sized(fact.evidence_id, f"world_facts[{i}].evidence_id", ID_CHARS)
+        violations += _sized(fact.evidence_id, f"world_facts[{i}].evidence_id", GROUND_ID_CHARS)
         violations += _sized(fact.text, f"world_facts[{i}].text", GROUND_EVIDENCE_CHARS)
         violations += _tags(fact.tags, f"world_facts[{i}].tags")
     return violations

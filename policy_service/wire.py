@@ -17,25 +17,26 @@ from policy_service.model import (
     ProtectionSurface,
 )
 from services.errors import FieldViolation, InvalidArgument
+from services.protocol_limits import (
+    GROUND_CLAIM_CHARS,
+    GROUND_CLAIMS,
+    GROUND_EVIDENCE,
+    GROUND_EVIDENCE_CHARS,
+    GROUND_ID_CHARS,
+    GROUND_LOCALE_CHARS,
+    GROUND_TAG_CHARS,
+    GROUND_TAGS,
+)
 
 CLAIM_KINDS = {
     policy_pb2.CLAIM_KIND_FACT: ClaimKind.FACT,
     policy_pb2.CLAIM_KIND_OPINION: ClaimKind.OPINION,
     policy_pb2.CLAIM_KIND_BACKSTORY: ClaimKind.BACKSTORY,
 }
-# Per-request limits of Ground and ReviewCulturalBackstory: with them a request's grounding work is
-# bounded (Sophia is linear in the claims' terms times the items holding each) and its answer small.
-# Measured at these limits with every claim term in every item (the worst case): about 50 ms of CPU.
-MAX_CLAIMS = 32
-MAX_EVIDENCE = 256
-MAX_CLAIM_CHARS = 600  # a claim's text (a reply's claim is at most 600 characters by its schema)
-MAX_EVIDENCE_CHARS = 2_000  # an evidence item's text
-MAX_ID_CHARS = 128  # claim_id, evidence_id
-MAX_TAGS = 16  # an item's tags, a claim's required_tags
-MAX_TAG_CHARS = 64
-MAX_LOCALE_CHARS = 35
-# ClassifyStewardText: texts per request and characters per text.
+# ClassifyStewardText: texts per request, characters per field name and per text. (Ground's and
+# ReviewCulturalBackstory's limits are services.protocol_limits': cognition checks them too.)
 MAX_STEWARD_TEXTS = 16
+MAX_STEWARD_FIELD_CHARS = 128
 MAX_STEWARD_TEXT_CHARS = 4_000
 SURFACES = {
     policy_pb2.PROTECTION_SURFACE_DEATH_PATH: ProtectionSurface.DEATH_PATH,
@@ -60,8 +61,10 @@ def _unique_ids(ids: Sequence[str], field: str, id_name: str) -> list[FieldViola
     for i, value in enumerate(ids):
         if not value:
             violations.append(FieldViolation(f"{field}[{i}].{id_name}", "required"))
-        elif len(value) > MAX_ID_CHARS:
-            violations.append(FieldViolation(f"{field}[{i}].{id_name}", f"at most {MAX_ID_CHARS} characters"))
+        elif len(value) > GROUND_ID_CHARS:
+            violations.append(
+                FieldViolation(f"{field}[{i}].{id_name}", f"at most {GROUND_ID_CHARS} characters")
+            )
         elif value in seen:
             violations.append(FieldViolation(f"{field}[{i}].{id_name}", f"duplicate id {value!r}"))
         seen.add(value)
@@ -81,24 +84,24 @@ def _sized(text: str, field: str, limit: int) -> list[FieldViolation]:
 
 
 def _tags(tags: Sequence[str], field: str) -> list[FieldViolation]:
-    violations = _bounded(tags, field, MAX_TAGS)
-    for i, tag in enumerate(tags[:MAX_TAGS]):
-        violations += _sized(tag, f"{field}[{i}]", MAX_TAG_CHARS)
+    violations = _bounded(tags, field, GROUND_TAGS)
+    for i, tag in enumerate(tags[:GROUND_TAGS]):
+        violations += _sized(tag, f"{field}[{i}]", GROUND_TAG_CHARS)
     return violations
 
 
 def claims_from_wire(
     claims: Sequence[policy_pb2.Claim], field: str
 ) -> tuple[list[Claim], list[FieldViolation]]:
-    """The claims, each checked against the per-request limits (only the first MAX_CLAIMS are read)."""
+    """The claims, each checked against the per-request limits (only the first GROUND_CLAIMS are read)."""
     parsed: list[Claim] = []
-    violations = _bounded(claims, field, MAX_CLAIMS)
-    claims = claims[:MAX_CLAIMS]
+    violations = _bounded(claims, field, GROUND_CLAIMS)
+    claims = claims[:GROUND_CLAIMS]
     violations += _unique_ids([c.claim_id for c in claims], field, "claim_id")
     for i, claim in enumerate(claims):
-        violations += _sized(claim.text, f"{field}[{i}].text", MAX_CLAIM_CHARS)
+        violations += _sized(claim.text, f"{field}[{i}].text", GROUND_CLAIM_CHARS)
         violations += _tags(claim.required_tags, f"{field}[{i}].required_tags")
-        violations += _sized(claim.locale, f"{field}[{i}].locale", MAX_LOCALE_CHARS)
+        violations += _sized(claim.locale, f"{field}[{i}].locale", GROUND_LOCALE_CHARS)
         kind = CLAIM_KINDS.get(claim.kind)
         if kind is None:
             violations.append(FieldViolation(f"{field}[{i}].kind", "must be fact, opinion or backstory"))
@@ -112,12 +115,12 @@ def claims_from_wire(
 def evidence_from_wire(
     evidence: Sequence[policy_pb2.Evidence], field: str
 ) -> tuple[list[Evidence], list[FieldViolation]]:
-    """The evidence, checked against the per-request limits (only the first MAX_EVIDENCE are read)."""
-    violations = _bounded(evidence, field, MAX_EVIDENCE)
-    items = evidence[:MAX_EVIDENCE]
+    """The evidence, checked against the per-request limits (only the first GROUND_EVIDENCE are read)."""
+    violations = _bounded(evidence, field, GROUND_EVIDENCE)
+    items = evidence[:GROUND_EVIDENCE]
     violations += _unique_ids([e.evidence_id for e in items], field, "evidence_id")
     for i, item in enumerate(items):
-        violations += _sized(item.text, f"{field}[{i}].text", MAX_EVIDENCE_CHARS)
+        violations += _sized(item.text, f"{field}[{i}].text", GROUND_EVIDENCE_CHARS)
         violations += _tags(item.tags, f"{field}[{i}].tags")
     return [Evidence(e.evidence_id, e.text, tuple(e.tags)) for e in items], violations
 
@@ -194,7 +197,7 @@ def steward_texts(request: policy_pb2.ClassifyStewardTextRequest) -> list[tuple[
     if not texts:
         violations.append(FieldViolation("texts", "must hold at least one text"))
     for i, item in enumerate(texts[:MAX_STEWARD_TEXTS]):
-        violations += _sized(item.field, f"texts[{i}].field", MAX_ID_CHARS)
+        violations += _sized(item.field, f"texts[{i}].field", MAX_STEWARD_FIELD_CHARS)
         violations += _sized(item.text, f"texts[{i}].text", MAX_STEWARD_TEXT_CHARS)
     _require(violations)
     return [(item.field, item.text) for item in texts]

@@ -3,7 +3,8 @@
 Tiers, value domains, goal families and goal tags are numbers on the wire and words in
 configuration, prompts, replies and method files. Every service takes the words from here, so a
 name exists once: as the lowercase suffix of its proto enum value (`GOAL_FAMILY_SELF_CARE` is
-"self-care" where hyphenated, `COGNITION_TIER_CLOTHO` is "clotho").
+"self-care" where hyphenated, `COGNITION_TIER_CLOTHO` is "clotho"), or for a personality axis as
+its PersonalityTraits field name less `_bp`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ TIERS_BY_NAME: dict[str, int] = {name: tier for tier, name in TIER_NAMES.items()
 # Value domains read as identifiers in identities and scenarios: "child_safety".
 VALUE_DOMAIN_NAMES: dict[int, str] = _names(kernel_pb2.ValueDomain.DESCRIPTOR, "VALUE_DOMAIN_", "_")
 VALUE_DOMAINS_BY_NAME: dict[str, int] = {name: domain for domain, name in VALUE_DOMAIN_NAMES.items()}
+
+# Personality axes read as words in identities and prompts: "warmth" (PersonalityTraits.warmth_bp).
+PERSONALITY_AXES: tuple[str, ...] = tuple(
+    field.name.removesuffix("_bp") for field in kernel_pb2.PersonalityTraits.DESCRIPTOR.fields
+)
 
 # Goal families and tags read as slugs in method files and replies: "self-care", "station-known".
 GOAL_FAMILY_NAMES: dict[int, str] = _names(common_pb2.GoalFamily.DESCRIPTOR, "GOAL_FAMILY_", "-")

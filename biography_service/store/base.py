@@ -22,9 +22,6 @@ from biography_service.projections import (
 )
 from biography_service.store import sql
 
-# Ori ids per identity_heads query: well under every backend's limit on bound parameters.
-HEADS_PER_QUERY = 500
-
 
 class AppendSignal:
     """Wakes caught-up subscribers after a commit; a token taken before a read cannot miss a later one."""
@@ -84,8 +81,8 @@ class BiographyStore(ABC):
     async def identity_heads(self, ori_ids: Sequence[str]) -> dict[str, IdentityHead]:
         """Each listed Ori whose stream exists: its last version and its latest identity."""
         heads: dict[str, IdentityHead] = {}
-        for start in range(0, len(ori_ids), HEADS_PER_QUERY):
-            chunk = ori_ids[start : start + HEADS_PER_QUERY]
+        for start in range(0, len(ori_ids), sql.IDS_PER_QUERY):
+            chunk = ori_ids[start : start + sql.IDS_PER_QUERY]
             for row in await self._rows(sql.identity_heads(len(chunk)), chunk):
                 heads[row[0]] = IdentityHead(
                     stream_version=int(row[1]),

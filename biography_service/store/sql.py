@@ -214,6 +214,11 @@ READ_ALL = (
 )
 
 
+# Ids bound in one `IN (...)` query (events_by_ids, identity_heads): well under every backend's limit
+# on bound parameters.
+IDS_PER_QUERY = 500
+
+
 def events_by_ids(count: int) -> str:
     marks = ", ".join("?" * count)
     return f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({marks})"  # noqa: S608

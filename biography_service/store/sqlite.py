@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import sqlite3
 import threading
 import time
@@ -20,6 +18,7 @@ from biography_service.projections import ProjectionSnapshot
 from biography_service.store import sql
 from biography_service.store.base import BiographyStore, build_snapshot
 from biography_service.store.sqlite_writer import GroupCommitWriter, Write
+from services.files import create_private_file, private_dir
 
 T = TypeVar("T")
 
@@ -33,17 +32,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=FULL")
     return connection
-
-
-def _create_private(path: Path) -> None:
-    """Create the database file owner-only (0600), in an owner-only directory (0700) when it makes it.
-
-    The log holds every Ori's life. SQLite gives its WAL and shared-memory files the database file's
-    permissions, so they follow. An existing file or directory keeps the mode its operator gave it.
-    """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 # The writer's own settings, from profiling the batched append path (docs/performance.md):
@@ -66,8 +54,6 @@ def _connect_writer(path: Path) -> sqlite3.Connection:
 # Stream heads kept between groups (one entry per Ori written since the last failed group); past this
 # many the writer starts over rather than grow without bound.
 MAX_CACHED_HEADS = 100_000
-# Event ids per lookup of recorded events: under SQLite's limit on bound parameters.
-IDS_PER_QUERY = 500
 
 
 class _GroupRows:
@@ -162,7 +148,10 @@ class SqliteStore(BiographyStore):
         return connection
 
     async def open(self) -> None:
-        _create_private(self._path)
+        # The log holds every Ori's life: owner-only (SQLite gives its WAL and shared-memory files the
+        # database file's mode); an existing file or directory keeps the mode its operator gave it.
+        private_dir(self._path.parent)
+        create_private_file(self._path)
         self._writer = GroupCommitWriter(
             lambda: _connect_writer(self._path), self._max_group, self._group_rows
         )
@@ -236,8 +225,8 @@ class SqliteStore(BiographyStore):
         recorded: dict[str, RecordedEvent] = {}
         if isolated:
             ids = [event.event_id for request in requests for event in request.events]
-            for start in range(0, len(ids), IDS_PER_QUERY):
-                chunk = ids[start : start + IDS_PER_QUERY]
+            for start in range(0, len(ids), sql.IDS_PER_QUERY):
+                chunk = ids[start : start + sql.IDS_PER_QUERY]
                 for row in connection.execute(sql.events_by_ids(len(chunk)), chunk):
                     event = sql.decode_event(row)
                     recorded[event.event_id] = event

@@ -25,14 +25,14 @@ from cognition_service.social.objectives import Assignment, ExecutionMode, Objec
 from cognition_service.social.values import PRIORITY_MAX, Domain, RankedValues
 from egbe.v1 import biography_pb2, cognition_pb2, common_pb2, kernel_pb2
 from services.errors import FieldViolation, InvalidArgument
+from services.protocol_limits import STORED_INTEGER_MAX
 
 DOMAINS = {domain.proto: domain for domain in Domain}
-# The biography's limits (an Ori id, a stored integer), checked here so a request the biography would
-# refuse is refused whole before anything is written; and bounds that keep every event's payload far
-# under the biography's 64 KiB.
+# The biography's limits (an Ori id's default length; a stored integer, services.protocol_limits),
+# checked here so a request the biography would refuse is refused whole before anything is written;
+# and bounds that keep every event's payload far under the biography's 64 KiB.
 ID_CHARS = 128
 TEXT_CHARS = 2_000
-MAX_TICK = 2**63 - 1
 MAX_ITEMS = 32  # a request's list (tags, lines, options, stages, …)
 MAX_NESTED_ITEMS = 8  # a list inside a listed item (a stage's needs_support)
 E = TypeVar("E", bound=StrEnum)
@@ -62,8 +62,8 @@ class _Checked:
         return value
 
     def tick(self, value: int, field: str) -> int:
-        if value > MAX_TICK:
-            self.add(field, f"must be at most {MAX_TICK}")
+        if value > STORED_INTEGER_MAX:
+            self.add(field, f"must be at most {STORED_INTEGER_MAX}")
         return value
 
     def counted(self, values: Sized, field: str, limit: int = MAX_ITEMS) -> None:

@@ -43,30 +43,31 @@ def config(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_a_misspelt_key_in_a_table_names_the_file_and_the_nearest_key(tmp_path: Path) -> None:
-    path = config(tmp_path, "[gateway.budget]\nworld_cap_tokens_per_hr = 60000\n")
-    assert_user_error(
-        egbe(tmp_path, "--config", str(path), "health"),
-        f"config file {path}: unknown key gateway.budget.world_cap_tokens_per_hr; "
-        "did you mean world_cap_tokens_per_hour?",
-    )
-
-
-def test_a_key_in_the_wrong_table_is_shown_its_full_path(tmp_path: Path) -> None:
-    path = config(tmp_path, "world_cap_tokens_per_hr = 60000\n")
-    assert_user_error(
-        egbe(tmp_path, "--config", str(path), "health"),
-        f"config file {path}: unknown key world_cap_tokens_per_hr; "
-        "did you mean gateway.budget.world_cap_tokens_per_hour?",
-    )
-
-
-def test_an_unknown_key_with_no_near_match_points_at_the_reference(tmp_path: Path) -> None:
-    path = config(tmp_path, "warp_factor = 9\n")
-    assert_user_error(
-        egbe(tmp_path, "--config", str(path), "health"),
-        f"config file {path}: unknown key warp_factor; remove it (docs/configuration.md lists every key)",
-    )
+@pytest.mark.parametrize(
+    ("toml", "answer"),
+    [
+        pytest.param(
+            "[gateway.budget]\nworld_cap_tokens_per_hr = 60000\n",
+            "unknown key gateway.budget.world_cap_tokens_per_hr; did you mean world_cap_tokens_per_hour?",
+            id="misspelt-in-its-table-the-nearest-sibling",
+        ),
+        pytest.param(
+            "world_cap_tokens_per_hr = 60000\n",
+            "unknown key world_cap_tokens_per_hr; did you mean gateway.budget.world_cap_tokens_per_hour?",
+            id="in-the-wrong-table-its-full-path",
+        ),
+        pytest.param(
+            "warp_factor = 9\n",
+            "unknown key warp_factor; remove it (docs/configuration.md lists every key)",
+            id="no-near-match-the-reference",
+        ),
+    ],
+)
+def test_an_unknown_key_in_the_config_file_is_named_with_its_fix(
+    tmp_path: Path, toml: str, answer: str
+) -> None:
+    path = config(tmp_path, toml)
+    assert_user_error(egbe(tmp_path, "--config", str(path), "health"), f"config file {path}: {answer}")
 
 
 def test_a_negative_cap_names_the_key_the_value_and_the_bound(tmp_path: Path) -> None:

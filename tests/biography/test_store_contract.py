@@ -251,7 +251,6 @@ async def test_a_forged_row_with_a_recomputed_hash_but_a_broken_link_is_not_inta
     # The forger rewrites the row and recomputes its own hash correctly; only the link gives it away.
     row = original._replace(payload={"text": "forged"}, previous_hash="f" * 64)
     row = row._replace(hash=chain_hash(row))
-    assert chain_hash(row) == row.hash
     await _tamper(
         biography,
         backend,

@@ -12,6 +12,7 @@ from services.vocabulary import (
     GOAL_FAMILIES_BY_NAME,
     GOAL_TAG_NAMES,
     PERCEIVED_GOAL_TAGS,
+    PERSONALITY_AXES,
     TIER_NAMES,
     VALUE_DOMAIN_NAMES,
 )
@@ -37,6 +38,16 @@ def test_names_come_from_the_enums() -> None:
     )
     assert PERCEIVED_GOAL_TAGS == ("need-rest", "threat-present", "minor-present")
     assert CHOSEN_GOAL_TAGS == ("station-known", "route-known", "relationship-repair", "seek-safety")
+    assert PERSONALITY_AXES == (
+        "warmth",
+        "curiosity",
+        "caution",
+        "ambition",
+        "conscientiousness",
+        "candor",
+        "defiance",
+        "playfulness",
+    )
 
 
 def test_a_goal_ref_packs_and_unpacks_in_the_protocols_layout() -> None:
