@@ -37,7 +37,7 @@ from google.protobuf import struct_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.system_load import columnar_frame, percentile, registration
+from bench.system_load import columnar_frame, percentile, registration_chunks
 from egbe.v1 import (
     biography_pb2,
     biography_pb2_grpc,
@@ -362,8 +362,7 @@ def unauthenticated_flood(c: Cluster, seconds: float) -> dict[str, Any]:
 
 def seeded_world(c: Cluster, tick_log: Path) -> tuple[kernel_pb2.KernelSnapshot, int]:
     """10,200 agents registered and ticked once; the snapshot the tick log took of them."""
-    for start in range(0, AGENTS, 1000):
-        chunk = [registration(WORLD, i) for i in range(start, min(AGENTS, start + 1000))]
+    for chunk in registration_chunks(WORLD, AGENTS):
         c.kernel.RegisterAgents(
             kernel_pb2.RegisterAgentsRequest(world_id=WORLD, agents=chunk), metadata=c.world, timeout=SLOW
         )

@@ -23,12 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from assembly.embedded import DemoTarget, services_for_run
-from assembly.settings import load_settings
+from bench.world_demo import embedded_settings, run_embedded
 from services.logging import configure_logging
-from services.settings import SERVICE_NAMES, Endpoint, LogFormat
+from services.settings import LogFormat
 from world.artifact import RunArtifact
-from world.run import RunOptions, execute, new_run_id
+from world.run import RunOptions
 from world.scenario import Scenario, load_scenario, parse_scenario
 
 SEED = 7
@@ -87,23 +86,8 @@ async def _bench(lines: int, every: int) -> dict[str, object]:
     scenario = talking_scenario(lines, every)
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as scratch:
         root = Path(scratch)
-        settings = load_settings(
-            data_dir=root / "data",
-            endpoints={n: Endpoint(port=0) for n in SERVICE_NAMES},
-            log_level="warning",
-        )
-        run_id = new_run_id(scenario, SEED)
-        run_dir = root / "runs" / run_id
-        run_dir.mkdir(parents=True)
-        async with services_for_run(
-            settings, run_dir, scenario.snapshot_every_ticks, DemoTarget.EMBEDDED
-        ) as svc:
-            artifact = await execute(
-                svc,
-                options=RunOptions(scenario, SEED, realtime=True, progress=False),
-                run_dir=run_dir,
-                run_id=run_id,
-            )
+        options = RunOptions(scenario, SEED, realtime=True, progress=False)
+        artifact = await run_embedded(embedded_settings(root / "data"), options, root / "runs")
         return figures(artifact, lines)
 
 

@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,12 @@ def registration(world_id: str, index: int) -> kernel_pb2.AgentRegistration:
         traits=traits,
         values=[kernel_pb2.RankedValue(domain=kernel_pb2.VALUE_DOMAIN_KINSHIP, weight_bp=8000)],
     )
+
+
+def registration_chunks(world_id: str, agents: int) -> Iterator[list[kernel_pb2.AgentRegistration]]:
+    """The world's agents as RegisterAgents sends them, `REGISTER_CHUNK` a request."""
+    for start in range(0, agents, REGISTER_CHUNK):
+        yield [registration(world_id, i) for i in range(start, min(agents, start + REGISTER_CHUNK))]
 
 
 def columnar_frame(world_id: str, tick: int, count: int) -> perception_pb2.PerceptionBatch:
@@ -137,8 +144,7 @@ async def drive(services: ServiceProcesses, agents: int, hz: float, seconds: flo
         grpc.aio.insecure_channel(services.target("biography")) as biography_channel,
     ):
         kernel = kernel_pb2_grpc.KernelServiceStub(kernel_channel)
-        for start in range(0, agents, REGISTER_CHUNK):
-            chunk = [registration(world_id, i) for i in range(start, min(agents, start + REGISTER_CHUNK))]
+        for chunk in registration_chunks(world_id, agents):
             await kernel.RegisterAgents(
                 kernel_pb2.RegisterAgentsRequest(world_id=world_id, agents=chunk),
                 metadata=world_md,

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from assembly.embedded import DemoTarget, services_for_run
-from assembly.settings import load_settings
+from assembly.settings import EgbeSettings, load_settings
 from assembly.world_runs import run_demo
 from services.logging import configure_logging
 from services.settings import SERVICE_NAMES, Endpoint, LogFormat
@@ -56,30 +56,33 @@ def _figures(artifact: RunArtifact) -> dict[str, object]:
     }
 
 
-async def _solo(settings_dir: Path, runs: Path, ticks: int) -> RunArtifact:
-    scenario = load_scenario("solo-ceiling")
-    settings = load_settings(
-        data_dir=settings_dir, endpoints={n: Endpoint(port=0) for n in SERVICE_NAMES}, log_level="warning"
+def embedded_settings(data_dir: Path) -> EgbeSettings:
+    """Settings for services embedded in the benchmark's process, on ports the system picks."""
+    return load_settings(
+        data_dir=data_dir, endpoints={n: Endpoint(port=0) for n in SERVICE_NAMES}, log_level="warning"
     )
-    run_id = new_run_id(scenario, 7)
+
+
+async def run_embedded(settings: EgbeSettings, options: RunOptions, runs: Path) -> RunArtifact:
+    """One run through `egbe demo`'s own code path with its services embedded, in a new folder under
+    `runs` (no replay check)."""
+    run_id = new_run_id(options.scenario, options.seed)
     run_dir = runs / run_id
     run_dir.mkdir(parents=True)
-    async with services_for_run(
-        settings, run_dir, scenario.snapshot_every_ticks, target=DemoTarget.EMBEDDED
-    ) as svc:
-        return await execute(
-            svc, options=RunOptions(scenario, 7, progress=False, ticks=ticks), run_dir=run_dir, run_id=run_id
-        )
+    snapshot_every = options.scenario.snapshot_every_ticks
+    async with services_for_run(settings, run_dir, snapshot_every, target=DemoTarget.EMBEDDED) as svc:
+        return await execute(svc, options=options, run_dir=run_dir, run_id=run_id)
+
+
+async def _solo(settings_dir: Path, runs: Path, ticks: int) -> RunArtifact:
+    options = RunOptions(load_scenario("solo-ceiling"), 7, progress=False, ticks=ticks)
+    return await run_embedded(embedded_settings(settings_dir), options, runs)
 
 
 async def _bench(solo_ticks: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as scratch:
         root = Path(scratch)
-        settings = load_settings(
-            data_dir=root / "data",
-            endpoints={n: Endpoint(port=0) for n in SERVICE_NAMES},
-            log_level="warning",
-        )
+        settings = embedded_settings(root / "data")
         _, hamlet = await run_demo(settings, "hamlet", 7, root / "runs", progress=False, check_replay=False)
         solo = await _solo(root / "data-solo", root / "runs", solo_ticks)
     return {

@@ -100,7 +100,7 @@ class ModelCalls(GatewayCore):
                 retention_policy_id=self.config.retention_policy_id,
                 config_fingerprint=self.fingerprint,
                 offline=self.adapter.offline,
-                recorded_at_ms=self._now_ms(),
+                recorded_at_ms=self.now_ms(),
                 kernel_call_id=spec.kernel_call_id,
                 **outcome,
             )

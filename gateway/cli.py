@@ -18,7 +18,7 @@ from google.protobuf import duration_pb2
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway import cli_worlds
-from gateway.cli_output import duration_seconds, plain
+from gateway.cli_output import duration_seconds, plain, print_pages
 from gateway.config import TIERS_BY_NAME
 from gateway.operator_wire import OPERATOR_ID_METADATA
 from services.auth import Role, bearer_metadata
@@ -107,17 +107,13 @@ async def _scoped(
 async def _list(
     stub: gateway_pb2_grpc.OperatorServiceAsyncStub, metadata: Any, args: argparse.Namespace
 ) -> None:
-    token = ""
-    for _ in range(100_000):
-        page = await stub.ListControls(
+    await print_pages(
+        lambda token: stub.ListControls(
             gateway_pb2.ListControlsRequest(include_inactive=args.all, page_size=500, page_token=token),
             metadata=metadata,
-        )
-        for control in page.controls:
-            print(json.dumps(plain(control)))
-        token = page.next_page_token
-        if not token:
-            return
+        ),
+        lambda page: page.controls,
+    )
 
 
 async def _spend(
@@ -153,9 +149,8 @@ DECISIONS = {
 async def _attempts(
     stub: gateway_pb2_grpc.OperatorServiceAsyncStub, metadata: Any, args: argparse.Namespace
 ) -> None:
-    token = ""
-    for _ in range(1_000_000):
-        page = await stub.ListOperatorAttempts(
+    await print_pages(
+        lambda token: stub.ListOperatorAttempts(
             gateway_pb2.ListOperatorAttemptsRequest(
                 decision=DECISIONS[args.decision],
                 method=args.method,
@@ -164,12 +159,9 @@ async def _attempts(
                 page_token=token,
             ),
             metadata=metadata,
-        )
-        for attempt in page.attempts:
-            print(json.dumps(plain(attempt)))
-        token = page.next_page_token
-        if not token:
-            return
+        ),
+        lambda page: page.attempts,
+    )
 
 
 async def _export(
@@ -177,9 +169,8 @@ async def _export(
 ) -> None:
     output: TextIO = sys.stdout if args.output is None else args.output.open("w")
     try:
-        token = ""
-        for _ in range(1_000_000):
-            page = await stub.ListAuditRecords(
+        await print_pages(
+            lambda token: stub.ListAuditRecords(
                 gateway_pb2.ListAuditRecordsRequest(
                     ori_id=args.ori,
                     tier=TIERS_BY_NAME[args.tier] if args.tier else 0,  # type: ignore[arg-type]
@@ -189,12 +180,10 @@ async def _export(
                     page_token=token,
                 ),
                 metadata=metadata,
-            )
-            for record in page.records:
-                output.write(json.dumps(plain(record)) + "\n")
-            token = page.next_page_token
-            if not token:
-                return
+            ),
+            lambda page: page.records,
+            output,
+        )
     finally:
         if output is not sys.stdout:
             output.close()

@@ -1,5 +1,5 @@
 """What `egbe ops` prints and parses: answers as JSON a person can read (numbers as numbers, money in
-dollars) and durations such as `10m`.
+dollars), listings a JSON line an item, and durations such as `10m`.
 
 Protobuf's JSON mapping writes 64-bit integers as strings and the gateway counts money in micro-USD; a
 person reading `"consumed_micro_usd": "1234"` has to do both conversions in their head.
@@ -8,8 +8,10 @@ person reading `"consumed_micro_usd": "1234"` has to do both conversions in thei
 from __future__ import annotations
 
 import argparse
+import json
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol, TextIO, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
@@ -27,6 +29,16 @@ _INT64 = frozenset(
 _MICRO_USD = "micro_usd"
 _UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 _DURATION = re.compile(r"(\d+)([smhd])")
+# The most pages a listing follows: a server that always answers another token cannot keep the CLI going.
+MAX_PAGES = 1_000_000
+
+
+class Page(Protocol):
+    @property
+    def next_page_token(self) -> str: ...
+
+
+PageT = TypeVar("PageT", bound=Page)
 
 
 def plain(message: Message) -> dict[str, Any]:
@@ -53,6 +65,23 @@ def _field(key: str, value: Any, field: FieldDescriptor | None) -> tuple[str, An
     if key.endswith(_MICRO_USD) and isinstance(value, int):
         return key.removesuffix(_MICRO_USD) + "usd", dollars(value)
     return key, value
+
+
+async def print_pages(
+    fetch: Callable[[str], Awaitable[PageT]],
+    items: Callable[[PageT], Iterable[Message]],
+    output: TextIO | None = None,
+) -> None:
+    """Every item of a paged listing, a JSON line each (`output`, default stdout): `fetch(token)` asks for
+    a page, `items` reads its items, until a page answers no next token."""
+    token = ""
+    for _ in range(MAX_PAGES):
+        page = await fetch(token)
+        for item in items(page):
+            print(json.dumps(plain(item)), file=output)
+        token = page.next_page_token
+        if not token:
+            return
 
 
 def dollars(micro_usd: int) -> float:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from gateway.cli_output import count, plain
+from gateway.cli_output import count, plain, print_pages
 from gateway.config import TIERS_BY_NAME
 
 Command = Callable[["gateway_pb2_grpc.OperatorServiceAsyncStub", Any, argparse.Namespace], Awaitable[Any]]
@@ -19,16 +19,12 @@ Client = Callable[[Command], Callable[[argparse.Namespace], int]]
 async def _worlds(
     stub: gateway_pb2_grpc.OperatorServiceAsyncStub, metadata: Any, args: argparse.Namespace
 ) -> None:
-    token = ""
-    for _ in range(100_000):
-        page = await stub.ListWorlds(
+    await print_pages(
+        lambda token: stub.ListWorlds(
             gateway_pb2.ListWorldsRequest(page_size=500, page_token=token), metadata=metadata
-        )
-        for world in page.worlds:
-            print(json.dumps(plain(world)))
-        token = page.next_page_token
-        if not token:
-            return
+        ),
+        lambda page: page.worlds,
+    )
 
 
 async def _cap_set(

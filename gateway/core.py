@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from gateway.adapters.base import ModelAdapter
@@ -49,7 +49,7 @@ class GatewayCore:
         self.metrics = metrics or GatewayMetrics()
         self.fingerprint = config_fingerprint(config)
         self._clock = clock
-        self.inflight = InFlight(clock=self._now_ms)
+        self.inflight = InFlight(clock=self.now_ms)
         # This gateway's leases of world caps (docs/gateway.md "Durability"): the holder id must be unique
         # among live gateways sharing the store and stable across restarts (`server.lease_holder`; a
         # gateway built without one, as in-process tests do, holds as "embedded").
@@ -61,12 +61,9 @@ class GatewayCore:
         self.limits = RunLimits(config)  # world caps and run budgets, as operators changed them
         self.metrics.store_conflicts.set_function(lambda: store.conflicts)
 
-    def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
-
     def now_ms(self) -> int:
         """This gateway's clock, Unix ms (what control expiries are checked against)."""
-        return self._now_ms()
+        return int(self._clock() * 1000)
 
     def _window_start_ms(self, now_ms: int) -> int:
         window = self.config.ledger_window_seconds * 1000
@@ -89,7 +86,11 @@ class GatewayCore:
         soon as it answers, so a passing failure closes admission for a round trip, not a lease tick."""
         if any(task.get_name() == "gateway-store-probe" for task in self._tasks):
             return
-        task = asyncio.create_task(self._quietly(self.store.probe), name="gateway-store-probe")
+        self._in_background(self._quietly(self.store.probe), name="gateway-store-probe")
+
+    def _in_background(self, work: Coroutine[Any, Any, object], name: str | None = None) -> None:
+        """Run `work` as a task of this gateway's, kept until it ends (`stop` cancels it)."""
+        task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -65,7 +65,7 @@ class ForeignRun(GatewayError):
     """A call names an Ori or tier (`field`) other than its run's admitted one: a run speaks for its own
     Ori, at its own tier, only."""
 
-    def __init__(self, run_id: str, field: str, asked: str, admitted: str) -> None:
+    def __init__(self, field: str, asked: str, admitted: str) -> None:
         super().__init__(f"the call names {field} {asked}; its run was admitted for {admitted}", field=field)
         self.violation = FieldViolation(field, f"must be the run's admitted {field} ({admitted})")
 

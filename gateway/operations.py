@@ -43,7 +43,7 @@ class OperatorActions(RunGateway):
             violations.append(FieldViolation("expires_after", "must be between 1 ms and 366 days"))
         if violations:
             raise InvalidArgument(violations)
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         control = Control(
             uuid.uuid4().hex,
             kind,
@@ -71,7 +71,7 @@ class OperatorActions(RunGateway):
             world_id="" if scope is ControlScope.WORLD else world_id,
             reason=reason,
             operator_id=operator_id,
-            now_ms=self._now_ms(),
+            now_ms=self.now_ms(),
         )
 
     async def set_world_cap(
@@ -81,7 +81,7 @@ class OperatorActions(RunGateway):
         self.limits.checked_world_cap(world_id, tokens_per_hour)
         _check_reason(reason)
         await self.store.set_world_cap(  # (published to `_on_limits` once committed)
-            world_id, tokens_per_hour, operator_id=operator_id, reason=reason, now_ms=self._now_ms()
+            world_id, tokens_per_hour, operator_id=operator_id, reason=reason, now_ms=self.now_ms()
         )
         return self.world_cap_tokens(world_id)
 
@@ -101,7 +101,7 @@ class OperatorActions(RunGateway):
         )
         _check_reason(reason)
         await self.store.set_run_budget(  # (published to `_on_limits` once committed)
-            tier, budget, operator_id=operator_id, reason=reason, now_ms=self._now_ms()
+            tier, budget, operator_id=operator_id, reason=reason, now_ms=self.now_ms()
         )
         return self.limits.run_budget(tier)
 
@@ -109,14 +109,14 @@ class OperatorActions(RunGateway):
         self, method: str, *, role: str, operator_id: str, allowed: bool, detail: str
     ) -> None:
         await self.store.record_operator_attempt(
-            method, role=role, operator_id=operator_id, allowed=allowed, detail=detail, now_ms=self._now_ms()
+            method, role=role, operator_id=operator_id, allowed=allowed, detail=detail, now_ms=self.now_ms()
         )
 
     def spend_window_start_ms(self, since_ms: int = 0) -> int:
         """The first ledger window a spend report sums: the one holding `since_ms`, or the current one (0).
 
         A `since_ms` after now is refused: that report would silently sum nothing."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         if since_ms > now_ms:
             raise InvalidArgument.field(
                 "since_unix_ms", f"{since_ms} is after the gateway's clock ({now_ms})"

@@ -29,6 +29,7 @@ from services.grpc_types import Context
 
 _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
 T = TypeVar("T")
+ScopedAnswer = TypeVar("ScopedAnswer", gateway_pb2.PauseResponse, gateway_pb2.QuarantineResponse)
 # The role recorded for a refused operator attempt that presented no known token.
 UNAUTHENTICATED = "unauthenticated"
 # Told the caller's role from the call's metadata (the chassis has authenticated it already).
@@ -71,9 +72,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     ) -> ControlAdded:
         """Add a control: `target` gives its scope and target (refusing a bad one); the request its
         reason, world and expiry."""
-        world_id = (
-            getattr(request, "world_id", "") if not isinstance(request, gateway_pb2.KillWorldRequest) else ""
-        )
+        # (a world's kill names its world as the target)
+        world_id = "" if isinstance(request, gateway_pb2.KillWorldRequest) else request.world_id
 
         async def add() -> ControlAdded:
             scope, name = target()
@@ -90,6 +90,24 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             )
 
         return await self._refusals_audited(method, context, add())
+
+    async def _scoped_control(
+        self,
+        method: str,
+        kind: ControlKind,
+        request: gateway_pb2.PauseRequest | gateway_pb2.QuarantineRequest,
+        context: Context,
+        answer: type[ScopedAnswer],
+    ) -> ScopedAnswer:
+        """A control on the scope and target the request names (Pause, Quarantine), answered alike."""
+        added = await self._control(
+            method, kind, lambda: (operator_wire.scope(request.scope), request.target), request, context
+        )
+        return answer(
+            control=self._message(added.control),
+            existing=added.existing,
+            warning=operator_wire.warning(added),
+        )
 
     async def _audited_read(self, method: str, context: Context, detail: str = "") -> None:
         """An operator's read is recorded before it runs; a world server's is not."""
@@ -157,17 +175,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         )
 
     async def Pause(self, request: gateway_pb2.PauseRequest, context: Context) -> gateway_pb2.PauseResponse:
-        added = await self._control(
-            "Pause",
-            ControlKind.PAUSE,
-            lambda: (operator_wire.scope(request.scope), request.target),
-            request,
-            context,
-        )
-        return gateway_pb2.PauseResponse(
-            control=self._message(added.control),
-            existing=added.existing,
-            warning=operator_wire.warning(added),
+        return await self._scoped_control(
+            "Pause", ControlKind.PAUSE, request, context, gateway_pb2.PauseResponse
         )
 
     async def Resume(
@@ -190,17 +199,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def Quarantine(
         self, request: gateway_pb2.QuarantineRequest, context: Context
     ) -> gateway_pb2.QuarantineResponse:
-        added = await self._control(
-            "Quarantine",
-            ControlKind.QUARANTINE,
-            lambda: (operator_wire.scope(request.scope), request.target),
-            request,
-            context,
-        )
-        return gateway_pb2.QuarantineResponse(
-            control=self._message(added.control),
-            existing=added.existing,
-            warning=operator_wire.warning(added),
+        return await self._scoped_control(
+            "Quarantine", ControlKind.QUARANTINE, request, context, gateway_pb2.QuarantineResponse
         )
 
     async def SetWorldCap(

@@ -12,6 +12,7 @@ from egbe.v1 import common_pb2, gateway_pb2
 from gateway.config import TIER_NAMES
 from gateway.records import AuditEntry, Control, ControlAdded, ControlScope, OperatorAttempt, Spend
 from gateway.store.limits import WorldLedger
+from gateway.wire import usage_message
 from services.errors import InvalidArgument
 from services.grpc_types import Context
 
@@ -67,12 +68,7 @@ def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
         model_class=entry.model_class,
         input_context=context,
         output=entry.output,
-        usage=common_pb2.TokenUsage(
-            input_tokens=entry.usage.input_tokens,
-            output_tokens=entry.usage.output_tokens,
-            cache_read_tokens=entry.usage.cache_read_tokens,
-            cache_write_tokens=entry.usage.cache_write_tokens,
-        ),
+        usage=usage_message(entry.usage),
         cost=common_pb2.CostMicroUsd(micro_usd=entry.micro_usd, estimated=entry.cost_estimated),
         policy_decision=entry.policy_decision,
         retention_policy_id=entry.retention_policy_id,

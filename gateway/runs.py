@@ -52,13 +52,13 @@ class Requester(StrEnum):
     RUN = "run"
 
 
-def check_bound(run_id: str, admitted: Who, tier: int, asked: Who | None, asked_tier: int) -> None:
+def check_bound(admitted: Who, tier: int, asked: Who | None, asked_tier: int) -> None:
     """A call that names an Ori or a tier must name its run's admitted ones (ForeignRun naming `ori` or
     `tier`): a run id borrowed from another Ori's admission never makes this Ori think."""
     if asked is not None and asked != admitted:
-        raise ForeignRun(run_id, "ori", _named(asked), _named(admitted))
+        raise ForeignRun("ori", _named(asked), _named(admitted))
     if asked_tier and asked_tier != tier:
-        raise ForeignRun(run_id, "tier", str(asked_tier), str(tier))
+        raise ForeignRun("tier", str(asked_tier), str(tier))
 
 
 def _named(who: Who) -> str:
@@ -122,7 +122,7 @@ class RunGateway(ModelCalls):
             raise InvalidArgument(violations)
         budget = self.limits.run_budget(tier)
         return RunSpec(
-            run_id=new_run_id(self._now_ms()),
+            run_id=new_run_id(self.now_ms()),
             tenant_id=who.tenant_id,
             world_id=who.world_id,
             ori_id=who.ori_id,
@@ -195,16 +195,17 @@ class RunGateway(ModelCalls):
         if not self.store.healthy:
             self._probe_soon()
             raise StoreUnreachable()
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         deadline_ms = now_ms + int(self.config.run_timeout_seconds * 1000)
         window_start_ms = self._window_start_ms(now_ms)
         blocking = self.inflight.blocking(spec)
+        cap_tokens = self.limits.world_cap_tokens(spec.world_id)  # the cap this decision is made under
         outcome = AdmissionOutcome.KILLED
         if blocking is None:
             reserved = await self.leases.reserve(
                 spec.run_id,
                 (spec.world_id, window_start_ms),
-                cap_tokens=self.limits.world_cap_tokens(spec.world_id),
+                cap_tokens=cap_tokens,
                 tokens=spec.max_tokens,
                 deadline_ms=deadline_ms,
                 now_ms=now_ms,
@@ -213,7 +214,7 @@ class RunGateway(ModelCalls):
         item = AdmissionItem(
             spec,
             outcome,
-            self.limits.world_cap_tokens(spec.world_id),
+            cap_tokens,
             window_start_ms,
             now_ms,
             deadline_ms,
@@ -241,8 +242,7 @@ class RunGateway(ModelCalls):
             spec,
             False,
             0,
-            f"deferred: the world cap of {self.world_cap_tokens(spec.world_id)} tokens cannot hold the"
-            " reservation",
+            f"deferred: the world cap of {cap_tokens} tokens cannot hold the reservation",
         )
 
     async def _run_spec(self, run_id: str) -> RunSpec:
@@ -281,7 +281,7 @@ class RunGateway(ModelCalls):
         if request.max_output_tokens < 0:
             raise InvalidArgument.field("max_output_tokens", "must be >= 0")
         spec = await self._run_spec(run_id)
-        check_bound(run_id, Who(spec.tenant_id, spec.world_id, spec.ori_id), spec.tier, asked, asked_tier)
+        check_bound(Who(spec.tenant_id, spec.world_id, spec.ori_id), spec.tier, asked, asked_tier)
         run = self.inflight.track(spec)
         with self.leases.recording(run_id):
             await self._stop_if_controlled(run)
@@ -344,7 +344,7 @@ class RunGateway(ModelCalls):
                     entry,
                     holder=self.leases.holder,
                     stats=run.stats(),
-                    now_ms=self._now_ms(),
+                    now_ms=self.now_ms(),
                     result=result_of(admission, call, planned) if spec.request_id else "",
                     admission=row,
                 )
@@ -396,7 +396,7 @@ class RunGateway(ModelCalls):
             stats = tracked.stats()
         try:
             ended = await self.store.end_run(
-                run_id, status, detail=detail, stats=stats, now_ms=self._now_ms(), result=result
+                run_id, status, detail=detail, stats=stats, now_ms=self.now_ms(), result=result
             )
         except NoSuchRun:
             # A run this gateway admitted whose row was never written (the store went down): nothing

@@ -54,7 +54,7 @@ class CognitionGateway(OperatorActions):
         self.inflight.replace_controls(await self.store.load_controls())
         self.limits.replace(await self.store.load_limits())
         charged = await self.store.settle_leases(
-            self.leases.holder, audit=self._settlement_record, now_ms=self._now_ms()
+            self.leases.holder, audit=self._settlement_record, now_ms=self.now_ms()
         )
         if charged:
             log.warning("settled a lease left by this gateway's previous life", tokens=charged)
@@ -78,7 +78,7 @@ class CognitionGateway(OperatorActions):
 
     async def return_leases(self) -> None:
         """Give back everything this gateway's leases hold that no run reserved."""
-        await self.leases.return_all(self._now_ms())
+        await self.leases.return_all(self.now_ms())
 
     @staticmethod
     async def _every(seconds: float, work: Callable[[], Awaitable[object]]) -> None:
@@ -92,12 +92,12 @@ class CognitionGateway(OperatorActions):
     async def sweep(self) -> int:
         """Time out runs past their deadline (a caller that never ended them), releasing reservations:
         this gateway's own (each reservation back to its lease) and any left in the store."""
-        for run_id in self.leases.expired(self._now_ms()):
+        for run_id in self.leases.expired(self.now_ms()):
             try:
                 await self.end_run(run_id, RunStatus.TIMED_OUT, detail="run deadline passed")
             except (EgbeError, GatewayError) as exc:  # the store is down, or it never wrote the run
                 log.warning("timed-out run not ended", run_id=run_id, error=str(exc))
-        expired = await self.store.expire_runs(now_ms=self._now_ms())
+        expired = await self.store.expire_runs(now_ms=self.now_ms())
         self.metrics.count(self.metrics.runs_ended, RunStatus.TIMED_OUT.value, amount=expired)
         return expired
 
@@ -106,7 +106,7 @@ class CognitionGateway(OperatorActions):
         marked unreachable, try it (admission stays closed until it answers)."""
         if not self.store.healthy:
             await self.store.probe()
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         window_ms = self._window_start_ms(now_ms)
         await self.leases.return_idle(
             current_window_ms=window_ms,
@@ -143,7 +143,7 @@ class CognitionGateway(OperatorActions):
             retention_policy_id=self.config.retention_policy_id,
             config_fingerprint=self.fingerprint,
             offline=False,
-            recorded_at_ms=min(self._now_ms(), window_end_ms),  # inside the window it charges
+            recorded_at_ms=min(self.now_ms(), window_end_ms),  # inside the window it charges
             error_class=LEASE_SETTLED,
         )
 
@@ -152,10 +152,8 @@ class CognitionGateway(OperatorActions):
         gateway's leases of a world whose cap changed hold unreserved goes back to the ledger, so the next
         admission leases under the new cap."""
         for world_id in self.limits.replace(current):
-            give_back = functools.partial(self.leases.return_world, world_id, self._now_ms())
-            task = asyncio.create_task(self._quietly(give_back))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            give_back = functools.partial(self.leases.return_world, world_id, self.now_ms())
+            self._in_background(self._quietly(give_back))
 
     def _on_control(self, control: Control) -> None:
         """A control was added or lifted: stop matching in-flight work, and end the matching runs this
@@ -167,6 +165,4 @@ class CognitionGateway(OperatorActions):
         for run in self.inflight.matching(control):
             # (a run with work in flight ends itself when the control cancels it)
             if self.leases.owns(run.spec.run_id) and not run.tasks:
-                task = asyncio.create_task(self._end_after(run.spec.run_id, RunStopped(control)))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._in_background(self._end_after(run.spec.run_id, RunStopped(control)))

@@ -263,6 +263,7 @@ Reply = dict[str, Any]
 def _dialogue(voice: Voice, context: PromptContext) -> Reply:
     speaker = context.speaker or "friend"
     if context.heard:
+        topic = _topic(context.heard)
         opening = voice.pick(
             [
                 "{speaker}, you ask me: {topic}?",
@@ -271,8 +272,8 @@ def _dialogue(voice: Voice, context: PromptContext) -> Reply:
                 "So, {speaker}: {topic}?",
             ],
             speaker=speaker,
-            topic=_topic(context.heard)[:1].lower() + _topic(context.heard)[1:],
-            Topic=_topic(context.heard)[:1].upper() + _topic(context.heard)[1:],
+            topic=topic[:1].lower() + topic[1:],
+            Topic=topic[:1].upper() + topic[1:],
         )
         answer = voice.pick(
             [

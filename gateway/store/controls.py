@@ -4,14 +4,14 @@ it matches (and its operator audit row), and is pushed to every gateway; so are 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.config import TIER_NAMES
 from gateway.errors import NothingToResume
 from gateway.records import Control, ControlAdded, ControlScope, Limits, RunStatus
 from gateway.store import limits
 from gateway.store.ledger import LedgerChanges, end_run_row
-from gateway.store.reports import record_attempt
+from gateway.store.reports import record_change
 from gateway.store.rows import APPLIES, CONTROL_COLUMNS, RUN_COLUMNS, RunEnding, control_from, run_from
 from gateway.store.tx import StoreCore, Tx
 
@@ -64,12 +64,10 @@ class ControlStore(StoreCore):
             )
             existing = None if row is None else control_from(row)
             where = f" in {world_id}" if world_id else ""
-            record_attempt(
+            record_change(
                 tx,
                 f"{control.kind.name}:{scope.name}",
-                role="operator",
                 operator_id=control.operator_id,
-                allowed=True,
                 detail=f"{target}{where}: {control.reason}"
                 + (f" (already active: {existing.control_id})" if existing else ""),
                 now_ms=now_ms,
@@ -155,12 +153,10 @@ class ControlStore(StoreCore):
             tx.execute(
                 f"UPDATE gateway_controls SET active = 0, lifted_at_ms = ? WHERE {where}", (now_ms, *params)
             )
-            record_attempt(
+            record_change(
                 tx,
                 f"RESUME:{scope.name}",
-                role="operator",
                 operator_id=operator_id,
-                allowed=True,
                 detail=f"{target}{f' in {world_id}' if world_id else ''}: {reason}",
                 now_ms=now_ms,
             )
@@ -220,6 +216,12 @@ class ControlStore(StoreCore):
         for listener in self._limits_listeners:
             listener(current)
 
+    async def _change_limits(self, change: Callable[[Tx], Awaitable[Limits]]) -> Limits:
+        """Commit a change of the limits, then push every limit in force to the listeners."""
+        current = await self.transact(change)
+        self._publish_limits(current)
+        return current
+
     async def load_limits(self) -> Limits:
         return await self.transact(limits.load_limits, durable=False)
 
@@ -227,25 +229,21 @@ class ControlStore(StoreCore):
         self, world_id: str, tokens_per_hour: int, *, operator_id: str, reason: str, now_ms: int
     ) -> Limits:
         """Commit a world's cap with its operator audit row, and push it to every gateway."""
-        current = await self.transact(
+        return await self._change_limits(
             lambda tx: limits.set_world_cap(
                 tx, world_id, tokens_per_hour, operator_id=operator_id, reason=reason, now_ms=now_ms
             )
         )
-        self._publish_limits(current)
-        return current
 
     async def set_run_budget(
         self, tier: int, budget: tuple[int, int, int], *, operator_id: str, reason: str, now_ms: int
     ) -> Limits:
         """Commit a tier's per-run budget with its operator audit row, and push it to every gateway."""
-        current = await self.transact(
+        return await self._change_limits(
             lambda tx: limits.set_run_budget(
                 tx, tier, budget, operator_id=operator_id, reason=reason, now_ms=now_ms
             )
         )
-        self._publish_limits(current)
-        return current
 
     async def list_worlds(
         self, *, after_world: str, limit: int, window_start_ms: int, now_ms: int

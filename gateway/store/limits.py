@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gateway.config import TIER_NAMES
 from gateway.records import Control, Limits, RunStatus
-from gateway.store.reports import record_attempt
+from gateway.store.reports import record_change
 
 if TYPE_CHECKING:
     from gateway.store.tx import Tx
@@ -43,15 +43,7 @@ async def set_world_cap(
         (world_id, tokens_per_hour, operator_id, reason, now_ms),
     )
     detail = f"{world_id}: {tokens_per_hour} tokens/hour: {reason}"
-    record_attempt(
-        tx,
-        "SET:WORLD_CAP",
-        role="operator",
-        operator_id=operator_id,
-        allowed=True,
-        detail=detail,
-        now_ms=now_ms,
-    )
+    record_change(tx, "SET:WORLD_CAP", operator_id=operator_id, detail=detail, now_ms=now_ms)
     tx.notify(LIMITS_CHANGED)
     return await load_limits(tx)
 
@@ -69,24 +61,9 @@ async def set_run_budget(
         (tier, calls, tools, tokens, operator_id, reason, now_ms),
     )
     detail = f"{TIER_NAMES[tier]}: {calls} model calls, {tools} tool calls, {tokens} tokens: {reason}"
-    record_attempt(
-        tx,
-        "SET:RUN_BUDGET",
-        role="operator",
-        operator_id=operator_id,
-        allowed=True,
-        detail=detail,
-        now_ms=now_ms,
-    )
+    record_change(tx, "SET:RUN_BUDGET", operator_id=operator_id, detail=detail, now_ms=now_ms)
     tx.notify(LIMITS_CHANGED)
     return await load_limits(tx)
-
-
-def _record(tx: Tx, method: str, operator_id: str, detail: str, now_ms: int) -> None:
-    """The change's operator audit row, in its transaction."""
-    record_attempt(
-        tx, method, role="operator", operator_id=operator_id, allowed=True, detail=detail, now_ms=now_ms
-    )
 
 
 @dataclass

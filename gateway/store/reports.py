@@ -22,6 +22,13 @@ def record_attempt(
     )
 
 
+def record_change(tx: Tx, method: str, *, operator_id: str, detail: str, now_ms: int) -> None:
+    """The audit row of a change an operator committed, in the change's own transaction."""
+    record_attempt(
+        tx, method, role="operator", operator_id=operator_id, allowed=True, detail=detail, now_ms=now_ms
+    )
+
+
 class ReportStore(StoreCore):
     """The operator audit, the audit log and spend."""
 

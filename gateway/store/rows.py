@@ -120,9 +120,6 @@ class AdmissionOutcome(StrEnum):
     BLOCKED = "blocked"  # the world cap: the lease could not hold the run and the ledger had no more
 
 
-# Where `LedgerChanges` counts each admission decision in a window's change.
-
-
 @dataclass(frozen=True)
 class AdmissionItem:
     """One admission decision waiting for the writer."""
@@ -233,9 +230,6 @@ def lease_charge(run: RunRow, tokens: int, holder: str) -> tuple[int, int]:
     if run.lease_holder and run.lease_holder == holder:
         return tokens, tokens - from_reservation
     return from_reservation, 0
-
-
-# The runs a control's scope names: the column, and the value for a target.
 
 
 def control_from(row: Row) -> Control:

@@ -171,32 +171,11 @@ def test_world_scoped_expiring_kills_worlds_caps_and_a_watched_spend(embedded_eg
         assert world["consumed_tokens"] > 0
         assert [c["target"] for c in world["active_controls"]] == ["cli-adaeze"]
 
-        capped = egbe(
-            data_dir,
-            "ops",
-            "cap",
-            "set",
-            "--world",
-            "cli-hamlet-7",
-            "--tokens-per-hour",
-            "9000",
-            "--reason",
-            "drill",
-        )
+        cap_set = ("ops", "cap", "set", "--world", "cli-hamlet-7", "--reason", "drill", "--tokens-per-hour")
+        capped = egbe(data_dir, *cap_set, "9000")
         assert capped.returncode == 0, capped.stderr
         assert json.loads(capped.stdout)["world_cap_tokens"] == 9_000
-        refused = egbe(
-            data_dir,
-            "ops",
-            "cap",
-            "set",
-            "--world",
-            "cli-hamlet-7",
-            "--tokens-per-hour",
-            "0",
-            "--reason",
-            "drill",
-        )
+        refused = egbe(data_dir, *cap_set, "0")
         assert (refused.returncode, "tokens_per_hour" in refused.stderr) == (1, True), refused.stderr
 
         watch = subprocess.Popen(

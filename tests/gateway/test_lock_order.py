@@ -148,7 +148,7 @@ async def test_a_restarted_gateway_settling_its_runs_does_not_deadlock_with_anot
             # b, restarted, settles its lease (the ledger row: it waits), then its active runs; a ends
             # one of them meanwhile (its run row, then the ledger row: it queues behind b).
             settled = asyncio.ensure_future(
-                b.store.settle_leases("b", audit=b._settlement_record, now_ms=b._now_ms())
+                b.store.settle_leases("b", audit=b._settlement_record, now_ms=b.now_ms())
             )
             await _until_waiting_for_locks(postgres_dsn, 1)
             ending = asyncio.ensure_future(a.end_run(left, RunStatus.KILLED))  # (a kill writes the ledger)

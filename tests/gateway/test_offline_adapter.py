@@ -119,15 +119,30 @@ async def test_a_crossroads_decision_picks_an_option_and_says_why(
     assert chosen not in reply["rationale"]  # the option is named by its place, never quoted
 
 
+# Each reply's free text, which a reader could take for a model's words: every piece carries the label.
+LABELLED_TEXT = {
+    OutputSchemaName.DIALOGUE: ("utterance",),
+    OutputSchemaName.DECISION: ("rationale",),
+    OutputSchemaName.REFLECTION: ("insight",),
+    OutputSchemaName.SUMMARY: ("summary", "beats"),
+}
+
+
 @pytest.mark.parametrize("schema", list(OutputSchemaName))
 async def test_every_schema_validates_and_is_labelled(schema: OutputSchemaName) -> None:
     request = ModelRequest("policy", "Objective: bake\nSpeaker: Bram", output_schema=schema.value)
     reply = await ADAPTER.generate(request)
-    parsed = OUTPUT_SCHEMAS[schema].model_validate_json(reply.text)
+    OUTPUT_SCHEMAS[schema].model_validate_json(reply.text)  # (raises when the reply breaks its schema)
     assert reply.offline
-    assert OFFLINE_LABEL in reply.text
-    assert parsed is not None
+    fields = json.loads(reply.text)
+    texts = [text for name in LABELLED_TEXT[schema] for text in _pieces(fields[name])]
+    assert texts
+    assert [text for text in texts if not text.startswith(f"{OFFLINE_LABEL} ")] == []
     assert reply.usage.output_tokens == -(-len(reply.text) // 4)
+
+
+def _pieces(value: str | list[str]) -> list[str]:
+    return value if isinstance(value, list) else [value]
 
 
 @settings(max_examples=50, deadline=None)
@@ -140,13 +155,7 @@ async def test_any_prompt_gets_a_valid_deterministic_reply(task: str, memory: st
     request = ModelRequest("policy", task, untrusted=(UntrustedPart("RECALLED_MEMORY", memory),), mode=mode)
     first, second = await ADAPTER.generate(request), await ADAPTER.generate(request)
     assert first == second
-    schema = {
-        "dialogue": "dialogue",
-        "decision": "decision",
-        "reflection": "reflection",
-        "summary": "summary",
-    }[mode]
-    OUTPUT_SCHEMAS[OutputSchemaName(f"egbe.cognition.{schema}.v1")].model_validate_json(first.text)
+    OUTPUT_SCHEMAS[OutputSchemaName(f"egbe.cognition.{mode}.v1")].model_validate_json(first.text)
 
 
 async def test_blank_values_fall_back_to_defaults() -> None:

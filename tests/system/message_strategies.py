@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 MAX_DEPTH = 3
 _F = FieldDescriptor
-_INTEGER_BOUNDS = {
+INTEGER_BOUNDS = {
     _F.TYPE_INT32: (-(2**31), 2**31 - 1),
     _F.TYPE_SINT32: (-(2**31), 2**31 - 1),
     _F.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
@@ -46,8 +46,8 @@ _PLAIN_SCALARS: dict[int, st.SearchStrategy[Any]] = {
 
 
 def _scalar(field: FieldDescriptor) -> st.SearchStrategy[Any]:
-    if field.type in _INTEGER_BOUNDS:
-        return _integers(_INTEGER_BOUNDS[field.type])
+    if field.type in INTEGER_BOUNDS:
+        return _integers(INTEGER_BOUNDS[field.type])
     if field.type == _F.TYPE_ENUM:
         known = [value.number for value in field.enum_type.values]
         return st.one_of(st.sampled_from(known), st.integers(-3, 1000))  # open enums take unknown values

@@ -16,24 +16,13 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from tests.system.message_strategies import INTEGER_BOUNDS, MAX_DEPTH
+
 _F = FieldDescriptor
-MAX_DEPTH = 3
 # The largest string or bytes value a mutation writes; many such fields stay under a 1 MiB request.
 LARGE = 64 * 1024
 # How many copies a repeated field may be grown to.
 MANY = 256
-_INT_BOUNDS = {
-    _F.TYPE_INT32: (-(2**31), 2**31 - 1),
-    _F.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    _F.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
-    _F.TYPE_INT64: (-(2**63), 2**63 - 1),
-    _F.TYPE_SINT64: (-(2**63), 2**63 - 1),
-    _F.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    _F.TYPE_UINT32: (0, 2**32 - 1),
-    _F.TYPE_FIXED32: (0, 2**32 - 1),
-    _F.TYPE_UINT64: (0, 2**64 - 1),
-    _F.TYPE_FIXED64: (0, 2**64 - 1),
-}
 _EDGE_STRINGS = (
     "",
     " ",
@@ -122,8 +111,8 @@ def _edge_bytes(current: bytes, rng: random.Random) -> bytes:
 
 
 def _edge_scalar(field: FieldDescriptor, current: Any, rng: random.Random) -> Any:
-    if field.type in _INT_BOUNDS:
-        low, high = _INT_BOUNDS[field.type]
+    if field.type in INTEGER_BOUNDS:
+        low, high = INTEGER_BOUNDS[field.type]
         return rng.choice([low, high, 0, 1, high - 1, (high + 1) // 2, rng.randint(low, high)])
     edges: dict[int, Callable[[], Any]] = {
         _F.TYPE_ENUM: lambda: rng.choice([99, 2**31 - 1, -1, 0]),
