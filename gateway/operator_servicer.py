@@ -23,8 +23,8 @@ from gateway.errors import NothingToResume, status_error
 from gateway.records import Control, ControlAdded, ControlKind, ControlScope
 from gateway.retry_stats import roll_up
 from gateway.service import CognitionGateway
-from services.auth import Principal, Role
-from services.errors import EgbeError, InvalidArgument
+from services.auth import Principal, RefusalHook, Role, Scope, caller_scope, require_scope
+from services.errors import EgbeError, InvalidArgument, PermissionDenied
 from services.grpc_types import Context
 
 _OPERATOR = gateway_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name
@@ -257,8 +257,9 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             limit=limit,
             now_ms=self._gateway.now_ms(),
         )
+        scope = caller_scope()
         return gateway_pb2.ListControlsResponse(
-            controls=[self._message(c) for _, c in rows],
+            controls=[self._message(c) for _, c in rows if scope.unrestricted or _control_in(scope, c)],
             next_page_token=str(rows[-1][0]) if len(rows) == limit else "",
         )
 
@@ -266,6 +267,7 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         self, request: gateway_pb2.GetSpendRequest, context: Context
     ) -> gateway_pb2.GetSpendResponse:
         wire.check_texts(wire.ID_CHARS, world_id=request.world_id, tenant_id=request.tenant_id)
+        require_scope(tenant=request.tenant_id, world=request.world_id)
         await self._audited_read("GetSpend", context, request.world_id)
         window_start_ms = self._gateway.spend_window_start_ms(request.since_unix_ms)
         spend = await self._gateway.store.spend(
@@ -288,10 +290,12 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             after_world=after, limit=limit, window_start_ms=window_start_ms, now_ms=self._gateway.now_ms()
         )
         now_ms = self._gateway.now_ms()
+        scope = caller_scope()
         return gateway_pb2.ListWorldsResponse(
             worlds=[
                 operator_wire.world_message(world, self._gateway.world_cap_tokens(world.world_id), now_ms)
                 for world in worlds
+                if scope.holds_world(world.world_id)
             ],
             next_page_token=operator_wire.world_page_token(worlds, limit),
             window_start_unix_ms=window_start_ms,
@@ -356,10 +360,25 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         )
 
 
+def _control_in(scope: Scope, control: Control) -> bool:
+    """Whether a scoped world token sees this control: one that applies in its worlds (or in every
+    world), and names none of another tenant's or world's."""
+    if control.scope is ControlScope.TENANT and not scope.holds_tenant(control.target):
+        return False
+    if control.scope is ControlScope.WORLD and not scope.holds_world(control.target):
+        return False
+    return not control.world_id or scope.holds_world(control.world_id)
+
+
 # Refused attempts are recorded one row each up to this many per caller (its role and token id, or
-# `unauthenticated`) in a window; the rest of the window's are counted and written as one row when it ends.
+# `unauthenticated`, and the host it called from) in a window; the rest of the window's are counted and
+# written as one row when it ends.
 REFUSED_ROWS_PER_WINDOW = 10
 REFUSAL_WINDOW_SECONDS = 60.0
+# Callers kept apart at once; refusals from any further caller share one window (host "other hosts"),
+# so a flood from many hosts writes at most this many windows' rows.
+MAX_CALLERS = 32
+OTHER_HOSTS = "other hosts"
 AGGREGATE_METHOD = "AGGREGATE:REFUSED"
 
 
@@ -374,28 +393,45 @@ class _Window:
         self.counted: Counter[str] = Counter()
 
 
+Caller = tuple[str, str, str]  # role, token id, host
+
+
+def peer_host(peer: str) -> str:
+    """A gRPC peer address without its port ("ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7")."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6") and ":" in address:
+        return f"{kind}:{address.rsplit(':', 1)[0]}"
+    return peer
+
+
 class RefusalAudit:
-    """Records refused operator attempts (wrong role, no token); the chassis calls it before answering.
+    """Records refused attempts (no token or a wrong role on OperatorService; a known token refused
+    anywhere on the gateway, for its role or its scope); the chassis calls it before answering.
 
     A caller with a known token is recorded by its role and token id (never the token); one without is
-    recorded as `unauthenticated`. A flood of refusals must not flood the audit: each caller gets at most
-    `REFUSED_ROWS_PER_WINDOW` rows per `REFUSAL_WINDOW_SECONDS`, and the refusals past that are counted
-    and written as one `AGGREGATE:REFUSED` row when the window ends (its detail: how many, by RPC). The
-    callers are the tokens configured and `unauthenticated`, so what is kept per caller stays bounded."""
+    recorded as `unauthenticated`; each row names the host the call came from. A flood of refusals
+    must not flood the audit: each caller (role, token, host) gets at most `REFUSED_ROWS_PER_WINDOW`
+    rows per `REFUSAL_WINDOW_SECONDS`, and the refusals past that are counted and written as one
+    `AGGREGATE:REFUSED` row when the window ends (its detail: how many, by RPC). At most `MAX_CALLERS`
+    windows are open at once; a caller past them shares the `other hosts` window of its token."""
 
     def __init__(self, gateway: CognitionGateway, clock: Callable[[], float] = time.monotonic) -> None:
         self._gateway = gateway
         self._clock = clock
         self._rows = REFUSED_ROWS_PER_WINDOW
         self._seconds = REFUSAL_WINDOW_SECONDS
-        self._windows: dict[tuple[str, str], _Window] = {}
+        self._windows: dict[Caller, _Window] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def __call__(self, method: str, error: EgbeError, principal: Principal | None) -> None:
-        if not method.startswith(f"/{_OPERATOR}/"):
+    def __call__(self, method: str, error: EgbeError, principal: Principal | None, peer: str) -> None:
+        if not (
+            method.startswith(f"/{_OPERATOR}/")
+            or (principal is not None and isinstance(error, PermissionDenied))
+        ):
             return
-        caller = (principal.role.value, principal.token_id) if principal else (UNAUTHENTICATED, "")
+        role, token_id = (principal.role.value, principal.token_id) if principal else (UNAUTHENTICATED, "")
         now = self._clock()
+        caller = self._caller((role, token_id, peer_host(peer)), now)
         window = self._windows.get(caller)
         if window is None or now - window.started >= self._seconds:
             window = self._windows[caller] = _Window(now)
@@ -409,7 +445,16 @@ class RefusalAudit:
             asyncio.get_running_loop().call_later(delay, self._aggregate, caller, window)
         window.counted[name] += 1
 
-    def _aggregate(self, caller: tuple[str, str], window: _Window) -> None:
+    def _caller(self, caller: Caller, now: float) -> Caller:
+        """The window key of `caller`: its own while fewer than `MAX_CALLERS` windows are open (ended
+        windows are dropped first; a pending count keeps its own reference), else `other hosts`."""
+        if caller in self._windows or len(self._windows) < MAX_CALLERS:
+            return caller
+        for key in [k for k, w in self._windows.items() if now - w.started >= self._seconds]:
+            del self._windows[key]
+        return caller if len(self._windows) < MAX_CALLERS else (caller[0], caller[1], OTHER_HOSTS)
+
+    def _aggregate(self, caller: Caller, window: _Window) -> None:
         """The window's refusals past its rows, as one row."""
         if self._windows.get(caller) is window:
             del self._windows[caller]
@@ -421,18 +466,17 @@ class RefusalAudit:
         )
         self._record(caller, AGGREGATE_METHOD, detail)
 
-    def _record(self, caller: tuple[str, str], method: str, detail: str) -> None:
-        role, token_id = caller
+    def _record(self, caller: Caller, method: str, detail: str) -> None:
+        role, token_id, host = caller
         task = asyncio.get_running_loop().create_task(
             self._gateway.record_operator_attempt(
-                method, role=role, operator_id=token_id, allowed=False, detail=detail
+                method, role=role, operator_id=token_id, allowed=False, detail=f"{detail} (from {host})"
             )
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
 
-def refusal_auditor(gateway: CognitionGateway) -> Callable[[str, EgbeError, Principal | None], None]:
-    """The chassis's `on_refused` hook of a gateway: its refused operator attempts, bounded
-    (`RefusalAudit`)."""
+def refusal_auditor(gateway: CognitionGateway) -> RefusalHook:
+    """The chassis's `on_refused` hook of a gateway: its refused attempts, bounded (`RefusalAudit`)."""
     return RefusalAudit(gateway)

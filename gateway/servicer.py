@@ -20,7 +20,7 @@ from gateway.runs import AdmitResult, Requester
 from gateway.service import CognitionGateway
 from gateway.streams import StreamRuns, serve_stream
 from gateway.submission import Submissions
-from services.auth import Role
+from services.auth import Role, require_scope
 from services.errors import Aborted, InvalidArgument
 from services.grpc_types import Context
 
@@ -62,6 +62,8 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         self, request: gateway_pb2.SubmitRequest, context: Context
     ) -> gateway_pb2.SubmitResponse:
         who = wire.submit_request(request, self._known_routes)
+        ori = request.candidate.ori
+        require_scope(tenant=ori.tenant_id, world=ori.world_id, at="candidate.ori")
         try:
             return await self._submissions.submit(who, request, context.time_remaining())
         except GatewayError as error:

@@ -13,7 +13,7 @@ from kernel_service.kernel import Kernel
 from kernel_service.metrics import KernelMetrics
 from kernel_service.steward import StewardPolicy, decide
 from kernel_service.tick_log import TickLogWriter
-from services.auth import Role
+from services.auth import Role, caller_scope, require_scope
 from services.errors import InvalidArgument
 from services.grpc_types import Context
 from services.logging import get_logger
@@ -63,12 +63,23 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self._metrics = metrics
 
     def _check_world(self, world_id: str) -> None:
+        self._in_scope(world_id)
         if world_id and self._kernel.world_id and world_id != self._kernel.world_id:
             raise InvalidArgument.field("world_id", f"this kernel serves world {self._kernel.world_id!r}")
+
+    def _in_scope(self, world_id: str, at: str = "") -> None:
+        """A scoped token acts only for its worlds: the one the request names, else the one this
+        kernel serves (a request naming no world acts for it)."""
+        require_scope(world=world_id or self._kernel.world_id or None, at=at)
 
     async def RegisterAgents(
         self, request: kernel_pb2.RegisterAgentsRequest, context: Context
     ) -> kernel_pb2.RegisterAgentsResponse:
+        self._in_scope(request.world_id)
+        if not caller_scope().unrestricted:
+            for index, agent in enumerate(request.agents):
+                ori = agent.ori
+                require_scope(tenant=ori.tenant_id, world=ori.world_id or None, at=f"agents[{index}].ori")
         # Identities first: the biography records them before the kernel registers anyone.
         with mapped():
             await record_identities(self._kernel, self._dispatcher, request)
@@ -81,6 +92,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
 
     def _tick(self, batch: perception_pb2.PerceptionBatch, into: action_pb2.TickResult) -> None:
         """Tick into the response's own result message (see Kernel.tick)."""
+        self._in_scope(batch.world_id, "batch")
         decoded = self._kernel.decode(batch)  # refuse a bad batch before taking the dispatcher's results
         merged = self._mergeable(self._dispatcher.take_results())
         unavailable = self._dispatcher.unavailable_tiers()
@@ -116,6 +128,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         """The logged results merge as they did; nothing reaches the dispatcher (no call is made twice)."""
         async for request in request_iterator:
             logged = request.tick
+            self._in_scope(logged.batch.world_id, "tick.batch")
             response = kernel_pb2.ReplayTicksResponse()
             self._kernel.tick(
                 logged.batch,
@@ -137,6 +150,10 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         self, request: kernel_pb2.RestoreSnapshotRequest, context: Context
     ) -> kernel_pb2.RestoreSnapshotResponse:
         snapshot = request.snapshot
+        self._in_scope(snapshot.world_id, "snapshot")
+        if not caller_scope().unrestricted:
+            for tenant in sorted(set(snapshot.tenant_ids)):
+                require_scope(tenant=tenant, at="snapshot")
         if not snapshot.ori_ids:
             raise InvalidArgument.field("snapshot.ori_ids", "a snapshot names at least one Ori")
         self._kernel.restore(snapshot)

@@ -24,7 +24,15 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from egbe.v1 import gateway_pb2
-from services.auth import AUTHORIZATION_HEADER, Principal, Role, TokenStore, authorize
+from services.auth import (
+    AUTHORIZATION_HEADER,
+    Principal,
+    RefusalHook,
+    Role,
+    TokenStore,
+    authorize,
+    enter_call,
+)
 from services.channels import server_credentials, uses_tls
 from services.errors import EgbeError, Internal, InvalidArgument, to_rpc_status
 from services.grpc_types import Context, GenericHandler, MethodHandler
@@ -54,9 +62,9 @@ class ServiceBundle:
     # Parts with a gRPC health name of their own, which can be down while the service serves (e.g. a
     # dependency left unwired): None = SERVING, else NOT_SERVING and why (`egbe up` logs it at start).
     health_parts: dict[str, str | None] = field(default_factory=dict)
-    # Told of every call the chassis refuses (no token, wrong role) before it answers, e.g. to audit it.
-    # The principal is None when no known token was presented (the token itself is never passed).
-    on_refused: Callable[[str, EgbeError, Principal | None], None] | None = None
+    # Told of every call refused for who made it (no token, wrong role, outside the token's scope)
+    # before it answers, e.g. to audit it; the token itself is never passed.
+    on_refused: RefusalHook | None = None
 
     def roles_for(self, full_method: str) -> frozenset[Role] | None:
         """Roles admitted to `/pkg.Service/Method`, or None when the method is not declared."""
@@ -103,6 +111,18 @@ class Chassis:
         on_refused = self._bundle.on_refused
         refusals = self._refusals
 
+        def report(context: Context, refusal: EgbeError, principal: Principal | None) -> None:
+            refusals.warning(
+                "call refused",
+                rpc=method,
+                peer=context.peer(),
+                code=refusal.code.name,
+                caller=principal.token_id if principal is not None else None,
+                why=refusal.message,
+            )
+            if on_refused is not None:
+                on_refused(method, refusal, principal, context.peer())
+
         def check(context: Context) -> None:
             structlog.contextvars.clear_contextvars()
             structlog.contextvars.bind_contextvars(service=service_name)
@@ -111,17 +131,9 @@ class Chassis:
                 principal = principal_of(_authorization(context.invocation_metadata()))
                 authorize(principal.role, admitted, method)
             except EgbeError as refusal:
-                refusals.warning(
-                    "call refused",
-                    rpc=method,
-                    peer=context.peer(),
-                    code=refusal.code.name,
-                    caller=principal.token_id if principal is not None else None,
-                    why=refusal.message,
-                )
-                if on_refused is not None:
-                    on_refused(method, refusal, principal)
+                report(context, refusal, principal)
                 raise
+            enter_call(principal, lambda refusal: report(context, refusal, principal))
 
         return check
 

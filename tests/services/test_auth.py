@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from services.auth import Role, TokenStore, authorize, bearer_metadata, ensure_embedded_tokens
+from services.auth import Role, Scope, TokenStore, authorize, bearer_metadata, ensure_embedded_tokens
 from services.errors import PermissionDenied, Unauthenticated
 
 WORLD_TOKEN = "w" * 24
@@ -107,8 +107,21 @@ def test_world_readable_token_file_is_refused(tmp_path: Path) -> None:
     [
         ("[]", "JSON object"),
         ('{"admin": "x"}', "unknown role"),
-        ('{"world": 3}', "string or a list"),
+        ('{"world": 3}', "a token or a list of tokens"),
         ("{", "unreadable"),
+        (
+            '{"world": [{"tenants": ["t"]}]}',
+            r"world\[0\] must be a token string or an object with a string 'token'",
+        ),
+        (
+            '{"world": [{"token": "' + "w" * 24 + '", "tenant": ["t"]}]}',
+            r"world\[0\] has unknown keys \['tenant'\]",
+        ),
+        (
+            '{"world": {"token": "' + "w" * 24 + '", "worlds": []}}',
+            r"world\[0\]\.worlds must be a non-empty list",
+        ),
+        ('{"operator": {"token": "' + "o" * 24 + '", "tenants": ["t"]}}', "only world tokens can be scoped"),
     ],
 )
 def test_malformed_token_files_are_refused(tmp_path: Path, content: str, message: str) -> None:
@@ -116,3 +129,32 @@ def test_malformed_token_files_are_refused(tmp_path: Path, content: str, message
     path.write_text(content)
     with pytest.raises(ValueError, match=message):
         TokenStore.load(path)
+
+
+def test_a_scoped_world_token_carries_its_tenants_and_worlds(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    scoped, plain = "s" * 24, "p" * 24
+    path.write_text(
+        json.dumps(
+            {"world": [{"token": scoped, "tenants": ["studio-a"], "worlds": ["hamlet-*", "mill"]}, plain]}
+        )
+    )
+    store = TokenStore.load(path)
+    principal = store.principal_of(f"Bearer {scoped}")
+    assert principal.scope == Scope(frozenset({"studio-a"}), ("hamlet-*", "mill"))
+    assert store.principal_of(f"Bearer {plain}").scope.unrestricted
+    assert store.token_for(Role.WORLD) == scoped
+
+
+def test_a_scope_holds_its_tenants_its_worlds_and_the_worlds_a_prefix_names() -> None:
+    scope = Scope(frozenset({"studio-a"}), ("hamlet-*", "mill"))
+    assert [scope.holds_world(w) for w in ("hamlet-7", "hamlet-", "mill", "mill-2", "hamlet")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert [scope.holds_tenant(t) for t in ("studio-a", "studio-b", "")] == [True, False, False]
+    assert Scope(None, ("mill",)).holds_tenant("anyone")
+    assert Scope(frozenset({"studio-a"})).holds_world("anywhere")

@@ -60,7 +60,8 @@ async def served(
 ) -> AsyncIterator[tuple[RunningService, list[tuple[str, str, Principal | None]]]]:
     refused: list[tuple[str, str, Principal | None]] = []
 
-    def on_refused(method: str, error: EgbeError, principal: Principal | None) -> None:
+    def on_refused(method: str, error: EgbeError, principal: Principal | None, peer: str) -> None:
+        assert peer.startswith(("ipv4:127.0.0.1:", "ipv6:[::1]:")), peer
         refused.append((method, error.reason, principal))
 
     tokens = TokenStore({role: [token] for role, token in TOKENS.items()})
