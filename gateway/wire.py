@@ -144,7 +144,7 @@ def check_fused_binding(who: Who, tier: int, generate: gateway_pb2.GenerateReque
     """A Run's model call that names an Ori or a tier names the ones it admits (PERMISSION_DENIED naming
     `ori` or `tier`, relative to the call)."""
     try:
-        check_bound("", who, tier, asked_ori(generate), generate.tier)
+        check_bound(who, tier, asked_ori(generate), generate.tier)
     except GatewayError as error:
         raise status_error(error) from error
 
@@ -191,9 +191,7 @@ def run_response(
         outcome=gateway_pb2.RUN_OUTCOME_COMPLETED,
         admission=admission,
         generation=generate_response(call),
-        ending=gateway_pb2.EndRunResponse(
-            used_tokens=ended.used_tokens, released_tokens=ended.released_tokens, ended_now=ended.ended_now
-        ),
+        ending=end_response(ended),
     )
 
 
@@ -340,9 +338,5 @@ def think_request(request: gateway_pb2.SubmitRequest, spec: RunSpec) -> cognitio
     )
 
 
-# A Submit's outcome by how its run ended (any other ending is FAILED).
-SUBMIT_OUTCOMES = {
-    RunStatus.COMPLETED: gateway_pb2.RUN_OUTCOME_COMPLETED,
-    RunStatus.FALLBACK: gateway_pb2.RUN_OUTCOME_FALLBACK,
-    RunStatus.KILLED: gateway_pb2.RUN_OUTCOME_KILLED,
-}
+# A Submit's outcome by how its run ended (any other ending is FAILED): EndRun's outcomes turned round.
+SUBMIT_OUTCOMES = {status: outcome for outcome, status in OUTCOME_STATUS.items()}
