@@ -100,7 +100,17 @@ class CognitionConfig(BaseModel):
     max_policy_rerequests: int = Field(
         default=1, ge=0, description="Re-asks after a policy or grounding rejection before the fallback."
     )
-    rpc_timeout_seconds: float = Field(default=30.0, gt=0, description="Deadline of each peer-service call.")
+    rpc_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest a peer-service call may take; less when the call being served has less left.",
+    )
+    rpc_deadline_margin_seconds: float = Field(
+        default=0.05,
+        ge=0,
+        description="Kept back from the served call's deadline to answer in: a peer call's deadline is "
+        "the served call's less this, and none is sent once less than this is left.",
+    )
     locales: tuple[str, ...] = ("en-US", "es-ES", "yo-NG")
     dialogue_templates: dict[str, str] = Field(default_factory=_default_templates)
     tts_codec: str = "opus"

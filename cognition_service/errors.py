@@ -15,6 +15,7 @@ import grpc
 
 from services.errors import (
     Aborted,
+    DeadlineExceeded,
     EgbeError,
     FailedPrecondition,
     FieldViolation,
@@ -71,6 +72,14 @@ class PeerFailed(CognitionError):
         super().__init__(f"{peer} failed: {code.name}: {details}")
 
 
+class DeadlineSpent(PeerFailed):
+    """The call being served ran out of time at a peer call: the call was not sent (its time was
+    already spent) or was cut off at that deadline. Nothing after it was started."""
+
+    def __init__(self, peer: str, details: str) -> None:
+        super().__init__(peer, grpc.StatusCode.DEADLINE_EXCEEDED, details)
+
+
 class PartlyRecorded(CognitionError):
     """A change spanning two streams was written to the first and the second write failed.
 
@@ -88,7 +97,8 @@ class PartlyRecorded(CognitionError):
         )
 
 
-# A peer's status class, kept; anything else is INTERNAL.
+# A peer's status class, kept; anything else is INTERNAL. A peer's DEADLINE_EXCEEDED under the configured
+# timeout (not the caller's deadline: that is DeadlineSpent) is a peer too slow to count as available.
 _PEER_STATUS: dict[grpc.StatusCode, type[EgbeError]] = {
     grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
@@ -129,6 +139,8 @@ def status_error(error: CognitionError) -> EgbeError:
             refused.metadata = metadata
             return refused
         status = _PEER_STATUS.get(error.code, EgbeError)
+        if isinstance(error, DeadlineSpent):
+            status = DeadlineExceeded
         return status(message, metadata=metadata, violations=error.violations)
     if isinstance(error, CoerciveDemonstration):
         refused = InvalidArgument([FieldViolation("behaviour", message)])

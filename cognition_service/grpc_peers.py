@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from cognition_service.errors import PeerFailed
+from cognition_service.errors import DeadlineSpent, PeerFailed
 from cognition_service.peers import Peers
 from cognition_service.social.config import SocialConfig
 from cognition_service.social.layer import SocialLayer
@@ -21,24 +21,38 @@ from egbe.v1 import (
 )
 from services.auth import bearer_metadata
 from services.channels import ChannelOpener
+from services.deadlines import onward_timeout
 from services.errors import peer_violations
 
 _NAMES_OUR_FIELDS = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT})
 
 
 class _Caller:
-    """Calls one peer with the token and deadline; a failed call becomes the matching domain error."""
+    """Calls one peer with the token and deadline; a failed call becomes the matching domain error.
 
-    def __init__(self, peer: str, metadata: tuple[tuple[str, str], ...], timeout: float) -> None:
+    The deadline is `timeout` seconds, or the time the call being served has left less `margin`
+    (kept to answer in) when that is sooner; once that time is spent no call is sent.
+    """
+
+    def __init__(
+        self, peer: str, metadata: tuple[tuple[str, str], ...], timeout: float, margin: float
+    ) -> None:
         self._peer = peer
         self._metadata = metadata
         self._timeout = timeout
+        self._margin = margin
 
     async def call(self, rpc: Callable[..., Any], name: str, request: Any) -> Any:
+        timeout = onward_timeout(self._timeout, self._margin)
+        if timeout <= 0:
+            raise DeadlineSpent(f"{self._peer} {name}", "not sent: the caller's deadline has passed")
         try:
-            return await rpc(request, metadata=self._metadata, timeout=self._timeout)
+            return await rpc(request, metadata=self._metadata, timeout=timeout)
         except grpc.aio.AioRpcError as error:
             code = error.code()
+            # Under the caller's deadline the caller's time ran out; under our own timeout the peer was slow.
+            if code is grpc.StatusCode.DEADLINE_EXCEEDED and timeout < self._timeout:
+                raise DeadlineSpent(f"{self._peer} {name}", "cut off at the caller's deadline") from error
             # An unknown id or a refused value names a field of ours (the same field the peer named).
             named = peer_violations(error) if code in _NAMES_OUR_FIELDS else ()
             raise PeerFailed(f"{self._peer} {name}", code, str(error.details()), named) from error
@@ -128,11 +142,13 @@ class GrpcPeers:
         token: Callable[[], str],
         *,
         timeout_seconds: float,
+        deadline_margin_seconds: float,
         dial: ChannelOpener,
     ) -> None:
         self._targets = targets
         self._token = token
         self._timeout = timeout_seconds
+        self._margin = deadline_margin_seconds
         self._dial = dial
         self._channels: list[grpc.aio.Channel] = []
         self._peers: Peers | None = None
@@ -147,7 +163,7 @@ class GrpcPeers:
             def channel(name: str) -> tuple[grpc.aio.Channel, _Caller]:
                 opened = self._dial(targets[name])
                 self._channels.append(opened)
-                return opened, _Caller(name, metadata, self._timeout)
+                return opened, _Caller(name, metadata, self._timeout, self._margin)
 
             self._policy = PolicyClient(*channel("policy"))
             self._biography = BiographyClient(*channel("biography"))

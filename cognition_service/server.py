@@ -18,6 +18,7 @@ async def build_bundle(settings: CognitionServiceSettings, tokens: TokenStore) -
         lambda: published_targets(settings),
         lambda: tokens.token_for(Role.SERVICE),
         timeout_seconds=settings.cognition.rpc_timeout_seconds,
+        deadline_margin_seconds=settings.cognition.rpc_deadline_margin_seconds,
         dial=channel_opener(settings),
     )
     return ServiceBundle(

@@ -3,8 +3,10 @@ social layer's RPCs (cognition_service/social/wire.py converts and validates the
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from cognition_service.config import CognitionConfig
 from cognition_service.errors import answers_in_status
@@ -14,6 +16,7 @@ from cognition_service.social import wire as social_wire
 from cognition_service.social.layer import SocialLayer
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc, policy_pb2
 from services.auth import Role
+from services.deadlines import serving
 from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
 from services.logging import get_logger
@@ -130,6 +133,26 @@ def _ground_violations(request: cognition_pb2.ThinkRequest, config: CognitionCon
     return violations
 
 
+Servicer = TypeVar("Servicer")
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+
+
+def served(
+    method: Callable[[Servicer, Request, Context], Awaitable[Response]],
+) -> Callable[[Servicer, Request, Context], Awaitable[Response]]:
+    """An RPC method whose peer calls end by its caller's deadline (less the margin to answer in)
+    and whose CognitionErrors reach the caller as their mapped status."""
+    answering = answers_in_status(method)
+
+    @functools.wraps(method)
+    async def answer(servicer: Servicer, request: Request, context: Context) -> Response:
+        with serving(context):
+            return await answering(servicer, request, context)
+
+    return answer
+
+
 class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
     def __init__(
         self, config: CognitionConfig, peers: Callable[[], Peers], social: Callable[[], SocialLayer]
@@ -139,7 +162,7 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         self._social = social
         self.validation_fallbacks_total = 0
 
-    @answers_in_status
+    @served
     async def Think(
         self, request: cognition_pb2.ThinkRequest, context: Context
     ) -> cognition_pb2.ThinkResponse:
@@ -157,14 +180,14 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
 
     # --- the social layer: validate whole, decide, write the events, answer ------------------------
 
-    @answers_in_status
+    @served
     async def NegotiateObjective(
         self, request: cognition_pb2.NegotiateObjectiveRequest, context: Context
     ) -> cognition_pb2.NegotiateObjectiveResponse:
         ori, objective, tick = social_wire.negotiate_request(request)
         return social_wire.negotiate_response(await self._social().assign_objective(ori, objective, tick))
 
-    @answers_in_status
+    @served
     async def ObserveStewardExample(
         self, request: cognition_pb2.ObserveStewardExampleRequest, context: Context
     ) -> cognition_pb2.ObserveStewardExampleResponse:
@@ -172,14 +195,14 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         learned = await self._social().learn_from_demonstration(ori_id, values, demonstration, tick)
         return social_wire.observe_response(learned)
 
-    @answers_in_status
+    @served
     async def AdvanceGoalArc(
         self, request: cognition_pb2.AdvanceGoalArcRequest, context: Context
     ) -> cognition_pb2.AdvanceGoalArcResponse:
         arc, session = social_wire.advance_request(request)
         return social_wire.advance_response(await self._social().advance_goal_arc(arc, session))
 
-    @answers_in_status
+    @served
     async def ResolveCrossroads(
         self, request: cognition_pb2.ResolveCrossroadsRequest, context: Context
     ) -> cognition_pb2.ResolveCrossroadsResponse:
@@ -189,14 +212,14 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         )
         return social_wire.crossroads_response(resolved)
 
-    @answers_in_status
+    @served
     async def AdvanceLifeArc(
         self, request: cognition_pb2.AdvanceLifeArcRequest, context: Context
     ) -> cognition_pb2.AdvanceLifeArcResponse:
         arc, values, session = social_wire.life_arc_request(request)
         return social_wire.life_arc_response(await self._social().advance_life_arc(arc, values, session))
 
-    @answers_in_status
+    @served
     async def SeedRelationship(
         self, request: cognition_pb2.SeedRelationshipRequest, context: Context
     ) -> cognition_pb2.SeedRelationshipResponse:

@@ -153,6 +153,13 @@ class Unavailable(EgbeError):
     reason = "UNAVAILABLE"
 
 
+class DeadlineExceeded(EgbeError):
+    """The caller's deadline passed before the work was done; no later step was started."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    reason = "DEADLINE_EXCEEDED"
+
+
 class Unauthenticated(EgbeError):
     code = grpc.StatusCode.UNAUTHENTICATED
     reason = "UNAUTHENTICATED"

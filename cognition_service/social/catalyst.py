@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cognition_service.errors import PartlyRecorded, PeerFailed
+from cognition_service.errors import DeadlineSpent, PartlyRecorded, PeerFailed
 from cognition_service.social.events import event_draft
 from cognition_service.social.ports import EventAppender, MinorProtectionClient
 from egbe.v1 import biography_pb2, common_pb2, policy_pb2
@@ -54,7 +54,8 @@ async def check_minor_protection(
     tags: frozenset[str],
     counterpart_is_minor: bool = False,
 ) -> Protection:
-    """Ask the policy service; an error or a refusal blocks, and the romantic-minor floor always holds."""
+    """Ask the policy service; an error or a refusal blocks, and the romantic-minor floor always holds
+    (a spent deadline is raised: it is the caller's, not the policy's)."""
     try:
         answer = await client.check_minor_protection(
             policy_pb2.CheckMinorProtectionRequest(
@@ -65,6 +66,9 @@ async def check_minor_protection(
                 counterpart_is_minor=counterpart_is_minor,
             )
         )
+    except DeadlineSpent:
+        # Not a policy failure: the caller stopped waiting, and hears DEADLINE_EXCEEDED.
+        raise
     except Exception as exc:  # fail closed: whatever went wrong, nothing is seeded
         return Protection(False, f"policy-unavailable:{type(exc).__name__}")
     if not answer.allowed:

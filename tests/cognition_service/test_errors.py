@@ -9,6 +9,7 @@ from google.rpc import error_details_pb2
 from cognition_service.errors import (
     AttributionMismatch,
     CognitionError,
+    DeadlineSpent,
     EmptyReply,
     ForeignRun,
     PartlyRecorded,
@@ -40,6 +41,17 @@ from services.errors import EgbeError, FieldViolation, to_rpc_status
             PeerFailed("biography Append", grpc.StatusCode.DATA_LOSS, "?"),
             grpc.StatusCode.INTERNAL,
             "INTERNAL",
+        ),
+        # A peer too slow for our own timeout is unavailable; the caller's time running out is not.
+        (
+            PeerFailed("gateway Generate", grpc.StatusCode.DEADLINE_EXCEEDED, "slow"),
+            grpc.StatusCode.UNAVAILABLE,
+            "UNAVAILABLE",
+        ),
+        (
+            DeadlineSpent("gateway Generate", "cut off at the caller's deadline"),
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "DEADLINE_EXCEEDED",
         ),
     ],
 )
@@ -92,13 +104,25 @@ def test_a_peer_refusing_a_caller_value_is_invalid_argument_with_the_peer_fields
     assert unnamed.violations == [FieldViolation("request", "refused by policy Ground")]
 
 
-def test_a_pair_written_halfway_answers_the_failed_write_status_and_says_retry_completes_it() -> None:
-    failed = PeerFailed("biography Append", grpc.StatusCode.UNAVAILABLE, "down")
+@pytest.mark.parametrize(
+    ("failed", "code"),
+    [
+        (PeerFailed("biography Append", grpc.StatusCode.UNAVAILABLE, "down"), grpc.StatusCode.UNAVAILABLE),
+        # The caller's time ran out before the second write: not sent, and said so the same way.
+        (
+            DeadlineSpent("biography Append", "not sent: the caller's deadline has passed"),
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        ),
+    ],
+)
+def test_a_pair_written_halfway_answers_the_failed_write_status_and_says_retry_completes_it(
+    failed: PeerFailed, code: grpc.StatusCode
+) -> None:
     mapped = status_error(PartlyRecorded(failed, "ori-a", "ori-b"))
-    assert mapped.code is grpc.StatusCode.UNAVAILABLE
+    assert mapped.code is code
     assert mapped.metadata == {
         "peer": "biography Append",
-        "peer_code": "UNAVAILABLE",
+        "peer_code": code.name,
         "recorded_on": "ori-a",
         "pending_on": "ori-b",
         "retry": "idempotent",

@@ -47,6 +47,7 @@ async def harness() -> AsyncIterator[Harness]:
             },
             lambda: TOKENS[Role.SERVICE],
             timeout_seconds=5,
+            deadline_margin_seconds=SETTINGS.cognition.rpc_deadline_margin_seconds,
             dial=channel_opener(SETTINGS),
         )
         servicer = CognitionServicer(

@@ -56,6 +56,7 @@ async def social_service(tmp_path: Path) -> AsyncIterator[Social]:
             },
             lambda: TOKENS[Role.SERVICE],
             timeout_seconds=5,
+            deadline_margin_seconds=settings.cognition.rpc_deadline_margin_seconds,
             dial=channel_opener(settings),
         )
         servicer = CognitionServicer(
