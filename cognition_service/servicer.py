@@ -8,6 +8,8 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
+from google.protobuf.message import Message
+
 from cognition_service.config import CognitionConfig
 from cognition_service.errors import answers_in_status
 from cognition_service.peers import Peers
@@ -15,7 +17,7 @@ from cognition_service.pipeline import MODE_NAMES, think
 from cognition_service.social import wire as social_wire
 from cognition_service.social.layer import SocialLayer
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc, policy_pb2
-from services.auth import Role
+from services.auth import Role, require_scope
 from services.deadlines import serving
 from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
@@ -134,8 +136,20 @@ def _ground_violations(request: cognition_pb2.ThinkRequest, config: CognitionCon
 
 
 Servicer = TypeVar("Servicer")
-Request = TypeVar("Request")
+Request = TypeVar("Request", bound=Message)
 Response = TypeVar("Response")
+
+
+# The Ori a request acts for, by field: a scoped world token may act only for its tenants and worlds.
+ORI_FIELDS = ("ori", "counterpart")
+
+
+def _in_scope(request: Message) -> None:
+    fields = request.DESCRIPTOR.fields_by_name
+    for name in ORI_FIELDS:
+        if name in fields and request.HasField(name):
+            ori = getattr(request, name)
+            require_scope(tenant=ori.tenant_id, world=ori.world_id, at=name)
 
 
 def served(
@@ -147,6 +161,7 @@ def served(
 
     @functools.wraps(method)
     async def answer(servicer: Servicer, request: Request, context: Context) -> Response:
+        _in_scope(request)
         with serving(context):
             return await answering(servicer, request, context)
 

@@ -4,6 +4,7 @@ PERMISSION_DENIED naming the field, and changes nothing."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -11,7 +12,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from assembly.settings import load_settings
-from egbe.v1 import common_pb2, kernel_pb2, kernel_pb2_grpc
+from cognition_service.server import build_bundle as build_cognition
+from egbe.v1 import cognition_pb2, cognition_pb2_grpc, common_pb2, kernel_pb2, kernel_pb2_grpc
 from kernel_service.server import build_bundle
 from services.auth import Role, Scope, ScopedToken, TokenStore, bearer_metadata
 from services.server import start_service
@@ -104,3 +106,39 @@ async def test_a_token_scoped_to_another_world_can_neither_register_nor_tick_thi
     )
     # The refused tick changed nothing: tick 1 is still the world's next (a repeat would be refused).
     assert answered.result.actions.tick == 1
+
+
+async def test_cognition_refuses_a_social_act_for_an_ori_outside_the_scope(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path, log_level="warning")
+    tokens = TokenStore(
+        {
+            Role.WORLD: [ScopedToken(SCOPED, Scope(frozenset({"tenant-1"}), ("world-*",)))],
+            Role.SERVICE: ["service-token-0123456789"],
+        }
+    )
+    running = await start_service(await build_cognition(settings, tokens), Endpoint(port=0), tokens, settings)
+    ada = common_pb2.OriRef(tenant_id="tenant-1", world_id=WORLD, ori_id="ada")
+    stranger = common_pb2.OriRef(tenant_id="tenant-2", world_id=WORLD, ori_id="bram")
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            cognition = cognition_pb2_grpc.CognitionServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await cognition.SeedRelationship(
+                    cognition_pb2.SeedRelationshipRequest(
+                        ori=ada, counterpart=stranger, edge_kind="friend", tags=["friendship"], world_tick=3
+                    ),
+                    metadata=bearer_metadata(SCOPED),
+                )
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert _fields(refused.value) == ["counterpart.tenant_id"]
+            with pytest.raises(grpc.aio.AioRpcError) as elsewhere:
+                await cognition.NegotiateObjective(
+                    cognition_pb2.NegotiateObjectiveRequest(
+                        ori=common_pb2.OriRef(tenant_id="tenant-1", world_id="mill", ori_id="ada")
+                    ),
+                    metadata=bearer_metadata(SCOPED),
+                )
+            assert elsewhere.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert _fields(elsewhere.value) == ["ori.world_id"]
+    finally:
+        await running.stop()
