@@ -63,6 +63,9 @@ OPTIONS = [("grpc.max_send_message_length", 64 * MIB), ("grpc.max_receive_messag
 SLOW = 120.0
 # Pause before and after a measured request.
 SETTLE = 0.3
+# A request's CPU is measured once the server idles below this share of a CPU, waiting at most this long.
+QUIET_SHARE = 0.02
+QUIET_WAIT = 60.0
 Call = Callable[[], Any]
 
 
@@ -77,10 +80,23 @@ def process_cpu_ns(pid: int) -> int:
     return total
 
 
+def wait_quiet(pid: int) -> float:
+    """Wait (up to `QUIET_WAIT` s) until the process idles below `QUIET_SHARE` of a CPU: what it runs
+    in the background (the cognition calls a seeded world's ticks issued) has drained, so it does
+    not blur one request's cost. Returns the share it reached."""
+    deadline = time.monotonic() + QUIET_WAIT
+    while True:
+        start, started = process_cpu_ns(pid), time.monotonic()
+        time.sleep(SETTLE)
+        share = (process_cpu_ns(pid) - start) / 1e9 / (time.monotonic() - started)
+        if share < QUIET_SHARE or time.monotonic() > deadline:
+            return share
+
+
 def cpu_ms(pid: int, request: Call) -> tuple[float, str]:
     """CPU the server spends on one request: the process's CPU over the call and a short settling
-    pause (for work it hands off), less what it spends idle over as long just before."""
-    time.sleep(SETTLE)
+    pause (for work it hands off), less what it spends idle over as long just before, once it idles."""
+    wait_quiet(pid)
     idle_from, idle_start = process_cpu_ns(pid), time.monotonic()
     time.sleep(SETTLE)
     idle_rate = (process_cpu_ns(pid) - idle_from) / (time.monotonic() - idle_start)
