@@ -8,6 +8,7 @@ import importlib
 from collections.abc import Awaitable, Callable, Sequence
 
 from assembly.settings import EgbeSettings
+from services import tracing
 from services.auth import TokenStore
 from services.files import private_dir
 from services.runtime import load_tokens, publish_endpoints, unpublish_endpoints, wait_for_signal
@@ -71,6 +72,7 @@ async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[R
     The data directory is created owner-only before any service writes a database into it."""
     tokens = load_tokens(settings)
     private_dir(settings.data_dir)
+    tracing.configure(settings.otel_endpoint, settings.trace_sample_ratio)
     running: list[RunningService] = []
     try:
         for name in _start_order(names):
@@ -88,6 +90,7 @@ async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[R
 
 async def stop_services(running: Sequence[RunningService], settings: EgbeSettings) -> None:
     await asyncio.gather(*(service.stop() for service in running))
+    await asyncio.to_thread(tracing.flush)
     if running:
         unpublish_endpoints(settings)
 

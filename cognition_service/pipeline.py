@@ -28,6 +28,7 @@ from cognition_service.psyche import spoken_reply_plan
 from cognition_service.structured_output import AttemptRecord, generate_validated
 from cognition_service.zoning import Feedback, build_envelope
 from egbe.v1 import action_pb2, biography_pb2, cognition_pb2, gateway_pb2, policy_pb2
+from services import tracing
 from services.logging import get_logger
 from services.vocabulary import TIER_NAMES
 
@@ -152,6 +153,7 @@ class RunTrace:
     def stage(self, name: str, since_ns: int) -> int:
         now = time.perf_counter_ns()
         self.stages_us[name] = self.stages_us.get(name, 0) + (now - since_ns) // 1_000
+        tracing.past_span("cognition", f"cognition.{name}", since_ns, now)
         return now
 
 

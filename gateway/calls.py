@@ -19,6 +19,7 @@ from gateway.inflight import InFlightRun, SchemaStats
 from gateway.provider_errors import ProviderError, to_gateway_error
 from gateway.records import AuditEntry, CallGrant, RunSpec
 from gateway.routing import ModelRoute, select_route
+from services import tracing
 from services.causes import CAUSE_LABELS
 from services.logging import get_logger
 
@@ -106,8 +107,28 @@ class ModelCalls(GatewayCore):
             )
 
         timing = AdapterTiming()
+        system, _, model = model_ref.partition(":")
         try:
-            reply = await self._call_adapter(run, timing.timed(self.adapter.generate(request)))
+            with tracing.span(
+                "gateway",
+                f"chat {model}",
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.system": system,
+                    "gen_ai.request.model": model,
+                    "gen_ai.request.max_tokens": request.max_output_tokens,
+                    "egbe.call_id": call_id,
+                    "egbe.offline": self.adapter.offline,
+                },
+            ) as span:
+                reply = await self._call_adapter(run, timing.timed(self.adapter.generate(request)))
+                if span is not None:
+                    span.set_attributes(
+                        {
+                            "gen_ai.usage.input_tokens": reply.usage.input_tokens,
+                            "gen_ai.usage.output_tokens": reply.usage.output_tokens,
+                        }
+                    )
         except BaseException as error:
             self._write_row(run)
             await self._record_failed_call(

@@ -18,6 +18,7 @@ from gateway.records import RunStatus
 from gateway.routing import select_route
 from gateway.runs import Requester, Who
 from gateway.service import CognitionGateway
+from services import tracing
 
 
 class Submissions:
@@ -36,14 +37,19 @@ class Submissions:
         """The Submit's run; `time_remaining` is the caller's deadline in seconds from now (None: none),
         passed on to Think when it is sooner than the run timeout."""
         candidate = request.candidate
-        admission = await self._gateway.admit(
-            who,
-            candidate.tier,
-            candidate.cause,
-            request_id=request.request_id,
-            kernel_call_id=candidate.call_id,
-            requester=Requester.SUBMIT,
-        )
+        with tracing.span("gateway", "gateway.admission", {"egbe.call_id": candidate.call_id}) as span:
+            admission = await self._gateway.admit(
+                who,
+                candidate.tier,
+                candidate.cause,
+                request_id=request.request_id,
+                kernel_call_id=candidate.call_id,
+                requester=Requester.SUBMIT,
+            )
+            if span is not None:
+                span.set_attributes(
+                    {"egbe.admitted": admission.admitted, "egbe.run_id": admission.run.run_id}
+                )
         if admission.repeated:
             return gateway_pb2.SubmitResponse.FromString(
                 wire.earlier_reply(admission.run.run_id, request.request_id, admission.earlier_result)
@@ -98,11 +104,14 @@ class Submissions:
         reply.outcome = wire.SUBMIT_OUTCOMES.get(status, gateway_pb2.RUN_OUTCOME_FAILED)
         reply.detail = detail or "completed"
         fallbacks = thought.validation_fallbacks if status is RunStatus.FALLBACK else 0
-        await self._gateway.end_run(
-            spec.run_id,
-            status,
-            detail=detail,
-            fallbacks=fallbacks,
-            result=base64.b64encode(reply.SerializeToString()).decode(),
-        )
+        with tracing.span(
+            "gateway", "gateway.settlement", {"egbe.run_id": spec.run_id, "egbe.outcome": status.value}
+        ):
+            await self._gateway.end_run(
+                spec.run_id,
+                status,
+                detail=detail,
+                fallbacks=fallbacks,
+                result=base64.b64encode(reply.SerializeToString()).decode(),
+            )
         return reply

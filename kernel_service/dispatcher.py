@@ -7,7 +7,9 @@ which the tick log records, so replay does not depend on when a result happened 
 Each submitted call carries its moment (the Ori's situation text and the kernel's values on the
 issuing tick), taken when the tick offers its calls and written into the submitted copy only; each
 result's payload gets "dispatch_us", the monotonic microseconds from the offer to the gateway's
-answer. Registration's identities go to the biography through the same channel, before the kernel
+answer. Each submitted call is the root of its trace (`kernel.dispatch`, sampled; see
+services/tracing.py): a span per call, outside the tick, none per tick or per agent on it.
+Registration's identities go to the biography through the same channel, before the kernel
 registers anyone.
 """
 
@@ -26,6 +28,7 @@ import grpc
 
 from egbe.v1 import action_pb2, biography_pb2, biography_pb2_grpc, common_pb2, gateway_pb2, gateway_pb2_grpc
 from kernel_service.moment import Moments
+from services import tracing
 from services.auth import bearer_metadata
 from services.channels import ChannelOpener
 from services.logging import get_logger
@@ -55,6 +58,18 @@ ALL_TIERS = frozenset(
 # unavailable until a call of that tier succeeds again; an unreachable gateway makes every tier so.
 REFUSING_CODES = frozenset({grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED})
 UNREACHABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _call_attributes(candidate: action_pb2.CognitionCallCandidate) -> dict[str, str | int]:
+    """What a cognition call's trace says of it at its root."""
+    return {
+        "egbe.call_id": candidate.call_id,
+        "egbe.world_id": candidate.ori.world_id,
+        "egbe.ori_id": candidate.ori.ori_id,
+        "egbe.tier": candidate.tier,
+        "egbe.cause": candidate.cause,
+        "egbe.tick": candidate.tick,
+    }
 
 
 @dataclass
@@ -235,7 +250,8 @@ class Dispatcher:
             if offer.moments is not None:
                 offer.moments.fill(index, request.candidate.moment)  # the copy, not the tick's result
             try:
-                response = await gateway.Submit(request, metadata=self._metadata, timeout=self._timeout)
+                with tracing.span("kernel", "kernel.dispatch", _call_attributes(candidate)):
+                    response = await gateway.Submit(request, metadata=self._metadata, timeout=self._timeout)
             except grpc.aio.AioRpcError as error:
                 # The Ori keeps its cached action; the next tick learns only which tiers are refused.
                 self.stats.failures += 1

@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 
 from services.settings import ChassisSettings, TlsMode, TlsSettings
+from services.tracing import client_interceptors
 
 # A server bound to a wildcard address is dialled on loopback from inside its own host or pod.
 _WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "::": "[::1]"}  # noqa: S104
@@ -61,9 +62,12 @@ def open_channel(target: str, settings: ChassisSettings) -> grpc.aio.Channel:
     """An asyncio channel to `target`, secured per `settings.tls`; use as `async with`."""
     target = dialable_target(target)
     options = channel_options(settings)
+    interceptors = client_interceptors() or None
     if uses_tls(target, settings.tls):
-        return grpc.aio.secure_channel(target, client_credentials(settings.tls), options=options)
-    return grpc.aio.insecure_channel(target, options=options)
+        return grpc.aio.secure_channel(
+            target, client_credentials(settings.tls), options=options, interceptors=interceptors
+        )
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 
 ChannelOpener = Callable[[str], grpc.aio.Channel]

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -39,6 +40,7 @@ from services.grpc_types import Context, GenericHandler, MethodHandler
 from services.limits import CallLimit, RateLimitedLog, server_options
 from services.logging import get_logger
 from services.settings import ChassisSettings, Endpoint, ServerLimits, TlsSettings
+from services.tracing import server_span
 
 log = get_logger(__name__)
 
@@ -138,7 +140,12 @@ class Chassis:
         return check
 
     def wrap(self, method: str, handler: MethodHandler) -> MethodHandler:
-        return _wrap_handler(handler, method, self.guard(method), self.calls)
+        service = self._bundle.name
+
+        def span(context: Context) -> AbstractContextManager[Any]:
+            return server_span(service, method, context.invocation_metadata())
+
+        return _wrap_handler(handler, method, self.guard(method), self.calls, span)
 
 
 class _GuardedGenericHandler(GenericHandler):
@@ -233,7 +240,11 @@ async def _fail(context: Context, method: str, error: Exception) -> None:
 
 
 def _wrap_handler(
-    handler: MethodHandler, method: str, check: Callable[[Context], None], calls: CallLimit
+    handler: MethodHandler,
+    method: str,
+    check: Callable[[Context], None],
+    calls: CallLimit,
+    span: Callable[[Context], AbstractContextManager[Any]],
 ) -> MethodHandler:
     """Run `check` first, hold a call slot, and answer every exception as a status with details,
     for all four call shapes. An abort the handler made itself passes through as it is."""
@@ -246,7 +257,7 @@ def _wrap_handler(
         async def unary_unary(request: Any, context: Context) -> Any:
             try:
                 check(context)
-                with calls.held(method, context.peer()):
+                with span(context), calls.held(method, context.peer()):
                     return await inner_uu(_decoded(request), context)
             except grpc.aio.AbortError:
                 raise
@@ -260,7 +271,7 @@ def _wrap_handler(
         async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
                 check(context)
-                with calls.held(method, context.peer()):
+                with span(context), calls.held(method, context.peer()):
                     async for item in inner_us(_decoded(request), context):
                         yield item
             except grpc.aio.AbortError:
@@ -275,7 +286,7 @@ def _wrap_handler(
         async def stream_unary(requests: Any, context: Context) -> Any:
             try:
                 check(context)
-                with calls.held(method, context.peer()):
+                with span(context), calls.held(method, context.peer()):
                     return await inner_su(_decoded_stream(requests), context)
             except grpc.aio.AbortError:
                 raise
@@ -288,7 +299,7 @@ def _wrap_handler(
     async def stream_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
         try:
             check(context)
-            with calls.held(method, context.peer()):
+            with span(context), calls.held(method, context.peer()):
                 async for item in inner_ss(_decoded_stream(requests), context):
                     yield item
         except grpc.aio.AbortError:

@@ -255,6 +255,22 @@ class ChassisSettings(BaseSettings):
     tls: TlsSettings = Field(
         default_factory=TlsSettings, description="TLS / mTLS certificates for serving and dialling."
     )
+    otel_endpoint: str | None = Field(
+        default=None,
+        description=(
+            "OTLP/gRPC collector traces are exported to (e.g. http://127.0.0.1:4317); unset = the "
+            "standard OTEL_EXPORTER_OTLP_ENDPOINT, and with neither no trace is recorded."
+        ),
+    )
+    trace_sample_ratio: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description=(
+            "Share of cognition calls whose trace is recorded (the kernel's dispatch decides; every "
+            "later span follows its parent, and a world server's own traceparent is honoured)."
+        ),
+    )
 
     @field_validator("endpoints")
     @classmethod
