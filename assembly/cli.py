@@ -40,12 +40,16 @@ def _with_listen_overrides(settings: EgbeSettings, args: argparse.Namespace) -> 
     """`--ephemeral-ports` binds port 0 everywhere; `--unix-socket-dir` serves on unix sockets."""
     endpoints = dict(settings.endpoints)
     for name, endpoint in endpoints.items():
+        metrics = None if endpoint.metrics_port is None else 0  # any free port, published
         if args.unix_socket_dir is not None:
             endpoints[name] = Endpoint(
-                host=endpoint.host, port=0, unix_socket=args.unix_socket_dir / f"{name}.sock"
+                host=endpoint.host,
+                port=0,
+                unix_socket=args.unix_socket_dir / f"{name}.sock",
+                metrics_port=metrics,
             )
         elif args.ephemeral_ports:
-            endpoints[name] = Endpoint(host=endpoint.host, port=0)
+            endpoints[name] = Endpoint(host=endpoint.host, port=0, metrics_port=metrics)
     return settings.model_copy(update={"endpoints": endpoints})
 
 

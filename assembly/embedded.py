@@ -35,8 +35,16 @@ _REQUIRED_HEALTH_DEADLINE_SECONDS = 10.0
 def _wired(
     settings: EgbeSettings, socket_dir: Path, data_dir: Path, tick_log: Path, snapshot_every: int
 ) -> EgbeSettings:
-    """Unix sockets named in advance, so each service can be told where the others are before any starts."""
-    endpoints = {name: Endpoint(port=0, unix_socket=socket_dir / f"{name}.sock") for name in SERVICE_NAMES}
+    """Unix sockets named in advance, so each service can be told where the others are before any starts;
+    a service whose settings serve metrics serves them on a free port of the run's own."""
+    endpoints = {
+        name: Endpoint(
+            port=0,
+            unix_socket=socket_dir / f"{name}.sock",
+            metrics_port=None if settings.endpoints[name].metrics_port is None else 0,
+        )
+        for name in SERVICE_NAMES
+    }
     targets = {name: endpoint.target() for name, endpoint in endpoints.items()}
     kernel = settings.kernel.model_copy(
         update={
@@ -75,6 +83,7 @@ async def services_for_run(
                 wired,
                 embedded=True,
                 tick_log=tick_log,
+                metrics={r.bundle.name: r.metrics.port for r in running if r.metrics is not None},
             )
         finally:
             await stop_services(running, wired)

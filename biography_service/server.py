@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from biography_service.config import BiographyServiceSettings
 from biography_service.service import Biography
 from biography_service.servicer import METHOD_ROLES, BiographyServicer
@@ -16,15 +18,15 @@ async def build_bundle(settings: BiographyServiceSettings, tokens: TokenStore) -
     store = store_for(settings, config)
     await store.open()
     backend = "postgres" if settings.database_url else "sqlite"
+    servicer = BiographyServicer(Biography(store, config))
+    metrics = CollectorRegistry()
+    for collector in (servicer.appended, servicer.append_sizes, servicer.append_seconds):
+        metrics.register(collector)
     return ServiceBundle(
         name="biography",
-        servicers=[
-            (
-                biography_pb2_grpc.add_BiographyServiceServicer_to_server,
-                BiographyServicer(Biography(store, config)),
-            )
-        ],
+        servicers=[(biography_pb2_grpc.add_BiographyServiceServicer_to_server, servicer)],
         method_roles=METHOD_ROLES,
         close=store.close,
+        metrics=metrics,
         info={"storage": backend},
     )

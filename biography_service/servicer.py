@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
@@ -20,6 +21,7 @@ from egbe.v1 import biography_pb2, biography_pb2_grpc
 from services.auth import Role
 from services.errors import Aborted, AlreadyExists, EgbeError, FailedPrecondition, Unavailable
 from services.grpc_types import Context
+from services.metrics import Counters, Histograms
 
 _WRITERS = frozenset({Role.SERVICE})
 _READERS = frozenset({Role.SERVICE, Role.OPERATOR})
@@ -67,17 +69,36 @@ def _mapped() -> Iterator[None]:
         raise status_error(error) from error
 
 
+APPEND_SIZE_BUCKETS = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+APPEND_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
 class BiographyServicer(biography_pb2_grpc.BiographyServiceServicer):
     def __init__(self, biography: Biography) -> None:
         self._biography = biography
         self._config = biography.config
+        # Scraped on the biography's metrics endpoint: appends, their size and their commit time.
+        self.appended = Counters(
+            {"egbe_biography_events_appended": ("Events appended (a repeat of a recorded one excluded)", ())}
+        )
+        self.append_sizes = Histograms(
+            "egbe_biography_append_events", "Events per Append request", (), APPEND_SIZE_BUCKETS
+        )
+        self.append_seconds = Histograms(
+            "egbe_biography_append_seconds", "An Append's commit, fsync included", (), APPEND_SECONDS_BUCKETS
+        )
 
     async def Append(
         self, request: biography_pb2.AppendRequest, context: Context
     ) -> biography_pb2.AppendResponse:
         expected, events = wire.append_request(request, self._config)
+        started = time.perf_counter()
         with _mapped():
             result = await self._biography.append(request.ori_id, expected, events)
+        self.append_seconds.observe(time.perf_counter() - started)
+        self.append_sizes.observe(len(events))
+        if not result.already_recorded:
+            self.appended.add("egbe_biography_events_appended", amount=len(events))
         return biography_pb2.AppendResponse(
             next_expected_version=result.last_version,
             first_global_position=result.first_global_position,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from cognition_service.config import CognitionServiceSettings
 from cognition_service.grpc_peers import GrpcPeers
 from cognition_service.servicer import METHOD_ROLES, CognitionServicer
@@ -21,16 +23,16 @@ async def build_bundle(settings: CognitionServiceSettings, tokens: TokenStore) -
         deadline_margin_seconds=settings.cognition.rpc_deadline_margin_seconds,
         dial=channel_opener(settings),
     )
+    servicer = CognitionServicer(
+        settings.cognition, peers.peers, lambda: peers.social(settings.cognition.social)
+    )
+    metrics = CollectorRegistry()
+    metrics.register(servicer.stage_seconds)
+    metrics.register(servicer.outcomes)
     return ServiceBundle(
         name="cognition",
-        servicers=[
-            (
-                cognition_pb2_grpc.add_CognitionServiceServicer_to_server,
-                CognitionServicer(
-                    settings.cognition, peers.peers, lambda: peers.social(settings.cognition.social)
-                ),
-            )
-        ],
+        servicers=[(cognition_pb2_grpc.add_CognitionServiceServicer_to_server, servicer)],
         method_roles=METHOD_ROLES,
         close=peers.close,
+        metrics=metrics,
     )

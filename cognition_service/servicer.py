@@ -22,6 +22,7 @@ from services.deadlines import serving
 from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
 from services.logging import get_logger
+from services.metrics import Counters, Histograms
 from services.protocol_limits import (
     GROUND_CLAIM_CHARS,
     GROUND_CLAIMS,
@@ -140,6 +141,7 @@ Request = TypeVar("Request", bound=Message)
 Response = TypeVar("Response")
 
 
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0)
 # The Ori a request acts for, by field: a scoped world token may act only for its tenants and worlds.
 ORI_FIELDS = ("ori", "counterpart")
 
@@ -176,6 +178,22 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         self._peers = peers
         self._social = social
         self.validation_fallbacks_total = 0
+        # Scraped on cognition's metrics endpoint.
+        self.stage_seconds = Histograms(
+            "egbe_cognition_stage_seconds",
+            "Time in each stage of a Think, model calls included",
+            ("stage",),
+            STAGE_BUCKETS,
+        )
+        self.outcomes = Counters(
+            {
+                "egbe_cognition_thinks": ("Thinks answered, by mode and how they ended", ("mode", "outcome")),
+                "egbe_cognition_validation_fallbacks": (
+                    "Replies refused by their schema, by mode",
+                    ("mode",),
+                ),
+            }
+        )
 
     @served
     async def Think(
@@ -183,6 +201,7 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
     ) -> cognition_pb2.ThinkResponse:
         validate_think(request, self._config)
         response = await think(request, self._peers(), self._config)
+        self._observe(MODE_NAMES.get(request.mode, "unknown"), response)
         if response.validation_fallbacks:
             self.validation_fallbacks_total += response.validation_fallbacks
             log.warning(
@@ -192,6 +211,16 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
                 total=self.validation_fallbacks_total,
             )
         return response
+
+    def _observe(self, mode: str, response: cognition_pb2.ThinkResponse) -> None:
+        trace = response.audit.fields["eval_trace"].struct_value.fields
+        for stage, micros in trace["stages_us"].struct_value.fields.items():
+            self.stage_seconds.observe(micros.number_value / 1e6, stage)
+        self.outcomes.add("egbe_cognition_thinks", mode, response.audit.fields["outcome"].string_value)
+        if response.validation_fallbacks:
+            self.outcomes.add(
+                "egbe_cognition_validation_fallbacks", mode, amount=response.validation_fallbacks
+            )
 
     # --- the social layer: validate whole, decide, write the events, answer ------------------------
 

@@ -263,9 +263,6 @@ class GatewayConfig(_Frozen):
     )
     retention_policy_id: str = "v1:audit-platform:retention:cognition-call"
     safety_policy_id: str = "v1:isis-behavior-policy"
-    metrics_port: int = Field(
-        default=0, ge=0, le=65_535, description="Serve Prometheus metrics on this port; 0 = not served."
-    )
     retry_stats_window: int = Field(default=100, gt=0, description="Runs rolled up by GetRetryStats.")
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
 

@@ -59,7 +59,7 @@ class GatewayCore:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._routes: dict[int, ModelRoute] = {}  # each tier's, resolved once: the config never changes
         self.limits = RunLimits(config)  # world caps and run budgets, as operators changed them
-        self.metrics.store_conflicts.set_function(lambda: store.conflicts)
+        self.metrics.store_conflicts = lambda: store.conflicts
 
     def now_ms(self) -> int:
         """This gateway's clock, Unix ms (what control expiries are checked against)."""

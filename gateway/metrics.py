@@ -9,10 +9,10 @@ made eight of them, about 50 Python calls of the gateway's hot path (one in ten 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -70,11 +70,8 @@ class GatewayMetrics(Collector):
         # (tier, model) -> count per bucket (the last one past every bound), and the sum in microseconds
         self._latency_buckets: dict[tuple[str, str], list[int]] = {}
         self._latency_sum_us: dict[tuple[str, str], int] = {}
-        self.store_conflicts = Gauge(
-            "egbe_gateway_store_conflicts",
-            "Store transactions the database rolled back for a conflict with another gateway's (run again)",
-            registry=self.registry,
-        )
+        # Read at scrape time: the store counts its own conflicts (`GatewayCore` points this at it).
+        self.store_conflicts: Callable[[], int] = lambda: 0
         self.registry.register(self)
 
     def count(self, counter: CounterSpec, *labels: str, amount: float = 1) -> None:
@@ -112,6 +109,11 @@ class GatewayMetrics(Collector):
                 family.add_metric(labels, value)
             yield family
         yield self._latency_family()
+        yield CounterMetricFamily(
+            "egbe_gateway_store_conflicts",
+            "Store transactions the database rolled back for a conflict with another gateway's (run again)",
+            value=self.store_conflicts(),
+        )
         ratio = self._cache_read_tokens / self._prompt_tokens if self._prompt_tokens else 0.0
         yield GaugeMetricFamily(
             "egbe_gateway_cache_read_ratio", "Cache-read share of prompt tokens since start", value=ratio

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
-
-from prometheus_client import start_http_server
 
 from egbe.v1 import gateway_pb2_grpc
 from gateway.adapters.base import ModelAdapter
@@ -23,7 +20,7 @@ from gateway.store.sqlite import SqliteGatewayStore
 from services.auth import Role, TokenStore
 from services.channels import channel_opener
 from services.runtime import published_targets
-from services.server import ServiceBundle, metrics_host
+from services.server import ServiceBundle
 
 ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
 
@@ -78,20 +75,10 @@ async def build_bundle(settings: GatewayServiceSettings, tokens: TokenStore) -> 
         lambda: tokens.token_for(Role.SERVICE),
         channel_opener(settings),
     )
-    metrics_server = None
-    if settings.gateway.metrics_port:
-        metrics_server, _ = start_http_server(
-            settings.gateway.metrics_port,
-            metrics_host(settings.endpoints["gateway"]),
-            gateway.metrics.registry,
-        )
 
     async def close() -> None:
         await cognition.close()
         await gateway.stop()
-        if metrics_server is not None:  # the port is free again for the gateway's next start
-            await asyncio.to_thread(metrics_server.shutdown)  # (waits out its serving loop's poll)
-            metrics_server.server_close()
 
     return ServiceBundle(
         name="gateway",
@@ -109,6 +96,7 @@ async def build_bundle(settings: GatewayServiceSettings, tokens: TokenStore) -> 
         ],
         method_roles=METHOD_ROLES,
         close=close,
+        metrics=gateway.metrics.registry,
         on_refused=refusal_auditor(gateway),
         info={"adapter": gateway.adapter.name, "store": type(gateway.store).__name__},
     )

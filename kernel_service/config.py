@@ -196,9 +196,6 @@ class KernelSettings(BaseModel):
     dispatch_queue_limit: int = Field(
         default=10_000, ge=1, description="Candidates waiting for the gateway beyond this are shed."
     )
-    metrics_port: int = Field(
-        default=0, ge=0, le=65_535, description="Serve Prometheus metrics on this port; 0 = not served."
-    )
     config: KernelConfig = Field(default_factory=KernelConfig)
 
 

@@ -92,15 +92,15 @@ class _TickCollector(Collector):
             value=self.over_budget,
         )
         cumulative, buckets = 0, []
-        bounds = (*map(floatToGoString, TICK_BUCKETS_MICROS), "+Inf")  # as prometheus_client's Histogram
+        bounds = (*map(floatToGoString, (micros / 1e6 for micros in TICK_BUCKETS_MICROS)), "+Inf")
         for bound, count in zip(bounds, self.bucket_counts, strict=True):
             cumulative += count
             buckets.append((bound, cumulative))
         yield HistogramMetricFamily(
-            "egbe_kernel_tick_micros",
-            "A tick's own time in microseconds",
+            "egbe_kernel_tick_seconds",
+            "A tick's own time (counted in whole microseconds)",
             buckets=buckets,
-            sum_value=self.micros_sum,
+            sum_value=self.micros_sum / 1e6,
         )
         agents = GaugeMetricFamily(
             "egbe_kernel_agents", "Agents per cognition tier at the last tick", labels=["tier"]

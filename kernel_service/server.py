@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from prometheus_client import start_http_server
-
 from egbe.v1 import kernel_pb2, kernel_pb2_grpc
 from kernel_service.behavior.layer import PersonalityBehaviorLayer
 from kernel_service.config import KernelServiceSettings
@@ -16,7 +14,7 @@ from kernel_service.tick_core import select_core
 from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, TokenStore
 from services.channels import channel_opener
-from services.server import ServiceBundle, metrics_host
+from services.server import ServiceBundle
 
 _KERNEL_SERVICE = kernel_pb2.DESCRIPTOR.services_by_name["KernelService"].full_name
 GATEWAY_HEALTH = f"{_KERNEL_SERVICE}/dispatch"
@@ -71,10 +69,6 @@ async def build_bundle(settings: KernelServiceSettings, tokens: TokenStore) -> S
         kernel_settings.policy_target, token, kernel_settings.policy_timeout_seconds, dial
     )
     metrics = KernelMetrics(core.name, dispatcher.stats, tick_threads=core.ranges.threads)
-    if kernel_settings.metrics_port:
-        start_http_server(
-            kernel_settings.metrics_port, metrics_host(settings.endpoints["kernel"]), metrics.registry
-        )
     tick_log = (
         TickLogWriter(kernel_settings.tick_log_path, kernel, kernel_settings.snapshot_every_ticks)
         if kernel_settings.tick_log_path is not None
@@ -97,6 +91,7 @@ async def build_bundle(settings: KernelServiceSettings, tokens: TokenStore) -> S
         ],
         method_roles=METHOD_ROLES,
         close=close,
+        metrics=metrics.registry,
         info={
             "core": core.name,
             "tick_threads": str(core.ranges.threads),

@@ -13,6 +13,7 @@ from policy_service.sophia import ground_claims
 from services.auth import Role
 from services.grpc_types import Context
 from services.logging import get_logger
+from services.metrics import Counters
 
 log = get_logger(__name__)
 
@@ -36,6 +37,10 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
 
     def __init__(self, config: PolicyConfig) -> None:
         self._config = config
+        # Scraped on the policy's metrics endpoint: what each check decided.
+        self.decisions = Counters(
+            {"egbe_policy_decisions": ("Verdicts by check and decision", ("check", "decision"))}
+        )
 
     async def Gate(self, request: policy_pb2.GateRequest, context: Context) -> policy_pb2.GateResponse:
         output = wire.gate_input(request)
@@ -49,6 +54,7 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
         response.decision = (
             policy_pb2.POLICY_DECISION_APPROVED if verdict.approved else policy_pb2.POLICY_DECISION_REJECTED
         )
+        self.decisions.add("egbe_policy_decisions", "gate", "approved" if verdict.approved else "rejected")
         response.checks.extend(wire.checks_to_wire(verdict.checks))
         response.crisis_detected = verdict.crisis_detected
         return response
@@ -64,6 +70,7 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
                 groundings=[policy_pb2.ClaimGrounding(claim_id=c.claim_id, supported=False) for c in claims],
                 unsupported_claim_count=len(claims),
             )
+        self.decisions.add("egbe_policy_decisions", "ground", "passed" if report.passed else "failed")
         return policy_pb2.GroundResponse(
             passed=report.passed,
             groundings=[
@@ -115,6 +122,7 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
         """No fail-open path: a classifier error reaches the caller as an error, and every caller
         treats an unanswered classification as a refusal."""
         verdict = classify(wire.steward_texts(request))
+        self.decisions.add("egbe_policy_decisions", "coercion", "coercive" if verdict.coercive else "clear")
         return policy_pb2.ClassifyStewardTextResponse(
             coercive=verdict.coercive,
             kind=policy_pb2.CoercionKind.ValueType(verdict.kind),

@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,7 +17,7 @@ import uvloop
 from services.auth import TokenStore, ensure_embedded_tokens
 from services.files import private_dir, refuse_shared_secret
 from services.logging import get_logger
-from services.server import OPERATOR_SERVICE, RunningService
+from services.server import OPERATOR_SERVICE, RunningService, metrics_host
 from services.settings import SERVICE_NAMES, ChassisSettings, Mode, UserError
 
 log = get_logger(__name__)
@@ -97,8 +97,15 @@ def operator_target(settings: ChassisSettings) -> str:
     return published_targets(settings)["gateway"]
 
 
-def publish_endpoints(settings: ChassisSettings, running: Sequence[RunningService]) -> None:
-    """Write where each running service (and each side listener) answers, for clients to find."""
+# endpoints.json names a service's Prometheus endpoint (a URL) under "metrics:<service>".
+METRICS_PREFIX = "metrics:"
+
+
+def publish_endpoints(
+    settings: ChassisSettings, running: Sequence[RunningService], extra: Mapping[str, str] | None = None
+) -> None:
+    """Write where each running service (and each side listener) answers, for clients to find; `extra`
+    names other listeners of this process (e.g. {"edge": "127.0.0.1:50056"})."""
     path = endpoints_path(settings)
     private_dir(path.parent)
     existing = json.loads(path.read_text()) if path.is_file() else {}
@@ -106,6 +113,12 @@ def publish_endpoints(settings: ChassisSettings, running: Sequence[RunningServic
         existing[service.bundle.name] = service.target
         # Side listeners (e.g. OperatorService alone) are published under their gRPC service name.
         existing.update({name: side.target for side in service.listeners[1:] for name in side.exposed})
+        if service.metrics is not None:
+            host = metrics_host(settings.endpoints[service.bundle.name])
+            existing[f"{METRICS_PREFIX}{service.bundle.name}"] = (
+                f"http://{host}:{service.metrics.port}/metrics"
+            )
+    existing.update(extra or {})
     existing["pid"] = os.getpid()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(existing, indent=2) + "\n")

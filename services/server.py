@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
+from prometheus_client import CollectorRegistry
 
 from egbe.v1 import gateway_pb2
 from services.auth import (
@@ -39,6 +41,7 @@ from services.errors import EgbeError, Internal, InvalidArgument, to_rpc_status
 from services.grpc_types import Context, GenericHandler, MethodHandler
 from services.limits import CallLimit, RateLimitedLog, server_options
 from services.logging import get_logger
+from services.metrics import MetricsEndpoint, RpcStats, serve_metrics
 from services.settings import ChassisSettings, Endpoint, ServerLimits, TlsSettings
 from services.tracing import server_span
 
@@ -61,6 +64,9 @@ class ServiceBundle:
     close: Callable[[], Awaitable[None]] | None = None
     # Extra metadata shown by health tooling, e.g. {"core": "c"}.
     info: dict[str, str] = field(default_factory=dict)
+    # The service's own metric families, served with the chassis's RPC figures where its endpoint
+    # names a metrics port (None: the chassis's alone).
+    metrics: CollectorRegistry | None = None
     # Parts with a gRPC health name of their own, which can be down while the service serves (e.g. a
     # dependency left unwired): None = SERVING, else NOT_SERVING and why (`egbe up` logs it at start).
     health_parts: dict[str, str | None] = field(default_factory=dict)
@@ -104,6 +110,7 @@ class Chassis:
         self.calls = CallLimit(
             bundle.name, limits.max_concurrent_calls, settings.shed_retry_after_seconds, self._refusals
         )
+        self.rpc = RpcStats(bundle.name)
 
     def guard(self, method: str) -> Callable[[Context], None]:
         """The check run before `method`'s handler: who is calling, and may that role call it."""
@@ -140,12 +147,50 @@ class Chassis:
         return check
 
     def wrap(self, method: str, handler: MethodHandler) -> MethodHandler:
-        service = self._bundle.name
+        service, rpc, check = self._bundle.name, self.rpc, self.guard(method)
 
-        def span(context: Context) -> AbstractContextManager[Any]:
-            return server_span(service, method, context.invocation_metadata())
+        def observed(context: Context) -> AbstractContextManager[Any]:
+            span = server_span(service, method, context.invocation_metadata())
+            return _Observed(rpc, method, span, lambda: check(context))
 
-        return _wrap_handler(handler, method, self.guard(method), self.calls, span)
+        return _wrap_handler(handler, method, self.calls, observed)
+
+
+class _Observed:
+    """One call inside its server span, checked (`check`: who is calling), then timed and counted by
+    its answer's code (`RpcStats`), a refused caller included."""
+
+    __slots__ = ("_check", "_method", "_span", "_started", "_stats")
+
+    def __init__(
+        self, stats: RpcStats, method: str, span: AbstractContextManager[Any], check: Callable[[], None]
+    ) -> None:
+        self._stats, self._method, self._span, self._check = stats, method, span, check
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.perf_counter()
+        self._span.__enter__()
+        try:
+            self._check()
+        except BaseException as error:
+            self.__exit__(type(error), error, error.__traceback__)
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        self._span.__exit__(kind, error, tb)
+        self._stats.observe(self._method, _code_name(error), time.perf_counter() - self._started)
+
+
+def _code_name(error: BaseException | None) -> str:
+    """The status a call is answered with, by what ended it (see `_fail`)."""
+    if error is None:
+        return "OK"
+    if isinstance(error, EgbeError):
+        return error.code.name
+    if isinstance(error, asyncio.CancelledError):
+        return "CANCELLED"
+    return "UNKNOWN" if isinstance(error, grpc.aio.AbortError) else "INTERNAL"
 
 
 class _GuardedGenericHandler(GenericHandler):
@@ -242,12 +287,12 @@ async def _fail(context: Context, method: str, error: Exception) -> None:
 def _wrap_handler(
     handler: MethodHandler,
     method: str,
-    check: Callable[[Context], None],
     calls: CallLimit,
-    span: Callable[[Context], AbstractContextManager[Any]],
+    observed: Callable[[Context], AbstractContextManager[Any]],
 ) -> MethodHandler:
-    """Run `check` first, hold a call slot, and answer every exception as a status with details,
-    for all four call shapes. An abort the handler made itself passes through as it is."""
+    """Check the caller and hold a call slot, the whole call `observed` (checked, timed, counted,
+    traced), and answer every exception as a status with details, for all four call shapes. An
+    abort the handler made itself passes through as it is."""
 
     behaviours: Any = handler
     deserializer = _tolerant(handler.request_deserializer)
@@ -256,8 +301,7 @@ def _wrap_handler(
 
         async def unary_unary(request: Any, context: Context) -> Any:
             try:
-                check(context)
-                with span(context), calls.held(method, context.peer()):
+                with observed(context), calls.held(method, context.peer()):
                     return await inner_uu(_decoded(request), context)
             except grpc.aio.AbortError:
                 raise
@@ -270,8 +314,7 @@ def _wrap_handler(
 
         async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
             try:
-                check(context)
-                with span(context), calls.held(method, context.peer()):
+                with observed(context), calls.held(method, context.peer()):
                     async for item in inner_us(_decoded(request), context):
                         yield item
             except grpc.aio.AbortError:
@@ -285,8 +328,7 @@ def _wrap_handler(
 
         async def stream_unary(requests: Any, context: Context) -> Any:
             try:
-                check(context)
-                with span(context), calls.held(method, context.peer()):
+                with observed(context), calls.held(method, context.peer()):
                     return await inner_su(_decoded_stream(requests), context)
             except grpc.aio.AbortError:
                 raise
@@ -298,8 +340,7 @@ def _wrap_handler(
 
     async def stream_stream(requests: Any, context: Context) -> AsyncIterator[Any]:
         try:
-            check(context)
-            with span(context), calls.held(method, context.peer()):
+            with observed(context), calls.held(method, context.peer()):
                 async for item in inner_ss(_decoded_stream(requests), context):
                     yield item
         except grpc.aio.AbortError:
@@ -327,6 +368,7 @@ class RunningService:
     bundle: ServiceBundle
     listeners: list[Listener]
     grace_seconds: float
+    metrics: MetricsEndpoint | None = None
 
     @property
     def target(self) -> str:
@@ -338,6 +380,8 @@ class RunningService:
         for listener in self.listeners:
             await listener.health.enter_graceful_shutdown()
         await asyncio.gather(*(listener.server.stop(self.grace_seconds) for listener in self.listeners))
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.bundle.close is not None:
             await self.bundle.close()
         log.info("service stopped", service=self.bundle.name)
@@ -447,7 +491,12 @@ async def start_service(
                     bundle, listen_on, exposed=exposed, chassis=chassis, settings=settings, limits=limits
                 )
             )
+        metrics = None
+        if endpoint.metrics_port is not None:
+            registry = bundle.metrics or CollectorRegistry()
+            registry.register(chassis.rpc)
+            metrics = serve_metrics(endpoint.metrics_port, metrics_host(endpoint), registry)
     except BaseException:
         await asyncio.gather(*(listener.server.stop(None) for listener in listeners))
         raise
-    return RunningService(bundle, listeners, settings.shutdown_grace_seconds)
+    return RunningService(bundle, listeners, settings.shutdown_grace_seconds, metrics)

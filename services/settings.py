@@ -62,6 +62,15 @@ class Endpoint(BaseModel):
     unix_socket: Path | None = Field(
         default=None, description="Serve on this unix-domain socket instead of TCP (co-location)."
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description=(
+            "Serve Prometheus metrics (/metrics, plaintext) on this port at `host` (127.0.0.1 for a "
+            "unix socket); 0 = any free port, published in endpoints.json; unset = not served."
+        ),
+    )
 
     def target(self) -> str:
         """The gRPC target string a client dials."""
@@ -110,7 +119,8 @@ class TlsSettings(BaseModel):
 
 
 def _default_endpoints() -> dict[str, Endpoint]:
-    return {name: Endpoint(port=50051 + i) for i, name in enumerate(SERVICE_NAMES)}
+    """gRPC on 50051 onwards, metrics on 9464 onwards (kernel, gateway, cognition, policy, biography)."""
+    return {name: Endpoint(port=50051 + i, metrics_port=9464 + i) for i, name in enumerate(SERVICE_NAMES)}
 
 
 MIB = 1024 * 1024

@@ -18,6 +18,7 @@ from hypothesis import settings
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from gateway.config import GatewayConfig
+from services.runtime import METRICS_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,6 +54,7 @@ class EmbeddedEgbe:
     data_dir: Path
     targets: dict[str, str]
     tokens: dict[str, str]
+    metrics: dict[str, str]  # service -> its Prometheus endpoint's URL
 
 
 def start_embedded(
@@ -95,9 +97,16 @@ def start_embedded(
         if endpoints.is_file():
             published = json.loads(endpoints.read_text())
             if published.get("pid") == process.pid:
-                targets = {k: v for k, v in published.items() if k != "pid"}
+                targets = {
+                    k: v for k, v in published.items() if k != "pid" and not k.startswith(METRICS_PREFIX)
+                }
+                metrics = {
+                    k.removeprefix(METRICS_PREFIX): v
+                    for k, v in published.items()
+                    if k.startswith(METRICS_PREFIX)
+                }
                 tokens = json.loads((data_dir / "tokens.json").read_text())
-                return EmbeddedEgbe(process, data_dir, targets, tokens)
+                return EmbeddedEgbe(process, data_dir, targets, tokens, metrics)
         time.sleep(0.05)
     process.kill()
     raise TimeoutError("egbe up did not publish its endpoints in time")

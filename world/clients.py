@@ -4,7 +4,7 @@ The world is a client of services something else started: it is handed where the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -26,6 +26,7 @@ class Services:
     settings: ChassisSettings
     embedded: bool
     tick_log: Path | None  # the kernel's tick log of this run, when the run started the kernel
+    metrics: dict[str, int] = field(default_factory=dict)  # service -> its metrics port on 127.0.0.1
 
 
 @dataclass

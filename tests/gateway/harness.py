@@ -43,11 +43,17 @@ CAUSE_FOR_TIER = {
 }
 
 
-async def anthropic_gateway(data_dir: Path, database_url: str | None, **gateway: Any) -> GatewayHarness:
+async def anthropic_gateway(
+    data_dir: Path, database_url: str | None, *, metrics_port: int | None = None, **gateway: Any
+) -> GatewayHarness:
     """A gateway on the Anthropic adapter (the environment `fake` sets): two attempts and a short backoff,
-    so a transient error gives up quickly; `gateway` sets more of its config."""
+    so a transient error gives up quickly; `gateway` sets more of its config, `metrics_port` serves its
+    metrics."""
     anthropic = AnthropicConfig(max_attempts=2, backoff_base_seconds=0.01, backoff_max_seconds=0.05)
-    return await start_gateway(gateway_settings(data_dir, database_url, anthropic=anthropic, **gateway))
+    settings = gateway_settings(
+        data_dir, database_url, metrics_port=metrics_port, anthropic=anthropic, **gateway
+    )
+    return await start_gateway(settings)
 
 
 def backend_store(data_dir: Path, database_url: str | None) -> GatewayStore:
@@ -59,9 +65,11 @@ def backend_store(data_dir: Path, database_url: str | None) -> GatewayStore:
     )
 
 
-def gateway_settings(data_dir: Path, database_url: str | None = None, **gateway: Any) -> EgbeSettings:
+def gateway_settings(
+    data_dir: Path, database_url: str | None = None, *, metrics_port: int | None = None, **gateway: Any
+) -> EgbeSettings:
     settings = load_settings(data_dir=data_dir, database_url=database_url)
-    endpoints = {**settings.endpoints, "gateway": Endpoint(port=0)}
+    endpoints = {**settings.endpoints, "gateway": Endpoint(port=0, metrics_port=metrics_port)}
     config = settings.gateway.model_copy(update=gateway)
     return settings.model_copy(update={"endpoints": endpoints, "gateway": config})
 

@@ -178,7 +178,7 @@ async def test_a_transaction_a_deadlock_rolled_back_is_run_again(tmp_path: Path,
 
         assert ended.ended_now
         assert gateway.store.conflicts == 1
-        assert b"egbe_gateway_store_conflicts 1.0" in gateway.metrics.exposition()
+        assert b"egbe_gateway_store_conflicts_total 1.0" in gateway.metrics.exposition()
         assert gateway.store.healthy  # a conflict is not a lost database: admission stays open
         assert await _status(gateway, run) == RunStatus.KILLED.value
         spend = await gateway.store.spend(world_id="w", tenant_id="", window_start_ms=0)

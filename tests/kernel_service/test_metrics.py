@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from egbe.v1 import action_pb2
 from kernel_service.dispatcher import DispatchStats
 from kernel_service.metrics import KernelMetrics
@@ -31,12 +33,12 @@ def test_tick_reports_become_counters_gauges_and_a_latency_histogram() -> None:
     assert got[("egbe_kernel_core_info", (("core", "c"), ("tick_threads", "2")))] == 1
     assert got[("egbe_kernel_ticks_total", ())] == 4
     assert got[("egbe_kernel_ticks_over_budget_total", ())] == 1
-    assert got[("egbe_kernel_tick_micros_bucket", (("le", "50.0"),))] == 2  # le is inclusive
-    assert got[("egbe_kernel_tick_micros_bucket", (("le", "100.0"),))] == 3
-    assert got[("egbe_kernel_tick_micros_bucket", (("le", "50000.0"),))] == 3
-    assert got[("egbe_kernel_tick_micros_bucket", (("le", "+Inf"),))] == 4
-    assert got[("egbe_kernel_tick_micros_count", ())] == 4
-    assert got[("egbe_kernel_tick_micros_sum", ())] == 40 + 50 + 51 + 60_000
+    assert got[("egbe_kernel_tick_seconds_bucket", (("le", "5e-05"),))] == 2  # le is inclusive
+    assert got[("egbe_kernel_tick_seconds_bucket", (("le", "0.0001"),))] == 3
+    assert got[("egbe_kernel_tick_seconds_bucket", (("le", "0.05"),))] == 3
+    assert got[("egbe_kernel_tick_seconds_bucket", (("le", "+Inf"),))] == 4
+    assert got[("egbe_kernel_tick_seconds_count", ())] == 4
+    assert got[("egbe_kernel_tick_seconds_sum", ())] == pytest.approx((40 + 50 + 51 + 60_000) / 1e6)
     assert got[("egbe_kernel_agents", (("tier", "clotho"),))] == 6  # the last tick's
     assert got[("egbe_kernel_agents", (("tier", "lachesis"),))] == 10
     assert got[("egbe_kernel_calls_issued_total", ())] == 8

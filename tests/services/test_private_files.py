@@ -84,8 +84,10 @@ async def test_services_create_their_data_dir_owner_only_and_bind_metrics_where_
     metrics_port = _free_port()
     settings = load_settings(
         data_dir=tmp_path / "data",
-        endpoints={name: Endpoint(host="127.0.0.2", port=0) for name in SERVICE_NAMES},
-        kernel={"metrics_port": metrics_port},
+        endpoints={
+            name: Endpoint(host="127.0.0.2", port=0, metrics_port=metrics_port if name == "kernel" else None)
+            for name in SERVICE_NAMES
+        },
     )
     running = await start_services(["kernel"], settings)
     try:
