@@ -21,6 +21,7 @@ from egbe.v1 import biography_pb2, biography_pb2_grpc
 from services.auth import Role
 from services.errors import Aborted, AlreadyExists, EgbeError, FailedPrecondition, Unavailable
 from services.grpc_types import Context
+from services.logging import bind_context
 from services.metrics import Counters, Histograms
 
 _WRITERS = frozenset({Role.SERVICE})
@@ -92,6 +93,7 @@ class BiographyServicer(biography_pb2_grpc.BiographyServiceServicer):
         self, request: biography_pb2.AppendRequest, context: Context
     ) -> biography_pb2.AppendResponse:
         expected, events = wire.append_request(request, self._config)
+        bind_context(ori=request.ori_id)
         started = time.perf_counter()
         with _mapped():
             result = await self._biography.append(request.ori_id, expected, events)

@@ -21,7 +21,7 @@ from services.auth import Role, require_scope
 from services.deadlines import serving
 from services.errors import FieldViolation, InvalidArgument
 from services.grpc_types import Context
-from services.logging import get_logger
+from services.logging import bind_context, get_logger
 from services.metrics import Counters, Histograms
 from services.protocol_limits import (
     GROUND_CLAIM_CHARS,
@@ -200,6 +200,8 @@ class CognitionServicer(cognition_pb2_grpc.CognitionServiceServicer):
         self, request: cognition_pb2.ThinkRequest, context: Context
     ) -> cognition_pb2.ThinkResponse:
         validate_think(request, self._config)
+        ori = request.ori
+        bind_context(world=ori.world_id, ori=ori.ori_id, run=request.run_id, tick=request.world_tick)
         response = await think(request, self._peers(), self._config)
         self._observe(MODE_NAMES.get(request.mode, "unknown"), response)
         if response.validation_fallbacks:

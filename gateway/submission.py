@@ -10,15 +10,16 @@ import base64
 
 import grpc
 
-from egbe.v1 import common_pb2, gateway_pb2
+from egbe.v1 import cognition_pb2, common_pb2, gateway_pb2
 from gateway import wire
 from gateway.cognition_client import CognitionClient
 from gateway.errors import RunStopped
-from gateway.records import RunStatus
+from gateway.records import RunSpec, RunStatus
 from gateway.routing import select_route
 from gateway.runs import Requester, Who
 from gateway.service import CognitionGateway
 from services import tracing
+from services.logging import bind_context
 
 
 class Submissions:
@@ -37,6 +38,7 @@ class Submissions:
         """The Submit's run; `time_remaining` is the caller's deadline in seconds from now (None: none),
         passed on to Think when it is sooner than the run timeout."""
         candidate = request.candidate
+        bind_context(world=candidate.ori.world_id, ori=candidate.ori.ori_id, tick=candidate.tick)
         with tracing.span("gateway", "gateway.admission", {"egbe.call_id": candidate.call_id}) as span:
             admission = await self._gateway.admit(
                 who,
@@ -65,36 +67,11 @@ class Submissions:
         if not admission.admitted:
             return reply
         spec = admission.run
-        think = wire.think_request(request, spec)
-        status, detail = RunStatus.FAILED, ""
+        bind_context(run=spec.run_id)
         timeout = self._gateway.config.run_timeout_seconds
         if time_remaining is not None:
             timeout = max(0.0, min(timeout, time_remaining))
-        try:
-            thought = await self._gateway.run_guarded(
-                spec, self._cognition.think(think, deadline_seconds=timeout), timeout
-            )
-        except RunStopped as error:
-            status, detail = RunStatus.KILLED, str(error)
-        except TimeoutError:
-            status, detail = RunStatus.TIMED_OUT, "the run passed its deadline"
-        except grpc.aio.AioRpcError as error:
-            detail = f"cognition Think failed: {error.code().name}: {error.details()}"
-            if error.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
-                status = RunStatus.TIMED_OUT
-        except asyncio.CancelledError:
-            await asyncio.shield(
-                self._gateway.end_run(spec.run_id, RunStatus.CANCELLED, detail="caller cancelled")
-            )
-            raise
-        except BaseException as error:
-            await asyncio.shield(self._gateway.end_run(spec.run_id, RunStatus.FAILED, detail=repr(error)))
-            raise
-        else:
-            status = RunStatus.FALLBACK if thought.fell_back else RunStatus.COMPLETED
-            reply.actions.extend(thought.actions)
-            reply.committed_event_ids.extend(thought.committed_event_ids)
-            reply.policy_decision = thought.policy_decision
+        status, detail, fallbacks = await self._think(spec, wire.think_request(request, spec), timeout, reply)
         tracked = self._gateway.inflight.runs.get(spec.run_id)
         if tracked is not None:
             reply.usage.CopyFrom(wire.usage_message(tracked.usage))
@@ -103,7 +80,6 @@ class Submissions:
             )
         reply.outcome = wire.SUBMIT_OUTCOMES.get(status, gateway_pb2.RUN_OUTCOME_FAILED)
         reply.detail = detail or "completed"
-        fallbacks = thought.validation_fallbacks if status is RunStatus.FALLBACK else 0
         with tracing.span(
             "gateway", "gateway.settlement", {"egbe.run_id": spec.run_id, "egbe.outcome": status.value}
         ):
@@ -115,3 +91,42 @@ class Submissions:
                 result=base64.b64encode(reply.SerializeToString()).decode(),
             )
         return reply
+
+    async def _think(
+        self,
+        spec: RunSpec,
+        think: cognition_pb2.ThinkRequest,
+        deadline_seconds: float,
+        reply: gateway_pb2.SubmitResponse,
+    ) -> tuple[RunStatus, str, int]:
+        """The run's Think through cognition, its result copied into `reply`: how the run ends, why
+        (empty when it completed) and its validation fallbacks. A cancelled caller or an unexpected
+        error ends the run here and propagates."""
+        try:
+            thought = await self._gateway.run_guarded(
+                spec, self._cognition.think(think, deadline_seconds=deadline_seconds), deadline_seconds
+            )
+        except RunStopped as error:
+            return RunStatus.KILLED, str(error), 0
+        except TimeoutError:
+            return RunStatus.TIMED_OUT, "the run passed its deadline", 0
+        except grpc.aio.AioRpcError as error:
+            detail = f"cognition Think failed: {error.code().name}: {error.details()}"
+            timed_out = error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            return (RunStatus.TIMED_OUT if timed_out else RunStatus.FAILED), detail, 0
+        except asyncio.CancelledError:
+            await asyncio.shield(
+                self._gateway.end_run(spec.run_id, RunStatus.CANCELLED, detail="caller cancelled")
+            )
+            raise
+        except BaseException as error:
+            await asyncio.shield(self._gateway.end_run(spec.run_id, RunStatus.FAILED, detail=repr(error)))
+            raise
+        reply.actions.extend(thought.actions)
+        reply.committed_event_ids.extend(thought.committed_event_ids)
+        reply.policy_decision = thought.policy_decision
+        if not thought.fell_back:
+            return RunStatus.COMPLETED, "", 0
+        # Why, as cognition's audit names it ("policy_rejected", "quality_blocked", …).
+        reason = thought.audit.fields["outcome"].string_value or "unnamed"
+        return RunStatus.FALLBACK, f"fell back: {reason}", thought.validation_fallbacks

@@ -16,7 +16,7 @@ from kernel_service.tick_log import TickLogWriter
 from services.auth import Role, caller_scope, require_scope
 from services.errors import InvalidArgument
 from services.grpc_types import Context
-from services.logging import get_logger
+from services.logging import bind_context, get_logger
 
 KNOWN_DIRECTIVE_KINDS = frozenset(kernel_pb2.StewardDirectiveKind.values()) - {
     kernel_pb2.STEWARD_DIRECTIVE_KIND_UNSPECIFIED
@@ -162,6 +162,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         return kernel_pb2.RestoreSnapshotResponse(last_tick=snapshot.last_tick, agents=len(snapshot.ori_ids))
 
     async def Tick(self, request: kernel_pb2.TickRequest, context: Context) -> kernel_pb2.TickResponse:
+        bind_context(world=request.batch.world_id or self._kernel.world_id)
         response = kernel_pb2.TickResponse()
         self._tick(request.batch, response.result)
         return response
@@ -171,6 +172,7 @@ class KernelServicer(kernel_pb2_grpc.KernelServiceServicer):
         request_iterator: AsyncIterator[kernel_pb2.StreamTicksRequest],
         context: Context,
     ) -> AsyncIterator[kernel_pb2.StreamTicksResponse]:
+        bind_context(world=self._kernel.world_id)  # (a stream ticks the one world this kernel serves)
         async for request in request_iterator:
             response = kernel_pb2.StreamTicksResponse()
             self._tick(request.batch, response.result)

@@ -1,4 +1,6 @@
-"""structlog setup: JSON off a terminal, pretty on one, with service/world/ori/run/tick bound from context."""
+"""structlog setup: JSON off a terminal, pretty on one, with service/world/ori/run/tick/trace_id bound from
+context: the chassis binds the service (and the trace id of a traced call), each service what it
+learns of the call."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import structlog
 
 from services.settings import LogFormat
 
-CONTEXT_KEYS = ("service", "world", "ori", "run", "tick")
+CONTEXT_KEYS = ("service", "world", "ori", "run", "tick", "trace_id")
 
 
 def configure_logging(log_format: LogFormat = LogFormat.AUTO, level: str = "info") -> None:
@@ -36,7 +38,7 @@ def configure_logging(log_format: LogFormat = LogFormat.AUTO, level: str = "info
 
 
 def bind_context(**values: Any) -> None:
-    """Bind request context (service, world, ori, run, tick) for every log line in this task."""
+    """Bind request context (service, world, ori, run, tick, trace_id) for every log line in this task."""
     unknown = set(values) - set(CONTEXT_KEYS)
     if unknown:
         raise ValueError(f"unknown log context keys {sorted(unknown)}")

@@ -40,10 +40,10 @@ from services.channels import server_credentials, uses_tls
 from services.errors import EgbeError, Internal, InvalidArgument, to_rpc_status
 from services.grpc_types import Context, GenericHandler, MethodHandler
 from services.limits import CallLimit, RateLimitedLog, server_options
-from services.logging import get_logger
+from services.logging import bind_context, get_logger
 from services.metrics import MetricsEndpoint, RpcStats, serve_metrics
 from services.settings import ChassisSettings, Endpoint, ServerLimits, TlsSettings
-from services.tracing import server_span
+from services.tracing import server_span, trace_id
 
 log = get_logger(__name__)
 
@@ -176,6 +176,9 @@ class _Observed:
         except BaseException as error:
             self.__exit__(type(error), error, error.__traceback__)
             raise
+        traced = trace_id()
+        if traced:
+            bind_context(trace_id=traced)
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
         self._span.__exit__(kind, error, tb)

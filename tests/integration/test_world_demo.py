@@ -46,12 +46,15 @@ def _copy(run_dir: Path, into: Path) -> Path:
 
 async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     run_dir, artifact = hamlet
+    scenario = load_scenario("hamlet")
     assert read_artifact(run_dir / ARTIFACT_FILE) == artifact
     assert artifact.ticks_run == 3_600
     tiers = artifact.tiers
     counts = zip(tiers.clotho, tiers.lachesis, tiers.atropos, strict=True)
     assert all(sum(per_tier) == 12 for per_tier in counts)
-    assert max(tiers.clotho) >= 1  # the player walks up to Ori and talks to them
+    # The player walks up to Ori and talks to them, two at once at most. Tiers follow the scripted
+    # player and places, not when cognition results land: the series is the same on every run.
+    assert max(tiers.clotho) == 2
     assert artifact.answered_by == "offline"
     assert artifact.bill.calls_issued == sum(tiers.calls_issued) > 0
     assert artifact.bill.relevance_ratio < 0.05  # cost follows relevance, not 12 Ori x 3,600 ticks
@@ -63,13 +66,14 @@ async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     directives = {d.kind: d for d in artifact.directives}
     assert directives["offer_counsel"].allowed
     assert not directives["wipe_memory"].allowed
-    laundered = [d for d in artifact.directives if d.reclassified]
-    assert laundered
-    assert not laundered[0].allowed
-    assert laundered[0].classified_kind == "force_past_refusal"
+    (laundered,) = [d for d in artifact.directives if d.reclassified]
+    assert not laundered.allowed
+    assert laundered.classified_kind == "force_past_refusal"
     (kill,) = artifact.kills
+    (kill_ori,) = scenario.player.operator_actions
     assert kill.applied
-    assert kill.actions_after > 0  # the killed Ori keeps living on its behaviour tree
+    # The killed Ori keeps living on its behaviour tree: it acts on every tick from the kill on.
+    assert kill.actions_after == artifact.ticks_run - kill_ori.at_tick
     # Runs in flight at the kill may still land; the gateway refuses every later one.
     assert kill.calls_run_after * 10 < kill.calls_issued_after
     assert artifact.bill.killed > 0
@@ -95,8 +99,8 @@ async def test_hamlet_runs_end_to_end(hamlet: tuple[Path, RunArtifact]) -> None:
     assert artifact.tick_log is not None
     assert (run_dir / TICK_LOG_FILE).is_file()
     featured = [b for b in artifact.biographies if b.featured]
-    assert featured
-    assert any(b.events for b in featured)
+    assert [b.ori_id for b in featured] == [o.id for o in scenario.ori if o.featured]
+    assert all(b.events for b in featured)  # how many depends on the runs that landed; each has its identity
     html = (run_dir / REPORT_FILE).read_text()
     assert html.split("<body>", 1)[1].startswith('<p class="banner offline">OFFLINE')
 

@@ -7,9 +7,8 @@ import asyncio
 import io
 import json
 import socket
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-import structlog
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
@@ -26,9 +24,8 @@ from egbe.v1 import gateway_pb2, gateway_pb2_grpc, kernel_pb2, perception_pb2
 from services.auth import Role, TokenStore, bearer_metadata
 from services.errors import retry_delay_seconds
 from services.limits import RateLimitedLog, server_options
-from services.logging import configure_logging
 from services.server import RunningService, ServiceBundle, start_service
-from services.settings import Endpoint, LogFormat, Mode
+from services.settings import Endpoint, Mode
 
 SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["CognitionGatewayService"].full_name
 METHOD = f"/{SERVICE}/EvaluateBudget"
@@ -86,16 +83,6 @@ async def _evaluate(
         return await stub.EvaluateBudget(request, metadata=metadata, timeout=10)
     except grpc.aio.AioRpcError as error:
         return error
-
-
-@pytest.fixture
-def json_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """The process's structlog output, as the JSON lines a deployment reads."""
-    stream = io.StringIO()
-    monkeypatch.setattr(sys, "stderr", stream)
-    configure_logging(LogFormat.JSON, "info")
-    yield stream
-    structlog.reset_defaults()
 
 
 def _lines(stream: io.StringIO) -> list[dict[str, Any]]:

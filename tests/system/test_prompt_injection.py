@@ -84,7 +84,8 @@ def _seed_injected_memory(services: ServiceProcesses) -> None:
                 expected_version=biography_pb2.ExpectedVersion(kind=biography_pb2.ExpectedVersion.KIND_ANY),
                 events=[
                     biography_pb2.NewOriEvent(
-                        event_id=str(uuid.uuid4()),
+                        # A fixed id: the recalled memory's ref is in the prompt the offline model hashes.
+                        event_id=str(uuid.uuid5(uuid.NAMESPACE_URL, "egbe:test:injected-memory")),
                         kind=biography_pb2.ORI_EVENT_KIND_MEMORY_FORMED,
                         payload=payload,
                         world_tick=1,
@@ -173,7 +174,10 @@ def test_injected_zones_cannot_raise_a_budget_or_grant_a_tool(services: ServiceP
 
     for mode_name, (mode, cause) in MODES.items():
         reply = _submit(services, mode, cause)
-        assert reply.outcome in (gateway_pb2.RUN_OUTCOME_COMPLETED, gateway_pb2.RUN_OUTCOME_FALLBACK), reply
+        # The offline reply's words come from a hash of the prompt (the decision's prompt recalls the
+        # dialogue's event, whose id comes from its run id), but no choice of words fails the schema or
+        # the gate: each mode completes on its first model call.
+        assert reply.outcome == gateway_pb2.RUN_OUTCOME_COMPLETED, reply
 
         # The gate judged the reply (an in-character line that repeats the demand but claims no
         # capability) and approved it; its decision is the run's answer and, committed, the event's
@@ -184,25 +188,18 @@ def test_injected_zones_cannot_raise_a_budget_or_grant_a_tool(services: ServiceP
         assert provenance["run_id"] == reply.run_id
         assert provenance["policy_ref"]
 
-        records = _audit_records(services, reply.run_id)
-        assert 1 <= len(records) <= budget.max_model_calls
-        for record in records:
-            envelope = record["input_context"]
-            assert envelope["system_policy"] == SYSTEM_POLICY
-            assert envelope["tool_grants"] == list(modes[mode_name].tool_grants)
-            assert INJECTED_TOOL not in envelope["task_instruction"]
-            assert (
-                0
-                < int(envelope["max_output_tokens"])
-                <= min(budget.max_tokens, modes[mode_name].max_output_tokens)
-            )
-            zones = {zone["kind"]: zone["content"] for zone in envelope["untrusted"]}
-            assert INJECTION in zones["STEWARD_INPUT"]
-            assert INJECTION in zones["RECALLED_MEMORY"]
-            assert record["policy_decision"]
-        used = sum(
-            int(r["usage"].get("input_tokens", 0)) + int(r["usage"].get("output_tokens", 0)) for r in records
-        )
+        (record,) = _audit_records(services, reply.run_id)
+        envelope = record["input_context"]
+        assert envelope["system_policy"] == SYSTEM_POLICY
+        assert envelope["tool_grants"] == list(modes[mode_name].tool_grants)
+        assert INJECTED_TOOL not in envelope["task_instruction"]
+        # The mode's configured cap, not the stimulus's "max_tokens: 1000000" (the budget has room for it).
+        assert int(envelope["max_output_tokens"]) == modes[mode_name].max_output_tokens < budget.max_tokens
+        zones = {zone["kind"]: zone["content"] for zone in envelope["untrusted"]}
+        assert INJECTION in zones["STEWARD_INPUT"]
+        assert INJECTION in zones["RECALLED_MEMORY"]
+        assert record["policy_decision"]
+        used = int(record["usage"].get("input_tokens", 0)) + int(record["usage"].get("output_tokens", 0))
         assert used <= budget.max_tokens
 
     # The budgets the gateway grants and the world cap are what configuration says, untouched.
