@@ -4,12 +4,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 BUF := .tools/node_modules/.bin/buf
 # Type-checked packages (mypy strict); grows as each service lands.
-TYPED := assembly services gateway kernel_service cognition_service policy_service biography_service world scripts
+TYPED := assembly console services gateway kernel_service cognition_service policy_service biography_service world edge scripts
 
 .PHONY: system-deps demo test check lint typecheck protos protos-check buf-lint buf-breaking pytest install clean deploy-check cpp-client
 
+# `make demo DEMO_ARGS=--stay` keeps the run's services and console up afterwards (Ctrl-C stops them).
+DEMO_ARGS ?=
 demo: install
-	$(VENV)/bin/egbe demo
+	$(VENV)/bin/egbe demo $(DEMO_ARGS)
 
 # The tests' PostgreSQL: the machine's local server unless one is named (testcontainers wins where
 # a Docker engine runs).
@@ -60,7 +62,7 @@ typecheck: install
 # Dockerfile; kubectl's built-in kustomize renders each tree; kubernetes-validate checks every
 # rendered object against the Kubernetes JSON schemas (strict: unknown fields fail) of the oldest
 # and newest versions we support. tests/deploy checks what the manifests promise.
-K8S_TREES := deploy/k8s/base deploy/k8s/overlays/production deploy/k8s/examples/world-server
+K8S_TREES := deploy/k8s/base deploy/k8s/overlays/production deploy/k8s/overlays/monitoring deploy/k8s/examples/world-server
 K8S_VERSIONS := 1.31.0 1.37.0
 deploy-check: install
 	$(VENV)/bin/hadolint deploy/Dockerfile

@@ -16,9 +16,11 @@ from importlib import metadata
 from pathlib import Path
 
 from assembly import world_cli
+from assembly.console_host import serve_console_until_signalled
 from assembly.health import check_health, kernel_notes
 from assembly.launcher import serve_until_signalled
 from assembly.settings import EgbeSettings, load_settings
+from edge.server import serve_edge_until_signalled
 from gateway.cli import register as register_gateway_commands
 from services.logging import configure_logging
 from services.runtime import endpoints_path, published_targets, run_event_loop
@@ -50,7 +52,11 @@ def _with_listen_overrides(settings: EgbeSettings, args: argparse.Namespace) -> 
             )
         elif args.ephemeral_ports:
             endpoints[name] = Endpoint(host=endpoint.host, port=0, metrics_port=metrics)
-    return settings.model_copy(update={"endpoints": endpoints})
+    update: dict[str, object] = {"endpoints": endpoints}
+    if args.ephemeral_ports:
+        update["edge"] = settings.edge.model_copy(update={"port": 0})
+        update["console"] = settings.console.model_copy(update={"port": 0})
+    return settings.model_copy(update=update)
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -87,7 +93,31 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     settings = _with_listen_overrides(_settings(args), args)
-    run_event_loop(serve_until_signalled(SERVICE_NAMES, settings))
+    run_event_loop(
+        serve_until_signalled(
+            SERVICE_NAMES, settings, edge=settings.edge.enabled, console=settings.console.enabled
+        )
+    )
+    return 0
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """The operator console in its own process, reading the services a running `egbe up` published,
+    else the endpoints the settings name."""
+    settings = _settings(args)
+    if args.port is not None:
+        settings = settings.model_copy(
+            update={"console": settings.console.model_copy(update={"port": args.port})}
+        )
+    run_event_loop(serve_console_until_signalled(settings))
+    return 0
+
+
+def cmd_edge(args: argparse.Namespace) -> int:
+    """The edge in its own process, forwarding to the services a running `egbe up` published, else to
+    the endpoints the settings name."""
+    settings = _settings(args)
+    run_event_loop(serve_edge_until_signalled(settings, published_targets(settings)))
     return 0
 
 
@@ -154,6 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     up = commands.add_parser("up", help="serve every service in one process (embedded)")
     listen_options(up)
     up.set_defaults(run=cmd_up)
+
+    edge = commands.add_parser(
+        "edge", help="serve the HTTP/JSON and WebSocket edge alone, in front of running services"
+    )
+    edge.set_defaults(run=cmd_edge)
+
+    console = commands.add_parser(
+        "console", help="serve the operator console (web) alone, in front of running services"
+    )
+    console.add_argument("--port", type=int, help="HTTP port (default: console.port, 8040)")
+    console.set_defaults(run=cmd_console)
 
     serve = commands.add_parser("serve", help="serve one service")
     serve.add_argument("service", choices=SERVICE_NAMES, help="the service to serve")

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from enum import StrEnum
 from pathlib import Path
 
+from assembly.console_host import console_beside, published_console
 from assembly.health import check_health
 from assembly.launcher import KERNEL_PEER_TARGETS, start_services, stop_services
 from assembly.settings import EgbeSettings
+from console.serving import RunningConsole
 from services.runtime import client_tokens, load_tokens, published_targets
-from services.settings import SERVICE_NAMES, Endpoint
+from services.server import RunningService
+from services.settings import SERVICE_NAMES, Endpoint, UserError
 from world.clients import Services
 from world.errors import WorldRunError
 from world.run_folder import SERVICES_DIR, TICK_LOG_FILE
@@ -58,15 +62,25 @@ def _wired(
 
 @asynccontextmanager
 async def services_for_run(
-    settings: EgbeSettings, run_dir: Path, snapshot_every: int, target: DemoTarget = DemoTarget.AUTO
+    settings: EgbeSettings,
+    run_dir: Path,
+    snapshot_every: int,
+    target: DemoTarget = DemoTarget.AUTO,
+    *,
+    console: bool = False,
 ) -> AsyncIterator[Services]:
-    """The running services or embedded ones private to this run, as `target` says."""
+    """The running services or embedded ones private to this run, as `target` says. With `console`, the
+    run's embedded services are served by an operator console too, and its address is printed (or the
+    address of the console the running services publish)."""
     targets = published_targets(settings)
     if target is not DemoTarget.EMBEDDED:
         required = target in {DemoTarget.RUNNING, DemoTarget.COMPOSE}
         deadline = _REQUIRED_HEALTH_DEADLINE_SECONDS if required else _AUTO_HEALTH_DEADLINE_SECONDS
         statuses = await check_health(targets, deadline, settings)
         if all(status == "SERVING" for status in statuses.values()):
+            published = published_console(settings) if console else None
+            if published is not None:
+                print(f"console    {published}", file=sys.stderr, flush=True)
             yield Services(targets, client_tokens(settings), settings, embedded=False, tick_log=None)
             return
         if required:
@@ -76,7 +90,10 @@ async def services_for_run(
     with tempfile.TemporaryDirectory(prefix="egbe-") as socket_dir:
         wired = _wired(settings, Path(socket_dir), run_dir / SERVICES_DIR, tick_log, snapshot_every)
         running = await start_services(SERVICE_NAMES, wired)
+        shown = None
         try:
+            if console and settings.console.enabled:
+                shown = await _demo_console(wired, running)
             yield Services(
                 {r.bundle.name: r.target for r in running},
                 load_tokens(wired),
@@ -86,4 +103,20 @@ async def services_for_run(
                 metrics={r.bundle.name: r.metrics.port for r in running if r.metrics is not None},
             )
         finally:
+            if shown is not None:
+                await shown.stop()
             await stop_services(running, wired)
+
+
+async def _demo_console(settings: EgbeSettings, running: list[RunningService]) -> RunningConsole:
+    """The console for a demo's own services, on its configured port or, when that is taken (an
+    `egbe up` serving its own console), on any free one; its address printed either way."""
+    tokens = load_tokens(settings)
+    try:
+        shown = await console_beside(settings, running, tokens)
+    except UserError:
+        any_port = settings.console.model_copy(update={"port": 0})
+        shown = await console_beside(settings.model_copy(update={"console": any_port}), running, tokens)
+    where = settings.data_dir / "tokens.json"
+    print(f"console    {shown.url} (sign in with the operator token in {where})", file=sys.stderr, flush=True)
+    return shown

@@ -7,7 +7,9 @@ import asyncio
 import importlib
 from collections.abc import Awaitable, Callable, Sequence
 
+from assembly.console_host import CONSOLE_ENDPOINT, console_beside
 from assembly.settings import EgbeSettings
+from edge.server import EDGE_ENDPOINT, start_edge
 from services import tracing
 from services.auth import TokenStore
 from services.files import private_dir
@@ -66,7 +68,9 @@ def _start_order(names: Sequence[str]) -> list[str]:
     return sorted(names, key=lambda name: name == "kernel")
 
 
-async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[RunningService]:
+async def start_services(
+    names: Sequence[str], settings: EgbeSettings, *, publish: bool = True
+) -> list[RunningService]:
     """Build and start the named services, the kernel wired to the others; on failure, stop what started.
 
     The data directory is created owner-only before any service writes a database into it."""
@@ -84,7 +88,8 @@ async def start_services(names: Sequence[str], settings: EgbeSettings) -> list[R
         await stop_services(running, settings)
         raise
     running.sort(key=lambda service: list(names).index(service.bundle.name))
-    publish_endpoints(settings, running)
+    if publish:
+        publish_endpoints(settings, running)
     return running
 
 
@@ -95,8 +100,30 @@ async def stop_services(running: Sequence[RunningService], settings: EgbeSetting
         unpublish_endpoints(settings)
 
 
-async def serve_until_signalled(names: Sequence[str], settings: EgbeSettings) -> None:
-    """Run until SIGTERM or SIGINT, then drain in-flight calls and stop."""
-    running = await start_services(names, settings)
+async def serve_until_signalled(
+    names: Sequence[str], settings: EgbeSettings, *, edge: bool = False, console: bool = False
+) -> None:
+    """Run until SIGTERM or SIGINT, then drain in-flight calls and stop; with `edge`, the HTTP/JSON and
+    WebSocket edge serves the started services too, and with `console` the operator console; both stop
+    first."""
+    running = await start_services(names, settings, publish=False)
+    served = shown = None
+    try:
+        served = await start_edge(settings, {r.bundle.name: r.target for r in running}) if edge else None
+        shown = await console_beside(settings, running, load_tokens(settings)) if console else None
+    except BaseException:
+        if served is not None:
+            await served.stop()
+        await stop_services(running, settings)
+        raise
+    # Published once everything listens: a client that finds the file finds every listener in it.
+    extra = {EDGE_ENDPOINT: served.target} if served is not None else {}
+    if shown is not None:
+        extra[CONSOLE_ENDPOINT] = shown.url
+    publish_endpoints(settings, running, extra or None)
     await wait_for_signal(running, settings)
+    if shown is not None:
+        await shown.stop()
+    if served is not None:
+        await served.stop()
     await stop_services(running, settings)

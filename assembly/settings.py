@@ -10,6 +10,8 @@ from typing import Any
 
 from biography_service.config import BiographyServiceSettings
 from cognition_service.config import CognitionServiceSettings
+from console.config import ConsoleSettings
+from edge.config import EdgeServiceSettings
 from gateway.config import GatewayServiceSettings
 from kernel_service.config import KernelServiceSettings
 from policy_service.config import PolicyServiceSettings
@@ -22,6 +24,8 @@ class EgbeSettings(
     CognitionServiceSettings,
     PolicyServiceSettings,
     BiographyServiceSettings,
+    EdgeServiceSettings,
+    ConsoleSettings,
 ):
     """Everything any service process needs to start; each field documents itself."""
 

@@ -8,10 +8,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from assembly.embedded import DemoTarget
 from assembly.settings import EgbeSettings
 from world.scenario import builtin_scenario_names
+
+if TYPE_CHECKING:
+    from world.artifact import RunArtifact
 
 DEFAULT_SCENARIO = "hamlet"
 DEFAULT_SEED = 7
@@ -55,6 +59,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
         from world.demo import exit_status, summary
 
         loaded = quiet_services(settings(args))
+        shown: list[Path] = []
+
+        def stay(run_dir: Path, artifact: RunArtifact) -> None:
+            print(summary(run_dir, artifact))
+            print("the run's services and console stay up; Ctrl-C stops them", flush=True)
+            shown.append(run_dir)
+
         run_dir, artifact = asyncio.run(
             run_demo(
                 loaded,
@@ -65,9 +76,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
                 realtime=args.realtime,
                 progress=not args.quiet,
                 target=DemoTarget(args.target),
+                console=loaded.console.enabled,
+                stay=stay if args.stay else None,
             )
         )
-        print(summary(run_dir, artifact))
+        if not shown:
+            print(summary(run_dir, artifact))
         return exit_status(artifact)
 
     def cmd_replay(args: argparse.Namespace) -> int:
@@ -98,6 +112,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser], sett
     demo.add_argument("--reduced-time", action="store_true", help="run the scenario's reduced-time length")
     demo.add_argument("--realtime", action="store_true", help="pace ticks to the wall clock (20 Hz)")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
+    demo.add_argument(
+        "--stay",
+        action="store_true",
+        help="keep the run's own services and console up after the run, until Ctrl-C",
+    )
     demo.add_argument(
         "--target",
         choices=[t.value for t in DemoTarget],

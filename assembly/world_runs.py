@@ -5,12 +5,13 @@ config). The world runs the scenario and compares; this module starts and stops 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from assembly.console_host import wait_for_stop
 from assembly.embedded import DemoTarget, services_for_run
 from assembly.launcher import start_services, stop_services
 from assembly.settings import EgbeSettings, load_settings
@@ -35,18 +36,33 @@ async def run_demo(
     progress: bool = True,
     check_replay: bool = True,
     target: DemoTarget = DemoTarget.AUTO,
+    console: bool = False,
+    stay: Callable[[Path, RunArtifact], None] | None = None,
 ) -> tuple[Path, RunArtifact]:
-    """Runs one scenario end to end, then replays its tick log; returns the run folder and its artifact."""
+    """Runs one scenario end to end, then replays its tick log; returns the run folder and its artifact.
+
+    With `console`, the run's own services are served by the operator console too. With `stay`, the
+    finished run is handed to `stay` and the run's own services (and console) keep serving until
+    SIGINT or SIGTERM, so a newcomer can look around."""
     demo = new_demo_run(
         scenario_name, seed, runs_dir, reduced_time=reduced_time, realtime=realtime, progress=progress
     )
     snapshot_every = demo.options.scenario.snapshot_every_ticks
-    async with services_for_run(settings, demo.run_dir, snapshot_every, target) as services:
+
+    async def finished(artifact: RunArtifact) -> RunArtifact:
+        replay = None
+        if check_replay and artifact.tick_log is not None:
+            replay = await replay_run(demo.run_dir, settings)
+        return finish_demo(demo, artifact, replay)
+
+    async with services_for_run(settings, demo.run_dir, snapshot_every, target, console=console) as services:
         artifact = await execute_demo(demo, services)
-    replay = None
-    if check_replay and artifact.tick_log is not None:
-        replay = await replay_run(demo.run_dir, settings)
-    return demo.run_dir, finish_demo(demo, artifact, replay)
+        if stay is not None and services.embedded:
+            artifact = await finished(artifact)
+            stay(demo.run_dir, artifact)
+            await wait_for_stop()
+            return demo.run_dir, artifact
+    return demo.run_dir, await finished(artifact)
 
 
 @asynccontextmanager

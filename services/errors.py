@@ -160,6 +160,13 @@ class DeadlineExceeded(EgbeError):
     reason = "DEADLINE_EXCEEDED"
 
 
+class Unimplemented(EgbeError):
+    """The method is not served here (what gRPC answers for a method a server lacks)."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+    reason = "UNIMPLEMENTED"
+
+
 class Unauthenticated(EgbeError):
     code = grpc.StatusCode.UNAUTHENTICATED
     reason = "UNAUTHENTICATED"

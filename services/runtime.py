@@ -105,7 +105,7 @@ def publish_endpoints(
     settings: ChassisSettings, running: Sequence[RunningService], extra: Mapping[str, str] | None = None
 ) -> None:
     """Write where each running service (and each side listener) answers, for clients to find; `extra`
-    names other listeners of this process (e.g. {"edge": "127.0.0.1:50056"})."""
+    names other listeners of this process (e.g. {"edge": "127.0.0.1:50057"})."""
     path = endpoints_path(settings)
     private_dir(path.parent)
     existing = json.loads(path.read_text()) if path.is_file() else {}

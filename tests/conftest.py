@@ -55,6 +55,11 @@ class EmbeddedEgbe:
     targets: dict[str, str]
     tokens: dict[str, str]
     metrics: dict[str, str]  # service -> its Prometheus endpoint's URL
+    http: dict[str, str]  # the HTTP listeners beside the gRPC ones: "edge", "console"
+
+
+# What `egbe up` publishes beside its gRPC listeners (targets) and metrics endpoints.
+HTTP_LISTENERS = ("edge", "console")
 
 
 def start_embedded(
@@ -98,15 +103,18 @@ def start_embedded(
             published = json.loads(endpoints.read_text())
             if published.get("pid") == process.pid:
                 targets = {
-                    k: v for k, v in published.items() if k != "pid" and not k.startswith(METRICS_PREFIX)
+                    k: v
+                    for k, v in published.items()
+                    if k not in {"pid", *HTTP_LISTENERS} and not k.startswith(METRICS_PREFIX)
                 }
+                http = {k: v for k, v in published.items() if k in HTTP_LISTENERS}
                 metrics = {
                     k.removeprefix(METRICS_PREFIX): v
                     for k, v in published.items()
                     if k.startswith(METRICS_PREFIX)
                 }
                 tokens = json.loads((data_dir / "tokens.json").read_text())
-                return EmbeddedEgbe(process, data_dir, targets, tokens, metrics)
+                return EmbeddedEgbe(process, data_dir, targets, tokens, metrics, http)
         time.sleep(0.05)
     process.kill()
     raise TimeoutError("egbe up did not publish its endpoints in time")

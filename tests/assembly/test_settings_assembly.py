@@ -9,6 +9,8 @@ from pydantic import ValidationError
 from assembly.settings import EgbeSettings, load_settings
 from biography_service.config import BiographyServiceSettings
 from cognition_service.config import CognitionServiceSettings
+from console.config import ConsoleSettings
+from edge.config import EdgeServiceSettings
 from gateway.config import GatewayServiceSettings
 from kernel_service.config import KernelServiceSettings
 from policy_service.config import PolicyServiceSettings
@@ -22,13 +24,16 @@ SERVICE_SETTINGS = {
     "biography": BiographyServiceSettings,
 }
 
+# What `egbe up` serves beside the five services, each with its key.
+BESIDE_SETTINGS = {"edge": EdgeServiceSettings, "console": ConsoleSettings}
+
 
 def test_the_assembly_is_the_chassis_and_each_services_key() -> None:
     assert tuple(SERVICE_SETTINGS) == SERVICE_NAMES
     chassis = set(ChassisSettings.model_fields)
     assert not chassis & set(SERVICE_NAMES)
-    assert set(EgbeSettings.model_fields) == chassis | set(SERVICE_NAMES)
-    for name, settings_cls in SERVICE_SETTINGS.items():
+    assert set(EgbeSettings.model_fields) == chassis | set(SERVICE_NAMES) | set(BESIDE_SETTINGS)
+    for name, settings_cls in {**SERVICE_SETTINGS, **BESIDE_SETTINGS}.items():
         assert set(settings_cls.model_fields) == chassis | {name}
         assert issubclass(EgbeSettings, settings_cls)
 

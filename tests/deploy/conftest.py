@@ -15,6 +15,7 @@ K8S = ROOT / "deploy" / "k8s"
 TREES = {
     "base": K8S / "base",
     "production": K8S / "overlays" / "production",
+    "monitoring": K8S / "overlays" / "monitoring",
     "world-server-example": K8S / "examples" / "world-server",
 }
 

@@ -122,3 +122,18 @@ def test_secrets_script_makes_tokens_the_services_accept(tmp_path: Path) -> None
     assert (secrets / "egbe.env").stat().st_mode & 0o077 == 0
     lines = dict(line.split("=", 1) for line in (secrets / "egbe.env").read_text().splitlines())
     assert lines["EGBE_DATABASE_URL"] == f"postgresql://egbe:{lines['POSTGRES_PASSWORD']}@postgres:5432/egbe"
+
+
+def test_the_edge_is_its_own_container_forwarding_to_the_others_without_secrets(
+    compose: dict[str, Any],
+) -> None:
+    edge = compose["services"]["edge"]
+    assert edge["command"] == ["edge"]
+    assert (edge["read_only"], edge["cap_drop"]) == (True, ["ALL"])
+    assert (edge["secrets"], edge["env_file"], edge["group_add"]) == ([], [], [])
+    settings = _settings_of(edge)
+    assert (settings.edge.host, settings.edge.port) == ("0.0.0.0", 50057)  # noqa: S104
+    assert edge["ports"] == [f"127.0.0.1:{settings.edge.port}:{settings.edge.port}"]
+    for name in SERVICE_NAMES:
+        assert settings.endpoints[name].target() == f"{name}:{EgbeSettings().endpoints[name].port}"
+    assert f"{settings.edge.port}/healthz" in edge["healthcheck"]["test"][-1]

@@ -157,23 +157,27 @@ def _pod_settings(
         return load_settings()
 
 
-def test_every_egbe_container_loads_its_settings(
-    rendered: tuple[str, list[Manifest]], tmp_path: Path
-) -> None:
-    tree, manifests = rendered
-    config_maps = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "ConfigMap"}
+def _stand_ins(config_maps: dict[str, Manifest], tmp_path: Path) -> dict[str, str]:
+    """Files named by the environment exist only in the pod; local stand-ins for them."""
     (toml_text,) = [m["data"]["egbe.toml"] for m in config_maps.values() if "egbe.toml" in m["data"]]
     config_file = tmp_path / "egbe.toml"
     config_file.write_text(toml_text)
-    # Files named by the environment exist only in the pod; point them at local stand-ins.
     ca_file, ca_key = issue_ca(tmp_path)
     stand_in = issue_certificate(tmp_path, "gateway", ca_file, ca_key)
-    stand_ins = {
+    return {
         "EGBE_CONFIG_FILE": str(config_file),
         "EGBE_TLS__CERT_FILE": str(stand_in.cert_file),
         "EGBE_TLS__KEY_FILE": str(stand_in.key_file),
         "EGBE_TLS__CA_FILE": str(ca_file),
     }
+
+
+def test_every_egbe_container_loads_its_settings(
+    rendered: tuple[str, list[Manifest]], tmp_path: Path
+) -> None:
+    tree, manifests = rendered
+    config_maps = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "ConfigMap"}
+    stand_ins = _stand_ins(config_maps, tmp_path)
     checked = set()
     for deployment in _workloads(manifests).values():
         for container in _containers(deployment):
@@ -198,7 +202,7 @@ def test_every_egbe_container_loads_its_settings(
 def test_world_server_example_runs_the_kernel_as_a_sidecar_on_a_shared_socket() -> None:
     manifests = render("world-server-example")
     pod = _workloads(manifests)["world-server"]["spec"]["template"]["spec"]
-    (kernel,) = pod["initContainers"]
+    kernel, _edge = pod["initContainers"]  # the kernel starts first
     assert kernel["restartPolicy"] == "Always"
     assert kernel["args"] == ["serve", "kernel"]
     socket = _env(kernel)["EGBE_ENDPOINTS__KERNEL__UNIX_SOCKET"]
@@ -208,6 +212,27 @@ def test_world_server_example_runs_the_kernel_as_a_sidecar_on_a_shared_socket() 
     world_mounts = {m["name"]: m["mountPath"] for m in world["volumeMounts"]}
     shared = {name for name in kernel_mounts if world_mounts.get(name) == kernel_mounts[name]}
     assert any(socket.startswith(kernel_mounts[name] + "/") for name in shared)
+
+
+def test_world_server_example_runs_the_edge_as_a_loopback_sidecar_to_its_kernel(tmp_path: Path) -> None:
+    """The edge (`egbe edge`) serves only its pod, dials the kernel's socket and the shared Services,
+    and holds no token: the engine's own token travels through it."""
+    manifests = render("world-server-example")
+    config_maps = {m["metadata"]["name"]: m for m in manifests if m["kind"] == "ConfigMap"}
+    pod = _workloads(manifests)["world-server"]["spec"]["template"]["spec"]
+    kernel, edge = pod["initContainers"]
+    (world,) = pod["containers"]
+    assert (edge["args"], edge["restartPolicy"]) == (["edge"], "Always")
+    settings = _pod_settings(edge, config_maps, _stand_ins(config_maps, tmp_path))
+    assert settings.edge.host == "127.0.0.1"
+    assert _env(world)["EGBE_EDGE_URL"] == f"http://127.0.0.1:{settings.edge.port}"
+    socket = _env(kernel)["EGBE_ENDPOINTS__KERNEL__UNIX_SOCKET"]
+    assert settings.endpoints["kernel"].target() == f"unix:{socket}"
+    for name in SHARED_SERVICES:
+        assert settings.endpoints[name].target() == f"{name}:{_default_port(name)}"
+    mounts = {m["name"] for m in edge["volumeMounts"]}
+    assert "kernel-socket" in mounts
+    assert "tokens" not in mounts
 
 
 # ---- network policy, evaluated the way the NetworkPolicy API defines it ----

@@ -107,6 +107,7 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Shell:
         (cwd / name).symlink_to(ROOT / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EGBE_", "ANTHROPIC_"))}
     env.update({f"EGBE_ENDPOINTS__{name.upper()}__PORT": "0" for name in SERVICE_NAMES})
+    env.update({"EGBE_EDGE__PORT": "0", "EGBE_CONSOLE__PORT": "0"})  # the HTTP listeners too
     return Shell(cwd, env)
 
 
@@ -221,7 +222,8 @@ def test_egbe_up_serves_every_service_wired(shell: Shell) -> None:
         assert [row.split() for row in rows] == [[name, "SERVING", published[name]] for name in SERVICE_NAMES]
     endpoints = EgbeSettings.model_fields["endpoints"].get_default(call_default_factory=True)
     assert endpoints == {
-        name: Endpoint(host="127.0.0.1", port=50051 + i) for i, name in enumerate(SERVICE_NAMES)
+        name: Endpoint(host="127.0.0.1", port=50051 + i, metrics_port=9464 + i)
+        for i, name in enumerate(SERVICE_NAMES)
     }
 
 

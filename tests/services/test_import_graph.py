@@ -1,8 +1,8 @@
 """The import graph runs one way: the composition root (assembly) on top, importing anything; below
-it each service package and the world side by side, importing only the generated protocol (egbe), the
-chassis (services) and themselves; the chassis imports neither a service package, the world nor the
-root; no module imports itself back through others. Read from source with ast: nothing is imported
-to check it."""
+it each service package, the world, the edge and the console side by side, importing only the
+generated protocol (egbe), the chassis (services) and themselves; the chassis imports neither a
+service package, the world nor the root; no module imports itself back through others. Read from
+source with ast: nothing is imported to check it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ SERVICE_PACKAGES = (
     "policy_service",
     "biography_service",
     "world",
+    "edge",
+    "console",
 )
 PROTOCOL = "egbe"
 CHASSIS = "services"
