@@ -7,16 +7,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Coroutine
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from gateway.adapters.base import ModelReply, ModelRequest
+from gateway.adapters.provider_router import provider_model_ref
 from gateway.config import TIER_NAMES
 from gateway.core import GatewayCore
-from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd
+from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd, provider_price
 from gateway.errors import RunKilled, RunStopped
 from gateway.inflight import InFlightRun, SchemaStats
-from gateway.provider_errors import ProviderError, to_gateway_error
+from gateway.provider_errors import ProviderAttempt, ProviderError, to_gateway_error
 from gateway.records import AuditEntry, CallGrant, RunSpec
 from gateway.routing import ModelRoute, select_route
 from services import tracing
@@ -54,6 +55,19 @@ class AdapterTiming:
             self.latency_us = (time.perf_counter_ns() - started) // 1_000
 
 
+def _answered(reply: ModelReply) -> dict[str, str | int]:
+    """The model span's answer: tokens, and which provider and model answered (a class's route may
+    have fallen back past the first)."""
+    attributes: dict[str, str | int] = {
+        "gen_ai.usage.input_tokens": reply.usage.input_tokens,
+        "gen_ai.usage.output_tokens": reply.usage.output_tokens,
+    }
+    if reply.answered_by is not None:
+        attributes["egbe.provider"] = reply.answered_by.provider
+        attributes["gen_ai.response.model"] = reply.answered_by.model_id
+    return attributes
+
+
 class ModelCalls(GatewayCore):
     """Routing, calling and auditing one model call of a run."""
 
@@ -85,7 +99,11 @@ class ModelCalls(GatewayCore):
         call_id = f"{run_id}:{grant.call_index}"
         model_ref = self.adapter.name if self.adapter.offline else route.model_ref
 
-        def audit(**outcome: Any) -> AuditEntry:
+        def audit(tried: tuple[ProviderAttempt, ...], **outcome: Any) -> AuditEntry:
+            """The call's record; `tried`: every provider of its class's route it was tried on."""
+            context = _replay_context(request, attempt)
+            if tried:
+                context["providers_tried"] = [asdict(one) for one in tried]
             return AuditEntry(
                 call_id=call_id,
                 run_id=run_id,
@@ -94,13 +112,11 @@ class ModelCalls(GatewayCore):
                 ori_id=spec.ori_id,
                 tier=spec.tier,
                 cause=CAUSE_LABELS[spec.cause],
-                model_ref=model_ref,
                 model_class=route.model_class,
-                input_context=_replay_context(request, attempt),
+                input_context=context,
                 policy_decision=f"{self.config.safety_policy_id}:admitted",
                 retention_policy_id=self.config.retention_policy_id,
                 config_fingerprint=self.fingerprint,
-                offline=self.adapter.offline,
                 recorded_at_ms=self.now_ms(),
                 kernel_call_id=spec.kernel_call_id,
                 **outcome,
@@ -123,16 +139,17 @@ class ModelCalls(GatewayCore):
             ) as span:
                 reply = await self._call_adapter(run, timing.timed(self.adapter.generate(request)))
                 if span is not None:
-                    span.set_attributes(
-                        {
-                            "gen_ai.usage.input_tokens": reply.usage.input_tokens,
-                            "gen_ai.usage.output_tokens": reply.usage.output_tokens,
-                        }
-                    )
+                    span.set_attributes(_answered(reply))
         except BaseException as error:
             self._write_row(run)
+            provider_error = provider_error_of(error)
+            tried = provider_error.providers_tried if provider_error is not None else ()
             await self._record_failed_call(
                 audit(
+                    tried,
+                    # With a providers table, the last provider the call was tried on.
+                    model_ref=provider_model_ref(tried[-1], offline=False) if tried else model_ref,
+                    offline=self.adapter.offline,
                     output="",
                     usage=Usage(),
                     micro_usd=0,
@@ -142,21 +159,30 @@ class ModelCalls(GatewayCore):
                 )
             )
             raise
-        exact = not reply.offline
-        if exact:
-            cost = self.config.cost
-            micro_usd = billed_micro_usd(cost, route.model_class, reply.usage, batched=reply.batched)
+        if reply.answered_by is not None:  # a provider of the table answered: name it
+            model_ref = provider_model_ref(reply.answered_by, offline=reply.offline)
+        cost = self.config.cost
+        if reply.offline:
+            micro_usd = estimated_micro_usd(cost, route.model_class, reply.usage.total)
         else:
-            micro_usd = estimated_micro_usd(self.config.cost, route.model_class, reply.usage.total)
+            price = provider_price(self.config.providers, reply.answered_by)
+            micro_usd = billed_micro_usd(
+                cost, route.model_class, reply.usage, batched=reply.batched, price=price
+            )
+        # Offline replies, and usage a server did not report (the len/4 estimate), cost an estimate.
+        estimated = reply.offline or reply.usage_estimated
         latency_us = timing.latency_us
         entry = audit(
+            reply.providers_tried,
+            model_ref=model_ref,
+            offline=reply.offline,
             output=reply.text,
             usage=reply.usage,
             micro_usd=micro_usd,
-            cost_estimated=not exact,
+            cost_estimated=estimated,
             model_latency_us=latency_us,
         )
-        return GenerateResult(call_id, reply, model_ref, micro_usd, not exact, latency_us, spec), entry
+        return GenerateResult(call_id, reply, model_ref, micro_usd, estimated, latency_us, spec), entry
 
     async def _call_adapter(self, run: InFlightRun, call: Coroutine[Any, Any, ModelReply]) -> ModelReply:
         """Run the adapter's call as a task a pushed control can cancel; provider errors become gateway
@@ -171,15 +197,27 @@ class ModelCalls(GatewayCore):
             task.cancel()
             raise
         except ProviderError as error:
+            for fallback in error.providers_tried[:-1]:
+                self._fell_back(run, fallback)
             run.met(error.error_class.value)
             self.metrics.count(self.metrics.provider_errors, error.error_class.value)
             raise to_gateway_error(error) from error
         finally:
             run.tasks.discard(task)
+        for fallback in reply.fallbacks:
+            self._fell_back(run, fallback)
         for error_class in reply.retried_errors:
             run.met(error_class)
             self.metrics.count(self.metrics.provider_errors, error_class)
         return reply
+
+    def _fell_back(self, run: InFlightRun, fallback: ProviderAttempt) -> None:
+        """A provider that failed a call before the next of its route was tried: its error and the
+        fallback, counted on the run (retry stats) and in the metrics."""
+        run.met(fallback.error_class)
+        run.fell_back(fallback.provider)
+        self.metrics.count(self.metrics.provider_errors, fallback.error_class)
+        self.metrics.count(self.metrics.provider_fallbacks, fallback.provider)
 
     async def _record_failed_call(self, entry: AuditEntry) -> None:
         """A call that got no answer is audited too, in the same transaction as its ledger update (zero
@@ -200,11 +238,16 @@ class ModelCalls(GatewayCore):
         )
 
 
+def provider_error_of(error: BaseException) -> ProviderError | None:
+    """The provider error that ended a call, itself or as the cause of the gateway error it became."""
+    cause = error if isinstance(error, ProviderError) else error.__cause__
+    return cause if isinstance(cause, ProviderError) else None
+
+
 def failure_class(error: BaseException) -> str:
     """Why a model call got no answer: the provider error class, or what stopped the call."""
-    cause = error if isinstance(error, ProviderError) else error.__cause__
-    if isinstance(cause, ProviderError):
-        return cause.error_class.value
+    if (provider_error := provider_error_of(error)) is not None:
+        return provider_error.error_class.value
     if isinstance(error, RunStopped | RunKilled):
         return "killed"
     if isinstance(error, asyncio.CancelledError):

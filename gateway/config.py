@@ -102,6 +102,13 @@ def _default_candidates() -> list[ModelCandidate]:
     ]
 
 
+class ModelTarget(_Frozen):
+    """Where a model class's calls go: a provider of the providers table and the model id it serves."""
+
+    provider: str = Field(min_length=1)
+    model_id: str = Field(min_length=1)
+
+
 class RoutingConfig(_Frozen):
     """Smallest-qualified routing: candidates, each tier's bar, re-run scripts, class -> concrete model id."""
 
@@ -128,7 +135,13 @@ class RoutingConfig(_Frozen):
             "sonnet-class": "claude-sonnet-4-6",
             "haiku-class": "claude-haiku-4-5",
         },
-        description="Class alias -> concrete Anthropic model id.",
+        description="Class alias -> concrete Anthropic model id (with no providers table).",
+    )
+    class_targets: dict[str, list[ModelTarget]] = Field(
+        default_factory=dict,
+        description="With a providers table: class alias -> its route, the targets tried in order, each"
+        " after the one before failed transiently (every candidate class needs one; model_ids is then"
+        " unused).",
     )
 
     def route_for(self, tier: int) -> TierRoute:
@@ -181,13 +194,18 @@ class CostConfig(_Frozen):
     )
 
 
-class AnthropicConfig(_Frozen):
-    """The Anthropic adapter: timeouts, our one retry loop, caching and batches."""
+class RetryPolicy(_Frozen):
+    """A provider's request timeout and our one retry loop over it (the SDKs' own retries are off)."""
 
     request_timeout_seconds: float = Field(default=60.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, description="Attempts per call including the first.")
     backoff_base_seconds: float = Field(default=0.5, gt=0)
     backoff_max_seconds: float = Field(default=20.0, gt=0)
+
+
+class AnthropicConfig(RetryPolicy):
+    """The Anthropic adapter: timeouts and our one retry loop (with no providers table), caching, batches."""
+
     prompt_caching: bool = Field(default=True, description="cache_control on the stable system block.")
     batches_enabled: bool = Field(
         default=False, description="Send deferrable Atropos work through Message Batches (50% price)."
@@ -197,6 +215,47 @@ class AnthropicConfig(_Frozen):
         default=3_600.0, gt=0, description="A batch not ended by then is cancelled."
     )
     count_tokens: bool = Field(default=True, description="Exact input counts from count-tokens.")
+
+
+ProviderKind = Literal["anthropic", "openai-compatible", "offline"]
+
+
+class ProviderConfig(RetryPolicy):
+    """One model provider of the providers table, by name; the gateway holds one client for it. Its own
+    timeout and retry settings apply (`anthropic.*` keeps only the Anthropic-only options)."""
+
+    kind: ProviderKind
+    base_url: str = Field(
+        default="",
+        description="The API root ('http://host:8000/v1' for an openai-compatible server); '' = the SDK's"
+        " default (Anthropic's, or ANTHROPIC_BASE_URL).",
+    )
+    api_key_env: str = Field(
+        default="",
+        description="The environment variable holding the provider's key, which must be set at start;"
+        " '' = a server that takes no key (an anthropic provider always needs one).",
+    )
+    structured_output: Literal["json_schema", "json_object"] = Field(
+        default="json_schema",
+        description="openai-compatible: send the mode's JSON Schema as response_format json_schema, or ask"
+        " only for a JSON object (json_object) where the server has no schema support; the cognition"
+        " service validates every reply against the schema either way.",
+    )
+    output_limit_field: Literal["max_tokens", "max_completion_tokens"] = Field(
+        default="max_tokens",
+        description="openai-compatible: the request field carrying the output cap; OpenAI's reasoning"
+        " models take only max_completion_tokens, which some local servers do not know.",
+    )
+    strict_schema: bool = Field(
+        default=False,
+        description="openai-compatible json_schema: ask for strict adherence (OpenAI's strict mode needs"
+        " every property required, which the optional fields of our schemas are not).",
+    )
+    prices: dict[str, ClassPrice] = Field(
+        default_factory=dict,
+        description="Model id -> billed price at this provider; a model without one is billed at its"
+        " class's price (cost.prices).",
+    )
 
 
 class LeaseConfig(_Frozen):
@@ -240,6 +299,11 @@ class GatewayConfig(_Frozen):
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
     anthropic: AnthropicConfig = Field(default_factory=AnthropicConfig)
+    providers: dict[str, ProviderConfig] = Field(
+        default_factory=dict,
+        description="Model providers by name, each class routed to them by routing.class_targets; empty ="
+        " Anthropic when ANTHROPIC_API_KEY is set, else the offline adapter.",
+    )
     ledger_window_seconds: int = Field(default=3_600, gt=0, description="The world cap's accounting window.")
     run_timeout_seconds: float = Field(
         default=300.0, gt=0, description="A run not ended by then is timed out and its reservation released."

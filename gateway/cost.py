@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gateway.config import CostConfig
+from gateway.config import ClassPrice, CostConfig, ProviderConfig
+from gateway.provider_errors import ProviderAttempt
 
 BASIS_POINTS = 10_000
 
@@ -37,9 +39,26 @@ def estimated_micro_usd(config: CostConfig, model_class: str, tokens: int) -> in
     return _ceil_div(tokens * config.class_rates_per_1k[model_class], 1_000)
 
 
-def billed_micro_usd(config: CostConfig, model_class: str, usage: Usage, *, batched: bool = False) -> int:
-    """Cost from actual usage and the price table, rounded up; Message Batches pay the batch share."""
-    price = config.prices[model_class]
+def provider_price(
+    providers: Mapping[str, ProviderConfig], answered_by: ProviderAttempt | None
+) -> ClassPrice | None:
+    """The answering provider's own price for its model, if its table has one."""
+    if answered_by is None:
+        return None
+    return providers[answered_by.provider].prices.get(answered_by.model_id)
+
+
+def billed_micro_usd(
+    config: CostConfig,
+    model_class: str,
+    usage: Usage,
+    *,
+    batched: bool = False,
+    price: ClassPrice | None = None,
+) -> int:
+    """Cost from usage and the price table (`price`: a provider's own, in place of the class's), rounded
+    up; Message Batches pay the batch share."""
+    price = price or config.prices[model_class]
     per_mtok = (
         usage.input_tokens * price.input_per_mtok
         + usage.output_tokens * price.output_per_mtok

@@ -29,6 +29,7 @@ class InFlightRun:
     stopped_by: Control | None = None
     schemas: dict[str, SchemaStats] = field(default_factory=dict)
     provider_errors: dict[str, int] = field(default_factory=dict)  # by error class
+    provider_fallbacks: dict[str, int] = field(default_factory=dict)  # by the provider fallen back from
     usage: Usage = field(default_factory=Usage)
     micro_usd: int = 0
     cost_estimated: bool = False
@@ -39,6 +40,10 @@ class InFlightRun:
     def met(self, error_class: str) -> None:
         """A provider error of this class met by one of the run's calls (retried past, or its end)."""
         self.provider_errors[error_class] = self.provider_errors.get(error_class, 0) + 1
+
+    def fell_back(self, provider: str) -> None:
+        """One of the run's calls left this provider for the next of its class's route."""
+        self.provider_fallbacks[provider] = self.provider_fallbacks.get(provider, 0) + 1
 
     def add_usage(self, usage: Usage, micro_usd: int, *, estimated: bool) -> None:
         self.usage = Usage(
@@ -55,6 +60,7 @@ class InFlightRun:
         return {
             "schemas": {name: vars(s) for name, s in self.schemas.items()},
             "providerErrors": dict(self.provider_errors),
+            "providerFallbacks": dict(self.provider_fallbacks),
             "caches": {
                 "readTokens": self.usage.cache_read_tokens,
                 "creationTokens": self.usage.cache_write_tokens,

@@ -53,6 +53,11 @@ class GatewayMetrics(Collector):
         self.provider_errors = CounterSpec(
             "egbe_gateway_provider_errors", "Provider errors by class", ("error_class",)
         )
+        self.provider_fallbacks = CounterSpec(
+            "egbe_gateway_provider_fallbacks",
+            "Calls that left a provider for the next of their class's route",
+            ("provider",),
+        )
         self._specs = (
             self.tokens,
             self.cost,
@@ -63,6 +68,7 @@ class GatewayMetrics(Collector):
             self.runs_stopped,
             self.runs_ended,
             self.provider_errors,
+            self.provider_fallbacks,
         )
         self._counts: dict[CounterSpec, dict[tuple[str, ...], float]] = {spec: {} for spec in self._specs}
         self._prompt_tokens = 0

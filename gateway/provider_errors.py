@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from services.errors import EgbeError, FailedPrecondition, InvalidArgument, ResourceExhausted, Unavailable
@@ -33,8 +34,20 @@ TRANSIENT = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class ProviderAttempt:
+    """One provider of a class's route tried for a call: its model, its attempts, and the error class
+    that ended them ('' for the provider that answered)."""
+
+    provider: str
+    model_id: str
+    attempts: int
+    error_class: str = ""
+
+
 class ProviderError(Exception):
-    """A classified failure of one provider attempt."""
+    """A classified failure of one provider attempt (`providers_tried`: with a providers table, every
+    provider the call was tried on, in order, this error's last)."""
 
     def __init__(
         self,
@@ -50,6 +63,7 @@ class ProviderError(Exception):
         self.status = status
         self.retry_after_seconds = retry_after_seconds
         self.attempts = attempts
+        self.providers_tried: tuple[ProviderAttempt, ...] = ()
 
     @property
     def transient(self) -> bool:

@@ -7,11 +7,13 @@ from typing import Any
 
 
 def roll_up(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sum per-run stats: calls/attempts/fallbacks per schema, provider errors by class, cache tokens."""
+    """Sum per-run stats: calls/attempts/fallbacks per schema, provider errors by class, fallbacks by the
+    provider fallen back from, cache tokens."""
     schemas: dict[str, Counter[str]] = {}
     schema_runs: Counter[str] = Counter()
     errors: Counter[str] = Counter()
-    error_runs = cache_runs = 0
+    fallbacks: Counter[str] = Counter()
+    error_runs = fallback_runs = cache_runs = 0
     read = creation = 0
     for run in runs:
         for name, figures in run.get("schemas", {}).items():
@@ -22,6 +24,9 @@ def roll_up(runs: list[dict[str, Any]]) -> dict[str, Any]:
         run_errors = run.get("providerErrors", {})
         errors.update({k: int(v) for k, v in run_errors.items()})
         error_runs += int(bool(run_errors))
+        run_fallbacks = run.get("providerFallbacks", {})
+        fallbacks.update({k: int(v) for k, v in run_fallbacks.items()})
+        fallback_runs += int(bool(run_fallbacks))
         caches = run.get("caches", {})
         if caches.get("readTokens") or caches.get("creationTokens"):
             cache_runs += 1
@@ -44,6 +49,11 @@ def roll_up(runs: list[dict[str, Any]]) -> dict[str, Any]:
             **dict(sorted(errors.items())),
             "total": sum(errors.values()),
             "runsPresent": error_runs,
+        },
+        "providerFallbacks": {
+            **dict(sorted(fallbacks.items())),
+            "total": sum(fallbacks.values()),
+            "runsPresent": fallback_runs,
         },
         "caches": {
             "totalReadTokens": read,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -49,6 +51,13 @@ def smallest_qualified(routing: RoutingConfig, tier: int) -> ModelCandidate | No
     return min(qualified, key=lambda c: (c.size_rank, c.model_class), default=None)
 
 
+def concrete_model_id(routing: RoutingConfig, model_class: str) -> str:
+    """The model id a class's calls name: its first target's with a providers table, else model_ids'."""
+    if routing.class_targets:
+        return routing.class_targets[model_class][0].model_id
+    return routing.model_ids[model_class]
+
+
 def select_route(routing: RoutingConfig, tier: int) -> ModelRoute:
     """The configured route for a tier (validated at start to be the smallest qualified)."""
     if tier not in TIER_NAMES:
@@ -61,7 +70,7 @@ def select_route(routing: RoutingConfig, tier: int) -> ModelRoute:
     return ModelRoute(
         tier=tier,
         model_class=candidate.model_class,
-        concrete_model_id=routing.model_ids[candidate.model_class],
+        concrete_model_id=concrete_model_id(routing, candidate.model_class),
         quality_bp=candidate.quality_bp.get(route.eval_suite, 0),
         required_quality_bp=route.required_quality_bp,
         eval_suite=route.eval_suite,
@@ -79,11 +88,20 @@ def routing_violations(routing: RoutingConfig) -> list[FieldViolation]:
         violations.append(
             FieldViolation("routing.rerun_scripts", f"must include the {AGENT_BEHAVIOR_EVAL_GATE!r} gate")
         )
-    violations += [
-        FieldViolation(f"routing.model_ids.{name}", "every candidate class needs a concrete model id")
-        for name in by_class
-        if not routing.model_ids.get(name)
-    ]
+    if routing.class_targets:
+        violations += [
+            FieldViolation(
+                f"routing.class_targets.{name}", "every candidate class needs a provider and model id"
+            )
+            for name in by_class
+            if not routing.class_targets.get(name)
+        ]
+    else:
+        violations += [
+            FieldViolation(f"routing.model_ids.{name}", "every candidate class needs a concrete model id")
+            for name in by_class
+            if not routing.model_ids.get(name)
+        ]
     for tier, name in TIER_NAMES.items():
         route = routing.route_for(tier)
         field = f"routing.{name}.selected_model_class"
@@ -106,9 +124,57 @@ def routing_violations(routing: RoutingConfig) -> list[FieldViolation]:
     return violations
 
 
-def config_violations(config: GatewayConfig) -> list[FieldViolation]:
-    """Every reason a gateway config is refused at start."""
+def provider_violations(config: GatewayConfig, environ: Mapping[str, str]) -> list[FieldViolation]:
+    """Why a providers table may not be served: a class target naming no provider or no candidate class, a
+    provider without its server's URL or whose key variable is unset."""
+    violations: list[FieldViolation] = []
+    targets = config.routing.class_targets
+    if config.providers and not targets:
+        violations.append(
+            FieldViolation(
+                "routing.class_targets", "a providers table needs every candidate class mapped to it"
+            )
+        )
+    known = ", ".join(sorted(config.providers)) or "none"
+    classes = {c.model_class for c in config.routing.candidates}
+    violations += [
+        FieldViolation(f"routing.class_targets.{name}", "not a candidate class")
+        for name in targets
+        if name not in classes
+    ]
+    for name, steps in targets.items():
+        violations += [
+            FieldViolation(
+                f"routing.class_targets.{name}[{index}].provider",
+                f"unknown provider {step.provider!r} (providers: {known})",
+            )
+            for index, step in enumerate(steps)
+            if step.provider not in config.providers
+        ]
+    for name, provider in config.providers.items():
+        field = f"providers.{name}"
+        if provider.kind == "openai-compatible" and not provider.base_url:
+            violations.append(
+                FieldViolation(f"{field}.base_url", "an openai-compatible provider needs its URL")
+            )
+        if provider.kind == "anthropic" and not provider.api_key_env:
+            violations.append(
+                FieldViolation(
+                    f"{field}.api_key_env", "an anthropic provider needs the variable holding its key"
+                )
+            )
+        elif provider.kind != "offline" and provider.api_key_env and not environ.get(provider.api_key_env):
+            violations.append(FieldViolation(f"{field}.api_key_env", f"{provider.api_key_env} is not set"))
+    return violations
+
+
+def config_violations(
+    config: GatewayConfig, environ: Mapping[str, str] | None = None
+) -> list[FieldViolation]:
+    """Every reason a gateway config is refused at start (`environ`: where provider keys are read, the
+    process's environment unless given)."""
     violations = routing_violations(config.routing)
+    violations += provider_violations(config, os.environ if environ is None else environ)
     for name in (c.model_class for c in config.routing.candidates):
         if name not in config.cost.class_rates_per_1k:
             violations.append(FieldViolation(f"cost.class_rates_per_1k.{name}", "missing class rate"))
@@ -117,7 +183,7 @@ def config_violations(config: GatewayConfig) -> list[FieldViolation]:
     return violations
 
 
-def validate_config(config: GatewayConfig) -> None:
-    violations = config_violations(config)
+def validate_config(config: GatewayConfig, environ: Mapping[str, str] | None = None) -> None:
+    violations = config_violations(config, environ)
     if violations:
         raise InvalidArgument(violations)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
 from egbe.v1 import gateway_pb2_grpc
 from gateway.adapters.base import ModelAdapter
 from gateway.adapters.offline import OfflineAdapter
+from gateway.adapters.provider_router import ProviderRouter
 from gateway.cognition_client import CognitionClient
-from gateway.config import GatewayConfig, GatewayServiceSettings
+from gateway.config import GatewayConfig, GatewayServiceSettings, ProviderConfig
 from gateway.operator_servicer import OperatorServicer, refusal_auditor
 from gateway.routing import validate_config
 from gateway.service import CognitionGateway
@@ -40,12 +42,35 @@ def build_store(settings: GatewayServiceSettings) -> GatewayStore:
     )
 
 
-def build_adapter(config: GatewayConfig) -> ModelAdapter:
-    """Anthropic when ANTHROPIC_API_KEY is set, else the offline adapter (labelled on every output)."""
-    if os.environ.get(ANTHROPIC_KEY_ENV):
+def build_adapter(config: GatewayConfig, environ: Mapping[str, str] = os.environ) -> ModelAdapter:
+    """With no providers table, Anthropic when ANTHROPIC_API_KEY is set, else the offline adapter
+    (labelled on every output); with one, a client per provider and each call routed by its class."""
+    if config.providers:
+        adapters = {
+            name: provider_adapter(config, name, provider, environ)
+            for name, provider in config.providers.items()
+        }
+        return ProviderRouter(adapters, config.routing.class_targets)
+    if environ.get(ANTHROPIC_KEY_ENV):
         from gateway.adapters.anthropic import AnthropicAdapter
 
         return AnthropicAdapter(config)
+    return OfflineAdapter()
+
+
+def provider_adapter(
+    config: GatewayConfig, name: str, provider: ProviderConfig, environ: Mapping[str, str]
+) -> ModelAdapter:
+    """The client of one provider of the table, its key read from the variable the table names."""
+    api_key = environ.get(provider.api_key_env) if provider.api_key_env else None
+    if provider.kind == "anthropic":
+        from gateway.adapters.anthropic import AnthropicAdapter
+
+        return AnthropicAdapter(config, base_url=provider.base_url or None, api_key=api_key, retry=provider)
+    if provider.kind == "openai-compatible":
+        from gateway.adapters.openai_compatible import OpenAICompatibleAdapter
+
+        return OpenAICompatibleAdapter(name, provider, api_key=api_key)
     return OfflineAdapter()
 
 

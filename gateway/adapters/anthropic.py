@@ -1,40 +1,30 @@
-"""The Anthropic adapter on the official async SDK: one retry loop of ours, prompt caching, batches, counts.
+"""The Anthropic adapter on the official async SDK: prompt caching, batches, counts.
 
-The SDK's own retries are off (`max_retries=0`) so every attempt is classified and counted here, and a
-spend-limit 429 or any other 4xx is never retried. The caller's deadline (`ModelRequest.deadline`) bounds
-each attempt and the loop: no attempt outlasts it, and no retry starts that could not end before it.
+The SDK's own retries are off (`max_retries=0`): every attempt goes through the one retry loop
+(`retry_loop.py`), classified by `http_errors.py`, so a spend-limit 429 or any other 4xx is never retried
+and no attempt outlasts the caller's deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import random
 import time
 import uuid
-from collections.abc import Mapping
 from typing import Any
 
 import anthropic
 
 from gateway.adapters.base import ModelReply, ModelRequest
-from gateway.config import GatewayConfig
+from gateway.adapters.http_errors import classify_status
+from gateway.adapters.retry_loop import with_retries
+from gateway.config import GatewayConfig, RetryPolicy
 from gateway.cost import Usage, estimate_tokens
 from gateway.provider_errors import ProviderError, ProviderErrorClass
 from services.logging import get_logger
 
 log = get_logger(__name__)
 ANTHROPIC_MODEL_REF = "anthropic"
-_SPEND_LIMIT_MARKERS = ("spend_limit", "spend limit", "credit balance", "billing")
-_STATUS_CLASSES = {
-    401: ProviderErrorClass.AUTHENTICATION,
-    402: ProviderErrorClass.BILLING,
-    403: ProviderErrorClass.PERMISSION,
-    404: ProviderErrorClass.NOT_FOUND,
-    413: ProviderErrorClass.REQUEST_TOO_LARGE,
-    429: ProviderErrorClass.RATE_LIMIT,
-    529: ProviderErrorClass.OVERLOADED,
-}
 
 
 def _error_details(error: anthropic.APIStatusError) -> str:
@@ -48,18 +38,6 @@ def _error_details(error: anthropic.APIStatusError) -> str:
     return " ".join(parts).lower()
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the server asked us to wait (retry-after-ms, else retry-after in seconds)."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is not None:
-            try:
-                return max(0.0, float(value) * scale)
-            except ValueError:
-                continue
-    return None
-
-
 def classify(error: Exception) -> ProviderError:
     """One provider failure as a class: what the status, body and exception type say it is."""
     if isinstance(error, anthropic.APITimeoutError):
@@ -67,23 +45,8 @@ def classify(error: Exception) -> ProviderError:
     if isinstance(error, anthropic.APIConnectionError):
         return ProviderError(ProviderErrorClass.NETWORK, str(error))
     if isinstance(error, anthropic.APIStatusError):
-        status = error.status_code
-        details = _error_details(error)
-        if status in {400, 429} and any(marker in details for marker in _SPEND_LIMIT_MARKERS):
-            error_class = ProviderErrorClass.BILLING
-        elif status in _STATUS_CLASSES:
-            error_class = _STATUS_CLASSES[status]
-        elif status >= 500:
-            error_class = ProviderErrorClass.API_ERROR
-        elif status in {400, 422}:
-            error_class = ProviderErrorClass.INVALID_REQUEST
-        else:
-            error_class = ProviderErrorClass.UNKNOWN
-        return ProviderError(
-            error_class,
-            error.message,
-            status=status,
-            retry_after_seconds=_retry_after(error.response.headers),
+        return classify_status(
+            error.status_code, _error_details(error), error.message, error.response.headers
         )
     return ProviderError(ProviderErrorClass.UNKNOWN, repr(error))
 
@@ -95,14 +58,21 @@ class AnthropicAdapter:
     offline = False
 
     def __init__(
-        self, config: GatewayConfig, *, base_url: str | None = None, api_key: str | None = None
+        self,
+        config: GatewayConfig,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
+        """`retry`: a provider's own timeout and retry settings, in place of `config.anthropic`'s."""
         self._config = config.anthropic
+        self._retry: RetryPolicy = retry or self._config
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or os.environ.get("ANTHROPIC_API_KEY"),
             base_url=base_url,
             max_retries=0,
-            timeout=self._config.request_timeout_seconds,
+            timeout=self._retry.request_timeout_seconds,
         )
         self._sleep = asyncio.sleep
 
@@ -113,16 +83,12 @@ class AnthropicAdapter:
             stable["cache_control"] = {"type": "ephemeral"}
         blocks = [stable]
         if request.tool_grants:
-            blocks.append({"type": "text", "text": "Tools granted:\n" + "\n".join(request.tool_grants)})
+            blocks.append({"type": "text", "text": request.tools_text()})
         return blocks
 
     @staticmethod
     def _messages(request: ModelRequest) -> list[dict[str, Any]]:
-        zones = "\n\n".join(
-            f'<untrusted kind="{p.kind}">\n{p.content}\n</untrusted>' for p in request.untrusted
-        )
-        text = request.task_instruction + (f"\n\n{zones}" if zones else "")
-        return [{"role": "user", "content": text or "(empty)"}]
+        return [{"role": "user", "content": request.user_text()}]
 
     async def count_input_tokens(self, request: ModelRequest) -> int:
         """Exact count from the count-tokens endpoint when reachable; the len/4 estimate otherwise."""
@@ -140,62 +106,15 @@ class AnthropicAdapter:
         return int(counted.input_tokens)
 
     async def generate(self, request: ModelRequest) -> ModelReply:
-        if request.deferrable and self._config.batches_enabled:
-            return await self._with_retries(request, self._batched)
-        return await self._with_retries(request, self._create)
-
-    def _timeout(self, request: ModelRequest) -> float:
-        """Seconds the next attempt may take: the configured request timeout, or less when the caller's
-        deadline is sooner (0 or below: it has passed)."""
-        timeout = self._config.request_timeout_seconds
-        if request.deadline is None:
-            return timeout
-        return min(timeout, request.deadline - time.monotonic())
-
-    @staticmethod
-    def _can_wait(request: ModelRequest, wait: float) -> bool:
-        """Whether a retry after `wait` seconds would still start before the caller's deadline."""
-        return request.deadline is None or time.monotonic() + wait < request.deadline
-
-    async def _with_retries(self, request: ModelRequest, call: Any) -> ModelReply:
-        """Our one retry loop: transient classes back off (full jitter, honouring retry-after); others end,
-        as does a transient one whose wait would reach the caller's deadline."""
-        retried: list[str] = []
-        for attempt in range(1, self._config.max_attempts + 1):
-            timeout = self._timeout(request)
-            if timeout <= 0:
-                raise ProviderError(
-                    ProviderErrorClass.TIMEOUT, "the caller's deadline passed", attempts=attempt - 1
-                )
-            try:
-                reply: ModelReply = await call(request, timeout)
-            except anthropic.AnthropicError as raw:
-                error = classify(raw)
-                error.attempts = attempt
-                wait = self._backoff(attempt, error.retry_after_seconds)
-                last = attempt == self._config.max_attempts
-                if not error.transient or last or wait is None or not self._can_wait(request, wait):
-                    raise error from raw
-                retried.append(error.error_class.value)
-                log.info("provider error; retrying", error_class=error.error_class.value, wait_seconds=wait)
-                await self._sleep(wait)
-                continue
-            return ModelReply(
-                text=reply.text,
-                usage=reply.usage,
-                offline=False,
-                provider_attempts=attempt,
-                batched=reply.batched,
-                retried_errors=tuple(retried),
-            )
-        raise AssertionError("unreachable: the loop returns or raises on its last attempt")
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float | None:
-        """Seconds to wait before the next attempt, or None when the server asks for longer than we allow."""
-        ceiling = self._config.backoff_max_seconds
-        if retry_after is not None:
-            return retry_after if retry_after <= ceiling else None
-        return random.uniform(0, min(ceiling, self._config.backoff_base_seconds * 2 ** (attempt - 1)))  # noqa: S311
+        call = self._batched if request.deferrable and self._config.batches_enabled else self._create
+        return await with_retries(
+            self._retry,
+            request,
+            call,
+            provider_errors=anthropic.AnthropicError,
+            classify=classify,
+            sleep=self._sleep,
+        )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         return {

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.cost import Usage
+from gateway.provider_errors import ProviderAttempt
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,15 @@ class ModelRequest:
         parts += [f"<{p.kind}>\n{p.content}\n</{p.kind}>" for p in self.untrusted]
         return "\n\n".join(parts)
 
+    def tools_text(self) -> str:
+        """The tool grants as every adapter states them after the system policy."""
+        return "Tools granted:\n" + "\n".join(self.tool_grants)
+
+    def user_text(self) -> str:
+        """The user turn every adapter sends: the task, then each untrusted zone tagged with its kind."""
+        zones = "\n\n".join(f'<untrusted kind="{p.kind}">\n{p.content}\n</untrusted>' for p in self.untrusted)
+        return (self.task_instruction + (f"\n\n{zones}" if zones else "")) or "(empty)"
+
 
 @dataclass(frozen=True)
 class ModelReply:
@@ -51,6 +61,21 @@ class ModelReply:
     batched: bool = False
     # Provider errors met (and retried past) on the way, by class name.
     retried_errors: tuple[str, ...] = field(default=())
+    # The provider reported no usage: `usage` is the len/4 estimate, and the call's cost is an estimate.
+    usage_estimated: bool = False
+    # With a providers table: every provider the call was tried on, in order, the last the one that
+    # answered (the others fell back on a transient error); empty with a single adapter.
+    providers_tried: tuple[ProviderAttempt, ...] = ()
+
+    @property
+    def answered_by(self) -> ProviderAttempt | None:
+        """The provider of the table that answered (None with a single adapter)."""
+        return self.providers_tried[-1] if self.providers_tried else None
+
+    @property
+    def fallbacks(self) -> tuple[ProviderAttempt, ...]:
+        """The providers that failed the call before the one that answered."""
+        return self.providers_tried[:-1]
 
 
 class ModelAdapter(Protocol):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.gateway.fake_http import FakeServer, JSONHandler
 
 # A model that answers later than any test waits: its calls end by a kill, a cancel or a deadline.
 SLOW_MODEL_SECONDS = 30.0
@@ -51,7 +51,7 @@ def message_body(text: str, *, model: str) -> dict[str, Any]:
     }
 
 
-class FakeAnthropic:
+class FakeAnthropic(FakeServer):
     """Answers /v1/messages from a script (then a default reply); records every request it received."""
 
     def __init__(
@@ -67,32 +67,14 @@ class FakeAnthropic:
         self.default_delay_seconds = 0.0
         self.batch_polls_before_end = 1
         self._batches: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(self._handler_class())
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[JSONHandler]:
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-            def send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(raw)
-
+        class Handler(JSONHandler):
             def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", 0))
-                payload = json.loads(self.rfile.read(length) or b"{}")
-                path = self.path.split("?")[0]
+                path, payload = self.read_json()
                 with fake._lock:
                     fake.requests.append(("POST", path, payload))
                 if path == "/v1/messages/count_tokens":
@@ -142,18 +124,7 @@ class FakeAnthropic:
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> FakeAnthropic:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
+        return self.root_url
 
     def message_requests(self) -> list[dict[str, Any]]:
         return [body for method, path, body in self.requests if method == "POST" and path == "/v1/messages"]

@@ -11,6 +11,7 @@ from gateway.adapters.base import ModelRequest, UntrustedPart
 from gateway.config import AnthropicConfig, GatewayConfig
 from gateway.provider_errors import ProviderError, ProviderErrorClass
 from tests.gateway.fake_anthropic import FakeAnthropic, Scripted, error_body
+from tests.gateway.fake_http import record_waits
 
 REQUEST = ModelRequest(
     system_policy="You are Ada. Stay in character.",
@@ -33,13 +34,7 @@ def fake() -> Iterator[FakeAnthropic]:
 def adapter_for(fake: FakeAnthropic, **anthropic: object) -> tuple[AnthropicAdapter, list[float]]:
     config = GatewayConfig(anthropic=AnthropicConfig(**anthropic))  # type: ignore[arg-type]
     adapter = AnthropicAdapter(config, base_url=fake.base_url, api_key="sk-test-not-a-real-key")
-    waits: list[float] = []
-
-    async def record_wait(seconds: float) -> None:
-        waits.append(seconds)
-
-    adapter._sleep = record_wait  # waits are recorded, not slept, so tests stay fast
-    return adapter, waits
+    return adapter, record_waits(adapter)
 
 
 async def test_a_reply_carries_usage_and_the_stable_system_block_is_cached(fake: FakeAnthropic) -> None:
