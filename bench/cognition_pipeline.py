@@ -44,20 +44,11 @@ from egbe.v1 import (
     perception_pb2,
 )
 from services.auth import bearer_metadata
+from services.vocabulary import PERSONALITY_AXES
 
 ROOT = Path(__file__).resolve().parent.parent
 ORI_POOL = 64
 MEMORIES_PER_ORI = 6
-AXES = (
-    "warmth",
-    "curiosity",
-    "caution",
-    "ambition",
-    "conscientiousness",
-    "candor",
-    "defiance",
-    "playfulness",
-)
 MOMENT = action_pb2.CallMoment(
     situation=perception_pb2.SituationText(
         player_line=perception_pb2.SpokenLine(
@@ -82,7 +73,10 @@ def identity(i: int) -> biography_pb2.OriIdentity:
         vocation="baker",
         home="The cottages",
         locale="en-US",
-        personality=[biography_pb2.TraitLevel(axis=a, level_bp=1_000 * (j + 1)) for j, a in enumerate(AXES)],
+        personality=[
+            biography_pb2.TraitLevel(axis=axis, level_bp=1_000 * (j + 1))
+            for j, axis in enumerate(PERSONALITY_AXES)
+        ],
         values=[
             biography_pb2.ValueItem(value_ref=v, weight_bp=9_000 - 1_000 * j)
             for j, v in enumerate(("kinship", "craft", "honesty", "community"))

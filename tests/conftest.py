@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from egbe.v1 import action_pb2, common_pb2, gateway_pb2
 from gateway.config import GatewayConfig
+from services import tracing
 from services.runtime import METRICS_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,3 +204,12 @@ def dialogue_submit(call_id: str, ori_id: str, world_id: str) -> gateway_pb2.Sub
         mode=gateway_pb2.COGNITION_MODE_DIALOGUE,
         stimulus="Bram: is the bakery open today?",
     )
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Every service's spans, exported to memory as each ends, every trace kept; tracing off after."""
+    exporter = InMemorySpanExporter()
+    tracing.install_exporter(exporter, ratio=1.0, batched=False)
+    yield exporter
+    tracing.install_exporter(None)

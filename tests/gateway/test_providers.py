@@ -23,7 +23,6 @@ from gateway.cost import estimate_tokens
 from gateway.provider_errors import ProviderAttempt, ProviderError
 from gateway.routing import config_violations, select_route
 from gateway.server import build_adapter
-from services import tracing
 from services.auth import Role
 from services.errors import InvalidArgument
 from services.local_cluster import free_ports
@@ -275,14 +274,6 @@ async def retry_stats(harness: GatewayHarness) -> dict[str, Any]:
         gateway_pb2.GetRetryStatsRequest(), metadata=harness.metadata(Role.OPERATOR)
     )
     return json_format.MessageToDict(reply.stats)
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.install_exporter(exporter, ratio=1.0, batched=False)
-    yield exporter
-    tracing.install_exporter(None)
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from egbe.v1 import gateway_pb2
 from gateway.server import build_bundle
 from services.auth import Role, Scope, ScopedToken, TokenStore, bearer_metadata
+from services.errors import field_violations
 from services.server import start_service
 from tests.conftest import dialogue_submit
 from tests.gateway.harness import GatewayHarness, gateway_settings
@@ -48,11 +48,7 @@ async def harness(tmp_path: Path, database_url: str | None) -> AsyncIterator[Gat
 def _fields(error: grpc.aio.AioRpcError) -> list[str]:
     status = rpc_status.from_call(error)
     assert status is not None
-    bad = error_details_pb2.BadRequest()
-    for detail in status.details:
-        if detail.Is(bad.DESCRIPTOR):
-            detail.Unpack(bad)
-    return [v.field for v in bad.field_violations]
+    return [v.field for v in field_violations(status)]
 
 
 async def test_a_submit_for_another_tenant_is_refused_audited_and_charges_nothing(

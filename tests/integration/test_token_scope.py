@@ -8,7 +8,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from assembly.settings import load_settings
@@ -16,6 +15,7 @@ from cognition_service.server import build_bundle as build_cognition
 from egbe.v1 import cognition_pb2, cognition_pb2_grpc, common_pb2, kernel_pb2, kernel_pb2_grpc
 from kernel_service.server import build_bundle
 from services.auth import Role, Scope, ScopedToken, TokenStore, bearer_metadata
+from services.errors import field_violations
 from services.server import start_service
 from services.settings import Endpoint
 from tests.kernel_service.frames import WORLD, frame, registrations, rows
@@ -49,11 +49,7 @@ async def kernel() -> AsyncIterator[kernel_pb2_grpc.KernelServiceStub]:
 def _fields(error: grpc.aio.AioRpcError) -> list[str]:
     status = rpc_status.from_call(error)
     assert status is not None
-    bad = error_details_pb2.BadRequest()
-    for detail in status.details:
-        if detail.Is(bad.DESCRIPTOR):
-            detail.Unpack(bad)
-    return [v.field for v in bad.field_violations]
+    return [v.field for v in field_violations(status)]
 
 
 async def test_a_registration_naming_a_tenant_outside_the_scope_is_refused_whole(

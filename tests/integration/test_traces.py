@@ -4,7 +4,6 @@ embedded services over real sockets, with spans exported to memory."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -21,14 +20,6 @@ from services.settings import SERVICE_NAMES, Endpoint
 from tests.kernel_service.frames import WORLD, frame, registrations, rows
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.install_exporter(exporter, ratio=1.0, batched=False)
-    yield exporter
-    tracing.install_exporter(None)
 
 
 def _said(result: action_pb2.TickResult) -> bool:
@@ -72,14 +63,14 @@ def _ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
 
 
 async def test_a_dialogue_call_is_one_trace_through_every_service(
-    exporter: InMemorySpanExporter, tmp_path: Path
+    spans: InMemorySpanExporter, tmp_path: Path
 ) -> None:
     await _speak_to_ori(tmp_path)
     tracing.flush()
-    spans = exporter.get_finished_spans()
+    finished = spans.get_finished_spans()
     [root] = [
         s
-        for s in spans
+        for s in finished
         if s.name == "kernel.dispatch"
         and s.attributes
         and s.attributes["egbe.cause"] == action_pb2.COGNITION_CAUSE_DIALOGUE
@@ -87,7 +78,7 @@ async def test_a_dialogue_call_is_one_trace_through_every_service(
     assert root.parent is None
     assert root.attributes is not None
     assert root.attributes["egbe.ori_id"] == "ori-0"
-    trace = [s for s in spans if s.context.trace_id == root.context.trace_id]
+    trace = [s for s in finished if s.context.trace_id == root.context.trace_id]
     assert {s.resource.attributes["service.name"] for s in trace} == {
         "egbe-kernel",
         "egbe-gateway",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from assembly.settings import load_settings
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
-from services import tracing
 from services.auth import Role, TokenStore, bearer_metadata
 from services.errors import InvalidArgument
 from services.logging import bind_context, get_logger
@@ -42,16 +40,8 @@ class _Budget(gateway_pb2_grpc.CognitionGatewayServiceServicer):
         return gateway_pb2.EvaluateBudgetResponse(world_cap_tokens=request.world_cap_tokens)
 
 
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.install_exporter(exporter, ratio=1.0, batched=False)
-    yield exporter
-    tracing.install_exporter(None)
-
-
 async def test_a_call_is_traced_logged_with_its_context_and_counted(
-    exporter: InMemorySpanExporter, tmp_path: Path, json_log: io.StringIO
+    spans: InMemorySpanExporter, tmp_path: Path, json_log: io.StringIO
 ) -> None:
     registry = CollectorRegistry()
     bundle = ServiceBundle(
@@ -78,10 +68,10 @@ async def test_a_call_is_traced_logged_with_its_context_and_counted(
         await running.stop()
     samples = exposed_samples(generate_latest(registry))
 
-    spans = exporter.get_finished_spans()
-    assert [s.name for s in spans] == [METHOD] * 3
+    finished = spans.get_finished_spans()
+    assert [s.name for s in finished] == [METHOD] * 3
     # The two calls that sent a traceparent continue the caller's trace; the third starts its own.
-    continued = [s for s in spans if format(s.context.trace_id, "032x") == TRACE_ID]
+    continued = [s for s in finished if format(s.context.trace_id, "032x") == TRACE_ID]
     assert len(continued) == 2
     assert {format(s.parent.span_id, "016x") for s in continued if s.parent} == {"00f067aa0ba902b7"}
     lines = [json.loads(line) for line in json_log.getvalue().splitlines() if '"budget evaluated"' in line]
