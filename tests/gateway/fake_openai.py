@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from tests.gateway.fake_anthropic import Scripted
@@ -43,7 +44,9 @@ class FakeOpenAI(FakeServer):
     """Answers /v1/chat/completions from a script (then a default reply); records every request it got.
 
     `schema_support=False` is a server without response_format json_schema: it answers such a request 400,
-    as many do. `report_usage=False` is a server whose replies carry no usage."""
+    as many do. `report_usage=False` is a server whose replies carry no usage. `responder` works the reply
+    text out from each request; `unscripted` answers every request the script does not (a server that is
+    down)."""
 
     def __init__(
         self,
@@ -51,8 +54,12 @@ class FakeOpenAI(FakeServer):
         *,
         schema_support: bool = True,
         report_usage: bool = True,
+        responder: Callable[[dict[str, Any]], str] | None = None,
+        unscripted: Scripted | None = None,
     ) -> None:
         self.reply_text = reply_text
+        self.responder = responder
+        self.unscripted = unscripted or Scripted()
         self.schema_support = schema_support
         self.report_usage = report_usage
         self.cached_tokens = 0
@@ -69,7 +76,7 @@ class FakeOpenAI(FakeServer):
                 with fake._lock:
                     fake.requests.append((path, payload, {k.lower(): v for k, v in self.headers.items()}))
                     scripted = fake.script.popleft() if fake.script and path == COMPLETIONS_PATH else None
-                status, body, headers = fake._answer(path, payload, scripted or Scripted())
+                status, body, headers = fake._answer(path, payload, scripted or fake.unscripted)
                 time.sleep(scripted.delay_seconds if scripted else 0.0)
                 try:
                     self.send_json(status, body, headers)
@@ -89,7 +96,7 @@ class FakeOpenAI(FakeServer):
         if kind == "json_schema" and not self.schema_support:
             return 400, error_body("response_format of type json_schema is not supported"), {}
         body = completion_body(
-            self.reply_text,
+            self.responder(payload) if self.responder is not None else self.reply_text,
             model=payload.get("model", "?"),
             usage=self.report_usage,
             cached_tokens=self.cached_tokens,

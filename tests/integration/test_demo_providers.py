@@ -1,0 +1,178 @@
+"""`egbe demo` (the hamlet scenario) with Clotho on Claude and Lachesis and Atropos on a studio's own
+OpenAI-compatible server, configured as docs/gateway.md tells a studio to: its `egbe.toml` named by
+EGBE_CONFIG_FILE, the keys in the variables it names. The real SDKs talk HTTP to local fakes of the
+Messages API and of /v1/chat/completions, which record what reaches them; once with the local server
+answering, once with it down (503 to everything), when the route's fallback to Claude answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from assembly.embedded import DemoTarget
+from assembly.settings import load_settings
+from assembly.world_runs import run_demo
+from services.settings import SERVICE_NAMES, Endpoint
+from tests.gateway.fake_anthropic import FakeAnthropic, Scripted
+from tests.gateway.fake_openai import FakeOpenAI, error_body
+from tests.gateway.test_providers import documented_configs
+from tests.integration.mind_checks import mind_reply
+from tests.integration.test_mind_end_to_end import assert_conversations
+from world.artifact import RunArtifact
+from world.scenario import load_scenario
+
+pytestmark = pytest.mark.slow
+SEED = 7
+OLLAMA, VLLM = 0, 1  # the documented blocks, in the order docs/gateway.md gives them
+VLLM_KEY = "vllm-test-token"
+# Each fake's usage is 120 input and 40 output tokens; micro-USD at Opus's price ($5/$25 per MTok)...
+OPUS_MICRO_USD = 120 * 5 + 40 * 25
+# ...at the Ollama block's own prices for its two models (micro-USD per MTok, rounded up)...
+QWEN_14B_MICRO_USD = -(-(120 * 100_000 + 40 * 500_000) // 1_000_000)
+QWEN_7B_MICRO_USD = -(-(120 * 50_000 + 40 * 250_000) // 1_000_000)
+# ...and at Sonnet's and Haiku's class prices ($3/$15, $1/$5): the vLLM block prices no Claude model, so
+# a call that falls back to claude-haiku-4-5 pays its own class's price.
+HAIKU_MICRO_USD = 120 * 1 + 40 * 5
+
+
+@pytest.fixture
+def claude(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic(responder=mind_reply).start()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def local() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI(responder=mind_reply).start()
+    yield server
+    server.stop()
+
+
+def studio_config(block: int, local: FakeOpenAI, folder: Path) -> Path:
+    """A documented `egbe.toml` with its local server's URL pointed at the fake, as a studio edits it."""
+    text, replaced = re.subn(
+        r'^base_url = ".*"$', f'base_url = "{local.base_url}"', documented_configs()[block], flags=re.M
+    )
+    assert replaced == 1
+    path = folder / "egbe.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def demo(root: Path, config_file: Path, monkeypatch: pytest.MonkeyPatch) -> RunArtifact:
+    """`egbe demo --scenario hamlet --seed 7 --target embedded` under the config file, on free ports; without
+    its replay check, which reruns the kernel alone and makes no model call."""
+    monkeypatch.setenv("EGBE_CONFIG_FILE", str(config_file))
+    settings = load_settings(
+        data_dir=root / "data",
+        endpoints={name: Endpoint(port=0) for name in SERVICE_NAMES},
+        log_level="warning",
+    )
+    _, artifact = await run_demo(
+        settings,
+        "hamlet",
+        SEED,
+        root / "runs",
+        progress=False,
+        check_replay=False,
+        target=DemoTarget.EMBEDDED,
+    )
+    return artifact
+
+
+def calls_by_tier(artifact: RunArtifact) -> Counter[str]:
+    return Counter(call.tier for call in artifact.calls)
+
+
+def audited_by_tier(artifact: RunArtifact) -> dict[str, set[tuple[str, int, bool]]]:
+    """Each tier's audited calls as (model_ref, cost, estimated): what answered and what it was billed."""
+    seen: dict[str, set[tuple[str, int, bool]]] = {}
+    for call in artifact.calls:
+        seen.setdefault(call.tier, set()).add((call.model, call.cost_micro_usd, call.cost_estimated))
+    return seen
+
+
+def assert_bill_matches_audit(artifact: RunArtifact) -> None:
+    """The ledger charged the run exactly what its audit records add up to, tier by tier."""
+    calls, bill = artifact.calls, artifact.bill
+    assert bill.model_calls_run == len(calls)
+    assert bill.consumed_tokens == sum(c.input_tokens + c.output_tokens for c in calls)
+    assert bill.consumed_micro_usd == sum(c.cost_micro_usd for c in calls)
+    audited = {
+        tier: (
+            sum(1 for c in calls if c.tier == tier),
+            sum(c.input_tokens + c.output_tokens for c in calls if c.tier == tier),
+            sum(c.cost_micro_usd for c in calls if c.tier == tier),
+        )
+        for tier in calls_by_tier(artifact)
+    }
+    assert {t.tier: (t.calls, t.tokens, t.micro_usd) for t in bill.by_tier if t.calls} == audited
+
+
+def assert_answered_by_model(artifact: RunArtifact) -> None:
+    assert artifact.answered_by == "model"
+    assert (artifact.outcomes.failed, artifact.outcomes.answered_offline) == (0, 0)
+    assert_conversations(load_scenario("hamlet"), artifact, "model")
+    for conversation in artifact.conversations:
+        assert conversation.reply.startswith(f"This is {conversation.ori_name}.")
+
+
+async def test_each_tier_is_answered_by_its_classs_provider(
+    claude: FakeAnthropic, local: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    artifact = await demo(tmp_path, studio_config(OLLAMA, local, tmp_path), monkeypatch)
+    assert_answered_by_model(artifact)
+    tiers = calls_by_tier(artifact)
+    assert min(tiers["clotho"], tiers["lachesis"], tiers["atropos"]) > 0
+    assert Counter(sent["model"] for sent in claude.message_requests()) == {
+        "claude-opus-4-7": tiers["clotho"]
+    }
+    assert Counter(sent["model"] for sent in local.completion_requests()) == {
+        "qwen2.5:14b-instruct": tiers["lachesis"],
+        "qwen2.5:7b-instruct": tiers["atropos"],
+    }
+    assert {headers["authorization"] for _, _, headers in local.requests} == {"Bearer no-key"}
+    assert audited_by_tier(artifact) == {
+        "clotho": {("claude:claude-opus-4-7", OPUS_MICRO_USD, False)},
+        "lachesis": {("ollama:qwen2.5:14b-instruct", QWEN_14B_MICRO_USD, False)},
+        "atropos": {("ollama:qwen2.5:7b-instruct", QWEN_7B_MICRO_USD, False)},
+    }
+    assert_bill_matches_audit(artifact)
+
+
+async def test_with_the_local_server_down_lachesis_and_atropos_fall_back_to_claude(
+    claude: FakeAnthropic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_API_KEY", VLLM_KEY)
+    down = FakeOpenAI(unscripted=Scripted(503, error_body("no capacity", "server_error"))).start()
+    try:
+        artifact = await demo(tmp_path, studio_config(VLLM, down, tmp_path), monkeypatch)
+    finally:
+        down.stop()
+    assert_answered_by_model(artifact)
+    tiers = calls_by_tier(artifact)
+    fallen_back = tiers["lachesis"] + tiers["atropos"]
+    assert min(tiers["clotho"], tiers["lachesis"], tiers["atropos"]) > 0
+    assert Counter(sent["model"] for sent in claude.message_requests()) == {
+        "claude-opus-4-7": tiers["clotho"],
+        "claude-haiku-4-5": fallen_back,
+    }
+    # The block gives the vLLM server two attempts per call before the route moves on.
+    assert Counter(sent["model"] for sent in down.completion_requests()) == {
+        "Qwen/Qwen2.5-14B-Instruct": 2 * fallen_back
+    }
+    assert {headers["authorization"] for _, _, headers in down.requests} == {f"Bearer {VLLM_KEY}"}
+    assert audited_by_tier(artifact) == {
+        "clotho": {("claude:claude-opus-4-7", OPUS_MICRO_USD, False)},
+        "lachesis": {("claude:claude-haiku-4-5", HAIKU_MICRO_USD, False)},
+        "atropos": {("claude:claude-haiku-4-5", HAIKU_MICRO_USD, False)},
+    }
+    assert_bill_matches_audit(artifact)
