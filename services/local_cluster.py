@@ -41,6 +41,9 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+TRACING_VARIABLES = ("EGBE_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "EGBE_TRACE_SAMPLE_RATIO")
+
+
 @dataclass
 class ServiceProcesses:
     """Five `egbe serve` processes sharing one tokens file, one database and fixed ports."""
@@ -82,6 +85,8 @@ class ServiceProcesses:
         env |= {f"EGBE_ENDPOINTS__{name.upper()}__PORT": str(port) for name, port in self.ports.items()}
         if self.database_url is not None:
             env["EGBE_DATABASE_URL"] = self.database_url
+        # Traced where the launching process is (a benchmark comparing tracing on and off).
+        env |= {name: os.environ[name] for name in TRACING_VARIABLES if name in os.environ}
         return env | self.extra_env
 
     def target(self, name: str) -> str:
