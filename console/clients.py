@@ -4,8 +4,9 @@ chassis (TLS or mTLS as the settings say), every call carrying the token of whoe
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
@@ -86,34 +87,29 @@ class ConsoleClients:
 
     async def worlds(self, caller: Caller) -> list[gateway_pb2.WorldSpend]:
         """Every world the gateway's ledger knows, every page."""
-        worlds: list[gateway_pb2.WorldSpend] = []
-        token = ""
-        while True:
-            page = await self.operator.ListWorlds(
+
+        async def page(token: str) -> tuple[list[gateway_pb2.WorldSpend], str]:
+            reply = await self.operator.ListWorlds(
                 gateway_pb2.ListWorldsRequest(page_size=PAGE_SIZE_MAX, page_token=token),
                 metadata=caller.metadata(),
                 timeout=RPC_TIMEOUT_SECONDS,
             )
-            worlds.extend(page.worlds)
-            token = page.next_page_token
-            if not token:
-                return worlds
+            return list(reply.worlds), reply.next_page_token
+
+        return await _every_page(page)
 
     async def controls(self, caller: Caller, include_inactive: bool = False) -> list[gateway_pb2.Control]:
-        controls: list[gateway_pb2.Control] = []
-        token = ""
-        while True:
-            page = await self.operator.ListControls(
+        async def page(token: str) -> tuple[list[gateway_pb2.Control], str]:
+            reply = await self.operator.ListControls(
                 gateway_pb2.ListControlsRequest(
                     include_inactive=include_inactive, page_size=PAGE_SIZE_MAX, page_token=token
                 ),
                 metadata=caller.metadata(),
                 timeout=RPC_TIMEOUT_SECONDS,
             )
-            controls.extend(page.controls)
-            token = page.next_page_token
-            if not token:
-                return controls
+            return list(reply.controls), reply.next_page_token
+
+        return await _every_page(page)
 
     async def audit_page(
         self, caller: Caller, request: gateway_pb2.ListAuditRecordsRequest
@@ -168,3 +164,17 @@ class ConsoleClients:
             timeout=RPC_TIMEOUT_SECONDS,
         )
         return response
+
+
+Item = TypeVar("Item")
+
+
+async def _every_page(page: Callable[[str], Awaitable[tuple[list[Item], str]]]) -> list[Item]:
+    """Every item of a paged list RPC: `page(token)` answers a page and the next token ("" at the end)."""
+    items: list[Item] = []
+    token = ""
+    while True:
+        found, token = await page(token)
+        items.extend(found)
+        if not token:
+            return items

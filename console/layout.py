@@ -1,6 +1,6 @@
-"""The page shell every console page shares (navigation, who is signed in, the offline notice) and
-small formatting helpers. Every value from the services is escaped here or by the caller: a world's or
-an Ori's text is data, never markup."""
+"""The page shell every console page shares (navigation, who is signed in, the offline notice) and the
+formatting the pages share. Every value from the services is escaped here or by the caller: a world's
+or an Ori's text is data, never markup."""
 
 from __future__ import annotations
 
