@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -213,3 +214,12 @@ def spans() -> Iterator[InMemorySpanExporter]:
     tracing.install_exporter(exporter, ratio=1.0, batched=False)
     yield exporter
     tracing.install_exporter(None)
+
+
+def chromium_path() -> str:
+    """Debian's Chromium (scripts/install_system_deps.sh installs it); Playwright downloads no browser."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise AssertionError("headless Chromium is required: apt-get install chromium (.ci/run installs it)")

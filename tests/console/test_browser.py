@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,19 +22,10 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_play
 
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from services.auth import bearer_metadata
-from tests.conftest import ROOT, EmbeddedEgbe, start_embedded, stop_embedded
+from tests.conftest import ROOT, EmbeddedEgbe, chromium_path, start_embedded, stop_embedded
 
 WORLD = "smithy-7"  # the scenario below, seed 7
 ORI = "adaeze"
-
-
-def _chromium() -> str:
-    """Debian's Chromium (scripts/install_system_deps.sh installs it); Playwright downloads no browser."""
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise AssertionError("headless Chromium is required: apt-get install chromium (.ci/run installs it)")
 
 
 def _smithy_scenario(path: Path) -> Path:
@@ -142,7 +132,7 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     egbe = start_embedded(root / "data", command=("--config", str(config), "up"))
     try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=_chromium(), headless=True)
+            browser = playwright.chromium.launch(executable_path=chromium_path(), headless=True)
             scene = Scene(egbe, browser, root, viewer_token)
             try:
                 yield scene

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
+from tests.conftest import chromium_path
 from tests.world.recorded_run import recorded_artifact
 from world.report import write_report
 
@@ -20,18 +20,10 @@ CHROMIUM_FLAGS = [
 ]
 
 
-def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise AssertionError("headless Chromium is required: apt-get install chromium (.ci/run installs it)")
-
-
 def test_charts_render_in_headless_chromium(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     write_report(recorded_artifact(), page)
-    chromium = _chromium()
+    chromium = chromium_path()
     dom = subprocess.run(
         [chromium, *CHROMIUM_FLAGS, "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
         capture_output=True,
