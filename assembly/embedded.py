@@ -14,6 +14,7 @@ from assembly.health import check_health
 from assembly.launcher import KERNEL_PEER_TARGETS, start_services, stop_services
 from assembly.settings import EgbeSettings
 from console.serving import RunningConsole
+from gateway.server import build_store
 from services.runtime import client_tokens, load_tokens, published_targets
 from services.server import RunningService
 from services.settings import SERVICE_NAMES, Endpoint, UserError
@@ -89,6 +90,7 @@ async def services_for_run(
     tick_log = run_dir / TICK_LOG_FILE
     with tempfile.TemporaryDirectory(prefix="egbe-") as socket_dir:
         wired = _wired(settings, Path(socket_dir), run_dir / SERVICES_DIR, tick_log, snapshot_every)
+        await carry_eval_scores(settings, wired)
         running = await start_services(SERVICE_NAMES, wired)
         shown = None
         try:
@@ -106,6 +108,27 @@ async def services_for_run(
             if shown is not None:
                 await shown.stop()
             await stop_services(running, wired)
+
+
+async def carry_eval_scores(settings: EgbeSettings, run: EgbeSettings) -> None:
+    """The run's embedded gateway keeps a store of its own (SQLite under the run's folder): it routes by the
+    scores `egbe eval` recorded in the data directory's store, copied in before it starts."""
+    if run.database_url or run.data_dir == settings.data_dir:
+        return  # (one store for both)
+    source = build_store(settings)
+    await source.open()
+    try:
+        scores = await source.load_eval_scores()
+    finally:
+        await source.close()
+    if not len(scores):  # nothing recorded: nothing to carry
+        return
+    target = build_store(run)
+    await target.open()
+    try:
+        await target.record_eval_scores(list(scores), operator_id="egbe-demo")
+    finally:
+        await target.close()
 
 
 async def _demo_console(settings: EgbeSettings, running: list[RunningService]) -> RunningConsole:

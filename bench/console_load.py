@@ -5,8 +5,8 @@ Prints one JSON object with two measurements:
   offline adapter), first with no console, then with `egbe console` (its own process) watched by
   `--viewers` event streams (one on the Worlds page, the rest on the world the bench's runs fill), back
   to back on the same gateway; and the gateway's CPU share while nothing else calls it, without and with
-  the watched console (and the console's own). The console's one poll loop tails the audit log those
-  runs write, a full page every poll: its worst case.
+  the watched console (and the console's own). The console follows the world those runs fill through
+  one `WatchAudit` stream (every record, in the summary view).
 - `solo`: `egbe up` (console included) and the solo-ceiling scenario reduced (1,424 Ori, 600 ticks) run
   by `egbe demo --target running`, first unwatched, then (a fresh `egbe up`) watched by the viewers and by
   Chromium on the world's page: the demo's wall time either way; for the watched run, the event streams'

@@ -179,9 +179,9 @@ class Console:
 
     # -- watching ---------------------------------------------------------------------------------
 
-    async def first_poll(self, calls: bool = False) -> None:
+    async def first_poll(self, calls_of: str = "") -> None:
         """Let a page's first render show figures: wait (briefly) for the loop's first read."""
-        with self.watch.watching(calls):
+        with self.watch.watching(calls_of):
             if self.watch.polls == 0:
                 await self.watch.landed(FIRST_PAGE_WAIT_SECONDS)
 
@@ -191,7 +191,7 @@ class Console:
 
     async def world(self, request: Request, session: Session, user: SignedIn) -> Response:
         world_id = request.path_params["world_id"]
-        await self.first_poll(calls=True)
+        await self.first_poll(calls_of=world_id)
         view = self.watch.worlds.get(world_id)
         summary = view.summary(self.watch.global_controls) if view else None
         history = list(view.history) if view else []

@@ -18,6 +18,8 @@ from services.settings import ChassisSettings
 # The gateway records the name in this metadata on every operator attempt, as it does for `egbe ops`
 # (which sends $USER): a control from the console is audited under the signed-in operator's name.
 OPERATOR_NAME_METADATA = "x-egbe-operator"
+# Asks the gateway to audit a caller's reads once a window (gateway/read_audit.py says the same names).
+AUDIT_METADATA, WINDOWED = "x-egbe-audit", "windowed"
 # The name the console's own shared reads are audited under.
 CONSOLE_READER_NAME = "console"
 RPC_TIMEOUT_SECONDS = 5.0
@@ -36,9 +38,12 @@ class Caller:
 
     name: str
     token: str = field(repr=False)
+    # Reads the gateway audits once a window, not a row each (the poll loop's: gateway/read_audit.py).
+    windowed: bool = False
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (*bearer_metadata(self.token), (OPERATOR_NAME_METADATA, self.name))
+        named = (*bearer_metadata(self.token), (OPERATOR_NAME_METADATA, self.name))
+        return (*named, (AUDIT_METADATA, WINDOWED)) if self.windowed else named
 
 
 class SignInRefused(Exception):
@@ -64,7 +69,7 @@ class ConsoleClients:
             operator=gateway_pb2_grpc.OperatorServiceStub(operator),
             biography=biography_pb2_grpc.BiographyServiceStub(biography),
             channels=[operator, biography],
-            reader=Caller(CONSOLE_READER_NAME, reader_token),
+            reader=Caller(CONSOLE_READER_NAME, reader_token, windowed=True),
         )
 
     async def close(self) -> None:

@@ -1,26 +1,26 @@
 """The one poll loop behind every live page: while any page watches, it reads the gateway every
-`poll_interval_seconds` (ListWorlds and the audit log's new records; ListControls and each changed
-world's GetSpend at most once a second) and keeps, per world, its figures, a short history and the
-newest calls; pages are told when a read lands and take what they show from here.
+`poll_interval_seconds` (ListWorlds; ListControls and each changed world's GetSpend at most once a
+second) and keeps, per world, its figures, a short history and the newest calls; pages are told when a
+read lands and take what they show from here.
 
-One loop per console, however many browsers watch: the gateway's load from the console is bounded by the
-poll rate, not by viewers or Ori. The audit log has no world filter, so one tail serves every world.
+A world's calls are pushed, not polled: while a page watches a world, one WatchAudit stream of that world
+(the summary view, no context) feeds its rows. One loop and one stream a world per console, however
+many browsers watch: the gateway's load from the console is bounded by the poll rate and by the calls
+of the watched worlds, not by viewers. Its reads are audited once a window (`Caller.windowed`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import grpc
 
-from console.audit_tail import AuditTail
 from console.clients import ConsoleClients
 from console.config import ConsoleConfig
 from egbe.v1 import gateway_pb2
@@ -33,8 +33,7 @@ RATE_WINDOW_SECONDS = 5.0  # calls a second are averaged over this long
 TIERS_REFRESH_SECONDS = 1.0  # a world's GetSpend (calls by tier) is read at most this often
 CONTROLS_REFRESH_SECONDS = 1.0  # controls on every world are read at most this often
 IDLE_STOP_SECONDS = 5.0  # the loop (or its audit tail) stops this long after the last page stops watching
-AUDIT_PAGE_SIZE = 50  # audit records read a poll at most: the gateway builds each one's context on its loop
-LAGGING_POLLS = 8  # full pages in a row (2 s at the default interval) before the tail jumps to the end
+RESTREAM_SECONDS = 1.0  # a world's call stream the gateway ended or refused is opened again after this
 ROWS_PER_MESSAGE = 50  # the newest calls a page is sent per update; the rest are counted, not sent
 KEEPALIVE_SECONDS = 15.0
 
@@ -59,18 +58,6 @@ class StreamRow:
     text: str = ""
 
 
-def utterance(output: str) -> str:
-    """What the Ori said, when the reply is a dialogue line (its `utterance`); else empty."""
-    if '"utterance"' not in output:
-        return ""
-    try:
-        reply = json.loads(output)
-    except ValueError:
-        return ""
-    said = reply.get("utterance") if isinstance(reply, dict) else None
-    return said if isinstance(said, str) else ""
-
-
 def call_fields(record: gateway_pb2.AuditRecord) -> dict[str, Any]:
     """A call's stream row, from its audit record."""
     return {
@@ -84,7 +71,7 @@ def call_fields(record: gateway_pb2.AuditRecord) -> dict[str, Any]:
         "micro_usd": record.cost.micro_usd,
         "source": "offline" if record.offline else "model",
         "model_ref": record.model_ref,
-        "said": utterance(record.output),
+        "said": record.utterance,
         "run_id": record.run_id,
         "text": record.policy_decision,
     }
@@ -171,35 +158,32 @@ class Watch:
         self.error = ""
         self.polls = 0
         self._watchers = 0
-        self._call_watchers = 0
+        self._call_watchers: Counter[str] = Counter()  # pages watching each world's calls
         self._task: asyncio.Task[None] | None = None
         self._landed = asyncio.Event()
         self._wake = asyncio.Event()
-        self._tail = AuditTail(self._audit_page, AUDIT_PAGE_SIZE, LAGGING_POLLS)
-        self._tail_started = False
         self._controls_read_at = 0.0
         self._controls_due = False
-        self._calls_watched_at = 0.0  # when a call stream was last watched
-
-    async def _audit_page(self, token: str, size: int) -> gateway_pb2.ListAuditRecordsResponse:
-        request = gateway_pb2.ListAuditRecordsRequest(page_token=token, page_size=size)
-        return await self._clients.audit_page(self._clients.reader, request)
+        self._call_streams: dict[str, asyncio.Task[None]] = {}  # a WatchAudit stream per watched world
+        self._calls_watched_at: dict[str, float] = {}  # when each world's calls were last watched
 
     # -- watching ---------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def watching(self, calls: bool = False) -> Iterator[None]:
-        """Hold the loop running while inside; with `calls`, tailing the audit log too (a world's call
-        stream). The Worlds page alone needs no audit record, so none is read for it."""
+    def watching(self, calls_of: str = "") -> Iterator[None]:
+        """Hold the loop running while inside; with `calls_of` a world, that world's call stream too. The
+        Worlds page alone needs no audit record, so none is streamed for it."""
         self._watchers += 1
-        self._call_watchers += calls
+        if calls_of:
+            self._call_watchers[calls_of] += 1
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="console-watch")
         try:
             yield
         finally:
             self._watchers -= 1
-            self._call_watchers -= calls
+            if calls_of:
+                self._call_watchers[calls_of] -= 1
 
     async def landed(self, within_seconds: float) -> bool:
         """Wait for the next poll to land (True) or for `within_seconds` (False)."""
@@ -222,7 +206,7 @@ class Watch:
         changed for KEEPALIVE_SECONDS."""
         last: dict[str, Any] | None = None
         sent_at = time.monotonic()
-        with self.watching(calls=world_id is not None):
+        with self.watching(calls_of=world_id or ""):
             while True:
                 landed = await self.landed(KEEPALIVE_SECONDS)
                 update = self._update_for(world_id, after_row) if landed else last
@@ -250,7 +234,6 @@ class Watch:
             "sample": view.history[-1] if view.history else None,
             "rows": rows[-ROWS_PER_MESSAGE:],
             "unsent": max(0, len(rows) - ROWS_PER_MESSAGE),
-            "skipped": self._tail.skipped,
             "error": self.error,
         }
 
@@ -263,10 +246,11 @@ class Watch:
         ]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in [self._task, *self._call_streams.values()]:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     # -- polling ----------------------------------------------------------------------------------
 
@@ -301,7 +285,8 @@ class Watch:
         return view
 
     async def poll(self) -> None:
-        """One read of the gateway: worlds and controls, new audit records, calls by tier."""
+        """One read of the gateway: worlds and controls, calls by tier; the watched worlds' call streams
+        opened, and closed IDLE_STOP_SECONDS after their last page left."""
         reader, now = self._clients.reader, time.time()
         worlds = await self._clients.worlds(reader)
         if self._controls_due or now - self._controls_read_at >= CONTROLS_REFRESH_SECONDS:
@@ -312,24 +297,51 @@ class Watch:
                 if not c.world_id and c.scope != gateway_pb2.CONTROL_SCOPE_WORLD
             ]
             self._controls_read_at, self._controls_due = now, False
-        records: list[gateway_pb2.AuditRecord] = []
-        if self._call_watchers:
-            self._calls_watched_at = now
-        if now - self._calls_watched_at > IDLE_STOP_SECONDS:
-            self._tail_started = False  # (resumed from the log's end, less a backfill, when watched again)
-        elif self._tail_started:
-            records = await self._tail.read()
-        else:
-            records = await self._tail.start(self._config.stream_rows)
-            self._tail_started = True
-        for record in records:
-            self.view(record.ori.world_id).add(self._config.stream_rows, **call_fields(record))
+        self._follow_calls(now)
         for spend in worlds:
             self._update(self.view(spend.world_id), spend, now)
         await self._refresh_tiers(now)
         for view in self.worlds.values():
             view.sample(now)
         self.polls += 1
+
+    def _follow_calls(self, now: float) -> None:
+        for world_id, pages in self._call_watchers.items():
+            if pages > 0:
+                self._calls_watched_at[world_id] = now
+                if world_id not in self._call_streams:
+                    self._call_streams[world_id] = asyncio.create_task(
+                        self._stream_calls(world_id), name=f"console-calls-{world_id}"
+                    )
+        for world_id in [w for w, at in self._calls_watched_at.items() if now - at > IDLE_STOP_SECONDS]:
+            del self._calls_watched_at[world_id]
+            self._call_watchers.pop(world_id, None)
+            stream = self._call_streams.pop(world_id, None)
+            if stream is not None:  # (opened again from the newest rows when watched again)
+                stream.cancel()
+
+    async def _stream_calls(self, world_id: str) -> None:
+        """A world's calls as the gateway writes them: first its newest `stream_rows`, then each batch;
+        opened again where it stopped when the gateway ends it."""
+        view, rows = self.view(world_id), self._config.stream_rows
+        request = gateway_pb2.WatchAuditRequest(world_id=world_id, newest=rows)
+        while True:
+            try:
+                async for message in self._clients.operator.WatchAudit(
+                    request, metadata=self._clients.reader.metadata()
+                ):
+                    if message.lagged:  # (the gateway read on from its store: no call is missed)
+                        log.info("console call stream fell behind the gateway's fan-out", world_id=world_id)
+                    for record in message.records:
+                        view.add(rows, **call_fields(record))
+                    if message.records:
+                        request = gateway_pb2.WatchAuditRequest(
+                            world_id=world_id, after_seq=message.records[-1].seq
+                        )
+            except grpc.aio.AioRpcError as error:
+                self.error = f"the gateway's call stream stopped: {error.code().name}: {error.details()}"
+                log.warning("console call stream stopped", code=error.code().name, world_id=world_id)
+            await asyncio.sleep(RESTREAM_SECONDS)
 
     def _update(self, view: WorldView, spend: gateway_pb2.WorldSpend, now: float) -> None:
         """New figures for a world; calls refused by a control or deferred by the cap since the last poll

@@ -15,11 +15,11 @@ from gateway.adapters.provider_router import provider_model_ref
 from gateway.config import TIER_NAMES
 from gateway.core import GatewayCore
 from gateway.cost import Usage, billed_micro_usd, estimate_tokens, estimated_micro_usd, provider_price
-from gateway.errors import RunKilled, RunStopped
+from gateway.errors import CallDeferred, RunKilled, RunStopped
 from gateway.inflight import InFlightRun, SchemaStats
-from gateway.provider_errors import ProviderAttempt, ProviderError, to_gateway_error
+from gateway.provider_errors import ProviderAttempt, ProviderError, ProviderErrorClass, to_gateway_error
 from gateway.records import AuditEntry, CallGrant, RunSpec
-from gateway.routing import ModelRoute, select_route
+from gateway.routing import ModelRoute
 from services import tracing
 from services.causes import CAUSE_LABELS
 from services.logging import get_logger
@@ -73,9 +73,7 @@ class ModelCalls(GatewayCore):
 
     def _routed(self, spec: RunSpec, request: ModelRequest) -> tuple[ModelRoute, ModelRequest]:
         """The tier's route, and the request completed with its model and the run's output bound."""
-        route = self._routes.get(spec.tier)
-        if route is None:
-            route = self._routes[spec.tier] = select_route(self.config.routing, spec.tier)
+        route = self.routes.route(spec.tier)
         return route, ModelRequest(
             **{
                 **vars(request),
@@ -186,7 +184,7 @@ class ModelCalls(GatewayCore):
 
     async def _call_adapter(self, run: InFlightRun, call: Coroutine[Any, Any, ModelReply]) -> ModelReply:
         """Run the adapter's call as a task a pushed control can cancel; provider errors become gateway
-        errors."""
+        errors (a call no provider had a turn for, `CallDeferred`)."""
         task: asyncio.Task[Any] = asyncio.create_task(call)
         run.tasks.add(task)
         try:
@@ -199,6 +197,14 @@ class ModelCalls(GatewayCore):
         except ProviderError as error:
             for fallback in error.providers_tried[:-1]:
                 self._fell_back(run, fallback)
+            if error.error_class is ProviderErrorClass.DEFERRED:  # never sent: no provider error met
+                deferred = CallDeferred(
+                    str(error),
+                    provider=error.providers_tried[-1].provider if error.providers_tried else "",
+                    retry_after_ms=round((error.retry_after_seconds or 0) * 1000),
+                )
+                run.deferred_by = str(deferred)
+                raise deferred from error
             run.met(error.error_class.value)
             self.metrics.count(self.metrics.provider_errors, error.error_class.value)
             raise to_gateway_error(error) from error

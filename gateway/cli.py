@@ -1,4 +1,5 @@
-"""`egbe ops ...` and `egbe audit export`: thin clients of OperatorService with the operator token."""
+"""`egbe ops ...` and `egbe audit export`: thin clients of OperatorService with the operator token; and
+`egbe eval` (`gateway/evals/cli.py`), which records the eval scores routing reads."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway import cli_worlds
 from gateway.cli_output import duration_seconds, plain, print_pages
 from gateway.config import TIERS_BY_NAME
+from gateway.evals import cli as eval_cli
 from gateway.operator_wire import OPERATOR_ID_METADATA
 from services.auth import Role, bearer_metadata
 from services.channels import open_channel
@@ -260,3 +262,4 @@ def register(commands: Any, settings: SettingsLoader) -> None:
     export.add_argument("--kernel-call-id", default="", help="the kernel's cognition call id")
     export.add_argument("--output", type=Path, help="file to write (default stdout)")
     export.set_defaults(run=client(_export))
+    eval_cli.register(commands, settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from services import vocabulary
 from services.settings import ChassisSettings
@@ -65,41 +65,29 @@ class RunBudgets(_Frozen):
 
 
 class ModelCandidate(_Frozen):
-    """A routable model class: its size rank, its eval scores (basis points per suite), on or off."""
+    """A routable model class: its size rank, on or off. Its quality is what its route's targets scored
+    on each eval suite, recorded in the store by `egbe eval` (docs/gateway.md "Routing and cost")."""
 
     model_class: str = Field(min_length=1, description="Class alias, e.g. 'sonnet-class'.")
     size_rank: int = Field(ge=0, description="Smaller is cheaper; routing picks the smallest qualified.")
-    quality_bp: dict[str, int] = Field(description="Eval suite -> score in basis points (0..10000).")
     enabled: bool = True
-
-    @model_validator(mode="after")
-    def _scores_in_range(self) -> ModelCandidate:
-        bad = {suite: bp for suite, bp in self.quality_bp.items() if not 0 <= bp <= 10_000}
-        if bad:
-            raise ValueError(f"quality_bp out of 0..10000 for {self.model_class}: {bad}")
-        return self
 
 
 class TierRoute(_Frozen):
     """One tier's bar: the eval suite, the score required, and the model class selected for it."""
 
-    eval_suite: str = Field(min_length=1)
-    required_quality_bp: int = Field(ge=0, le=10_000)
-    selected_model_class: str = Field(min_length=1)
+    eval_suite: str = Field(min_length=1, description="The shipped eval suite the tier is scored on.")
+    required_quality_bp: int = Field(
+        ge=0, le=10_000, description="The recorded score (basis points) the selected class must reach."
+    )
+    selected_model_class: str = Field(
+        min_length=1, description="The operator's choice: the smallest enabled class that clears the bar."
+    )
 
 
 def _default_candidates() -> list[ModelCandidate]:
-    suites = (
-        "social-judgment-live-dialogue",
-        "offscreen-reflection-coherence",
-        "narrative-summary-continuity",
-    )
-    scores = {"haiku-class": (8_400, 8_700, 8_600), "sonnet-class": (9_300, 9_400, 9_200)}
-    scores["opus-class"] = (9_700, 9_650, 9_500)
-    return [
-        ModelCandidate(model_class=name, size_rank=rank, quality_bp=dict(zip(suites, values, strict=True)))
-        for rank, (name, values) in enumerate(scores.items(), start=1)
-    ]
+    classes = ("haiku-class", "sonnet-class", "opus-class")
+    return [ModelCandidate(model_class=name, size_rank=rank) for rank, name in enumerate(classes, start=1)]
 
 
 class ModelTarget(_Frozen):
@@ -256,6 +244,32 @@ class ProviderConfig(RetryPolicy):
         description="Model id -> billed price at this provider; a model without one is billed at its"
         " class's price (cost.prices).",
     )
+    requests_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Requests this provider takes a minute, shared by every gateway on the store (0: no"
+        " limit); a call waits its turn before it leaves, and is deferred when none comes before its"
+        " deadline.",
+    )
+    tokens_per_minute: int = Field(
+        default=0,
+        ge=0,
+        description="Tokens this provider takes a minute (each call counts its prompt estimate and its"
+        " output cap, as providers' own limiters do), shared like requests_per_minute (0: no limit).",
+    )
+
+    rate_burst_seconds: float = Field(
+        default=6.0,
+        ge=0,
+        le=60,
+        description="How far ahead a provider's rate schedule may be booked before a call waits: paced at"
+        " its limits, it takes up to this many seconds' worth at once after an idle spell (0: strict"
+        " pacing).",
+    )
+
+    @property
+    def rate_limited(self) -> bool:
+        return bool(self.requests_per_minute or self.tokens_per_minute)
 
 
 class LeaseConfig(_Frozen):
@@ -328,6 +342,12 @@ class GatewayConfig(_Frozen):
     retention_policy_id: str = "v1:audit-platform:retention:cognition-call"
     safety_policy_id: str = "v1:isis-behavior-policy"
     retry_stats_window: int = Field(default=100, gt=0, description="Runs rolled up by GetRetryStats.")
+    rate_limit_max_wait_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="The longest a model call with no deadline of its own waits for its provider's turn"
+        " under providers.*.requests_per_minute / tokens_per_minute before it is deferred.",
+    )
     lease: LeaseConfig = Field(default_factory=LeaseConfig)
 
 

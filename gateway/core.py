@@ -19,7 +19,7 @@ from gateway.config import GatewayConfig
 from gateway.inflight import InFlight, InFlightRun
 from gateway.lease import Leases
 from gateway.metrics import GatewayMetrics
-from gateway.routing import ModelRoute, config_fingerprint
+from gateway.routing import RouteBook, config_fingerprint
 from gateway.run_limits import RunLimits
 from gateway.store.base import GatewayStore
 from services.errors import EgbeError
@@ -57,7 +57,8 @@ class GatewayCore:
         # Admissions in progress by request id: a concurrent repeat waits for the first one's answer.
         self._requests: dict[str, asyncio.Future[AdmitResult]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._routes: dict[int, ModelRoute] = {}  # each tier's, resolved once: the config never changes
+        # Each tier's route under the recorded eval scores (loaded at start, reloaded when re-recorded).
+        self.routes = RouteBook(config.routing, evaluated=not adapter.offline)
         self.limits = RunLimits(config)  # world caps and run budgets, as operators changed them
         self.metrics.store_conflicts = lambda: store.conflicts
 

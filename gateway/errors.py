@@ -84,6 +84,16 @@ class ToolNotGranted(GatewayError):
         super().__init__(f"tool {tool_name!r} was not granted to run {run_id} (granted: {granted})")
 
 
+class CallDeferred(GatewayError):
+    """No provider of the call's route had a turn under its rate limits before the call's deadline: the
+    call was never sent (`provider` is the last one asked, `retry_after_ms` when its next turn is)."""
+
+    def __init__(self, message: str, *, provider: str, retry_after_ms: int) -> None:
+        super().__init__(
+            message, deferred_by="rate_limit", provider=provider, retry_after_ms=str(retry_after_ms)
+        )
+
+
 class NothingToResume(GatewayError):
     """A Resume found no control in force on its target."""
 
@@ -105,6 +115,7 @@ _STATUS: dict[type[GatewayError], type[EgbeError]] = {
     NoSuchRun: NotFound,
     ForeignRun: PermissionDenied,
     BudgetExhausted: ResourceExhausted,
+    CallDeferred: ResourceExhausted,
     ToolNotGranted: PermissionDenied,
     NothingToResume: NotFound,
     StoreUnreachable: Unavailable,

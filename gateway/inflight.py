@@ -36,6 +36,9 @@ class InFlightRun:
     # A fused run's admission row, not written yet: its finish writes it in the same transaction, and
     # any other ending (or a failed call's audit record) writes it first (`GatewayCore._write_row`).
     unwritten: AdmissionItem | None = None
+    # Why the run's last call was deferred by its providers' rate limits ('' = it was not): the run then
+    # ends deferred, not failed.
+    deferred_by: str = ""
 
     def met(self, error_class: str) -> None:
         """A provider error of this class met by one of the run's calls (retried past, or its end)."""

@@ -58,6 +58,19 @@ class GatewayMetrics(Collector):
             "Calls that left a provider for the next of their class's route",
             ("provider",),
         )
+        self.rate_limit_waits = CounterSpec(
+            "egbe_gateway_rate_limit_waits",
+            "Calls that waited for their turn under a provider's rate limits",
+            ("provider",),
+        )
+        self.rate_limit_wait_seconds = CounterSpec(
+            "egbe_gateway_rate_limit_wait_seconds", "Seconds calls waited for their turn", ("provider",)
+        )
+        self.rate_limit_deferred = CounterSpec(
+            "egbe_gateway_rate_limit_deferred",
+            "Calls a provider's rate limits had no turn for before their deadline",
+            ("provider",),
+        )
         self._specs = (
             self.tokens,
             self.cost,
@@ -69,6 +82,9 @@ class GatewayMetrics(Collector):
             self.runs_ended,
             self.provider_errors,
             self.provider_fallbacks,
+            self.rate_limit_waits,
+            self.rate_limit_wait_seconds,
+            self.rate_limit_deferred,
         )
         self._counts: dict[CounterSpec, dict[tuple[str, ...], float]] = {spec: {} for spec in self._specs}
         self._prompt_tokens = 0

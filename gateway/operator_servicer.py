@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from google.protobuf import json_format, struct_pb2
 
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway import operator_wire, wire
+from gateway.audit_feed import AuditFeed
 from gateway.config import TIER_NAMES
 from gateway.errors import NothingToResume, status_error
-from gateway.records import Control, ControlAdded, ControlKind, ControlScope
+from gateway.read_audit import ReadWindows, wants_windowed
+from gateway.records import AuditEntry, Control, ControlAdded, ControlKind, ControlScope
 from gateway.retry_stats import roll_up
 from gateway.service import CognitionGateway
 from services.auth import Principal, RefusalHook, Role, Scope, caller_scope, require_scope
@@ -42,6 +44,8 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     def __init__(self, gateway: CognitionGateway, role_of: RoleOf) -> None:
         self._gateway = gateway
         self._role_of = role_of
+        self.audit_feed = AuditFeed(gateway.store)
+        self._read_windows = ReadWindows(self._record_read)
 
     async def _refusals_audited(self, method: str, context: Context, operation: Awaitable[T]) -> T:
         """A change request; one its checks refuse (or a Resume with nothing to lift) is an attempt too,
@@ -110,15 +114,19 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         )
 
     async def _audited_read(self, method: str, context: Context, detail: str = "") -> None:
-        """An operator's read is recorded before it runs; a world server's is not."""
+        """An operator's read is recorded before it runs (once a window when it asks, `read_audit.py`);
+        a world server's is not."""
         if self._role_of(context) is not Role.OPERATOR:
             return
+        who = operator_wire.operator_id(context)
+        if wants_windowed(context):
+            await self._read_windows.read(method, who, detail)
+        else:
+            await self._record_read(method, who, detail)
+
+    async def _record_read(self, method: str, operator_id: str, detail: str) -> None:
         await self._gateway.record_operator_attempt(
-            method,
-            role=Role.OPERATOR.value,
-            operator_id=operator_wire.operator_id(context),
-            allowed=True,
-            detail=detail,
+            method, role=Role.OPERATOR.value, operator_id=operator_id, allowed=True, detail=detail
         )
 
     def _message(self, control: Control) -> gateway_pb2.Control:
@@ -311,21 +319,62 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             run_id=request.run_id,
             kernel_call_id=request.kernel_call_id,
         )
+        wire.check_texts(wire.ID_CHARS, world_id=request.world_id)
         if request.tier and request.tier not in TIER_NAMES:
             raise InvalidArgument.field("tier", "must be unset, CLOTHO, LACHESIS or ATROPOS")
+        summary = operator_wire.SUMMARY_VIEWS.get(request.view)
+        if summary is None:
+            raise InvalidArgument.field("view", "must be unset, SUMMARY or FULL")
         await self._audited_read("ListAuditRecords", context)
         entries = await self._gateway.store.list_audit(
             ori_id=request.ori_id,
             tier=request.tier,
             run_id=request.run_id,
             kernel_call_id=request.kernel_call_id,
+            world_id=request.world_id,
             after_seq=after,
             limit=limit,
+            summary=summary,
         )
         return gateway_pb2.ListAuditRecordsResponse(
-            records=[operator_wire.audit_message(e) for e in entries],
+            records=[operator_wire.audit_message(e, summary=summary) for e in entries],
             next_page_token=str(entries[-1].seq) if len(entries) == limit else "",
         )
+
+    async def WatchAudit(
+        self, request: gateway_pb2.WatchAuditRequest, context: Context
+    ) -> AsyncIterator[gateway_pb2.WatchAuditResponse]:
+        """The records already written after the start, then each batch the feed reads; a watcher that
+        lagged reads on from the store where it was and watches again. Leaving (the stream ends, is
+        cancelled or its deadline passes) drops its queue."""
+        cursor, newest = operator_wire.watch_start(request)
+        wire.check_texts(wire.ID_CHARS, world_id=request.world_id)
+        await self._audited_read("WatchAudit", context, request.world_id)
+        feed, store, world = self.audit_feed, self._gateway.store, request.world_id
+        lagged = False
+        while True:
+            watcher = await feed.watch(world)
+            try:
+                if newest:  # the newest few, then on from the last of them
+                    latest = await store.list_audit(world_id=world, limit=newest, summary=True, newest=True)
+                    cursor, newest = (latest[-1].seq if latest else cursor), 0
+                    if latest:
+                        yield _watched(latest, lagged=False)
+                while backlog := await store.list_audit(
+                    world_id=world, after_seq=cursor, limit=operator_wire.MAX_PAGE_SIZE, summary=True
+                ):
+                    cursor = backlog[-1].seq
+                    yield _watched(backlog, lagged)
+                    lagged = False
+                while not watcher.lagged:  # (a lagged watcher's queue is full: get() does not wait)
+                    fresh = [e for e in await watcher.batches.get() if e.seq > cursor]
+                    if fresh:
+                        cursor = fresh[-1].seq
+                        yield _watched(fresh, lagged)
+                        lagged = False
+                lagged = True
+            finally:
+                feed.leave(watcher)
 
     async def GetRetryStats(
         self, request: gateway_pb2.GetRetryStatsRequest, context: Context
@@ -358,6 +407,12 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
             attempts=[operator_wire.attempt_message(a) for a in attempts],
             next_page_token=str(attempts[-1].seq) if len(attempts) == limit else "",
         )
+
+
+def _watched(entries: list[AuditEntry], lagged: bool) -> gateway_pb2.WatchAuditResponse:
+    return gateway_pb2.WatchAuditResponse(
+        records=[operator_wire.audit_message(e, summary=True) for e in entries], lagged=lagged
+    )
 
 
 def _control_in(scope: Scope, control: Control) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
@@ -55,10 +56,14 @@ def control_message(control: Control, now_ms: int) -> gateway_pb2.Control:
     return message
 
 
-def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
-    context = struct_pb2.Struct()
-    json_format.ParseDict(entry.input_context, context)
+def audit_message(entry: AuditEntry, *, summary: bool = False) -> gateway_pb2.AuditRecord:
+    """A record as a message; `summary`: without its context and output (the summary view)."""
+    context = None
+    if not summary:
+        context = struct_pb2.Struct()
+        json_format.ParseDict(entry.input_context, context)
     return gateway_pb2.AuditRecord(
+        seq=entry.seq,
         call_id=entry.call_id,
         run_id=entry.run_id,
         ori=common_pb2.OriRef(tenant_id=entry.tenant_id, world_id=entry.world_id, ori_id=entry.ori_id),
@@ -67,7 +72,8 @@ def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
         model_ref=entry.model_ref,
         model_class=entry.model_class,
         input_context=context,
-        output=entry.output,
+        output="" if summary else entry.output,
+        utterance=utterance(entry.output),
         usage=usage_message(entry.usage),
         cost=common_pb2.CostMicroUsd(micro_usd=entry.micro_usd, estimated=entry.cost_estimated),
         policy_decision=entry.policy_decision,
@@ -79,6 +85,18 @@ def audit_message(entry: AuditEntry) -> gateway_pb2.AuditRecord:
         error_class=entry.error_class,
         model_latency_us=entry.model_latency_us,
     )
+
+
+def utterance(output: str) -> str:
+    """What the Ori said, when the output is a dialogue reply (its `utterance`); else empty."""
+    if '"utterance"' not in output:
+        return ""
+    try:
+        reply = json.loads(output)
+    except ValueError:
+        return ""
+    said = reply.get("utterance") if isinstance(reply, dict) else None
+    return said if isinstance(said, str) else ""
 
 
 def attempt_message(attempt: OperatorAttempt) -> gateway_pb2.OperatorAttempt:
@@ -156,6 +174,25 @@ def warning(added: ControlAdded) -> str:
         return f"no run of world {control.target!r} has been seen by this gateway; check the id"
     where = f" in world {control.world_id!r}" if control.world_id else ""
     return f"no run of Ori {control.target!r}{where} has been seen by this gateway; check the id"
+
+
+# Whether a view of audit records is the summary (True) or the full record (False).
+SUMMARY_VIEWS: dict[int, bool] = {
+    gateway_pb2.AUDIT_RECORD_VIEW_UNSPECIFIED: False,
+    gateway_pb2.AUDIT_RECORD_VIEW_SUMMARY: True,
+    gateway_pb2.AUDIT_RECORD_VIEW_FULL: False,
+}
+
+
+def watch_start(request: gateway_pb2.WatchAuditRequest) -> tuple[int, int]:
+    """(after_seq, newest) of a WatchAudit request, checked."""
+    if request.after_seq < 0:
+        raise InvalidArgument.field("after_seq", "must be >= 0")
+    if not 0 <= request.newest <= MAX_PAGE_SIZE:
+        raise InvalidArgument.field("newest", f"must be 0 (unset) to {MAX_PAGE_SIZE}")
+    if request.newest and request.after_seq:
+        raise InvalidArgument.field("newest", "must be unset when after_seq is given")
+    return request.after_seq, request.newest
 
 
 DECISIONS: dict[int, bool | None] = {

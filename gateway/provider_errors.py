@@ -21,6 +21,8 @@ class ProviderErrorClass(StrEnum):
     TIMEOUT = "timeout"
     NETWORK = "network"
     UNKNOWN = "unknown"
+    # Never sent: the provider's rate limit had no turn for the call before its deadline (`rate_limits`).
+    DEFERRED = "deferred"
 
 
 TRANSIENT = frozenset(
@@ -30,6 +32,8 @@ TRANSIENT = frozenset(
         ProviderErrorClass.API_ERROR,
         ProviderErrorClass.TIMEOUT,
         ProviderErrorClass.NETWORK,
+        # (the next provider of the route may have a turn)
+        ProviderErrorClass.DEFERRED,
     }
 )
 

@@ -53,6 +53,8 @@ class RunStatus(StrEnum):
     CANCELLED = "cancelled"
     TIMED_OUT = "timed_out"
     KILLED = "killed"
+    # A model call found no turn under its providers' rate limits before its deadline (never sent).
+    DEFERRED = "deferred"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Smallest-qualified routing, its governance checks, and the FNV-1a fingerprint of the canonical config."""
+"""Smallest-qualified routing by recorded eval scores, its governance checks, and the FNV-1a fingerprint
+of the canonical config."""
 
 from __future__ import annotations
 
@@ -8,11 +9,22 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from gateway.config import AGENT_BEHAVIOR_EVAL_GATE, TIER_NAMES, GatewayConfig, ModelCandidate, RoutingConfig
-from services.errors import FieldViolation, InvalidArgument, NotFound
+from gateway.config import (
+    AGENT_BEHAVIOR_EVAL_GATE,
+    TIER_NAMES,
+    GatewayConfig,
+    ModelCandidate,
+    ModelTarget,
+    RoutingConfig,
+)
+from gateway.evals.scores import ScoreBook
+from gateway.evals.suite import SUITE_NAMES, shipped_version
+from services.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound
 from services.fingerprint import fingerprint
 
 MODEL_REF_PREFIX = "anthropic:claude-"
+# The provider name under which scores of the Anthropic adapter (no providers table) are recorded.
+ANTHROPIC_PROVIDER = "anthropic"
 
 
 def config_fingerprint(config: BaseModel) -> str:
@@ -34,19 +46,45 @@ class ModelRoute:
     required_quality_bp: int
     eval_suite: str
     smallest_qualified: bool
+    # Whether recorded scores apply: not when the offline adapter answers (it is no model).
+    evaluated: bool
+    note: str  # how quality_bp was found, or why there is none
 
     @property
     def model_ref(self) -> str:
         return model_ref(self.model_class)
 
 
-def smallest_qualified(routing: RoutingConfig, tier: int) -> ModelCandidate | None:
-    """The enabled candidate with the smallest size rank that clears the tier's bar, if any."""
+def route_targets(routing: RoutingConfig, model_class: str) -> list[ModelTarget]:
+    """Where a class's calls go: its targets with a providers table, else Anthropic's model id for it."""
+    if routing.class_targets:
+        return list(routing.class_targets.get(model_class, ()))
+    model_id = routing.model_ids.get(model_class)
+    return [ModelTarget(provider=ANTHROPIC_PROVIDER, model_id=model_id)] if model_id else []
+
+
+def class_score(routing: RoutingConfig, scores: ScoreBook, model_class: str, suite: str) -> int | None:
+    """A class's score on a suite: the lowest of its route's targets' (a fallback must clear the bar
+    too); None when any target has no score recorded on the shipped version of the suite."""
+    found = [scores.current(t.provider, t.model_id, suite) for t in route_targets(routing, model_class)]
+    if not found or any(score is None for score in found):
+        return None
+    return min(score.score_bp for score in found if score is not None)
+
+
+def eval_command(suite: str, model_class: str) -> str:
+    """The command that records the evidence a class needs on a suite."""
+    return f"egbe eval --suite {suite} --class {model_class}"
+
+
+def smallest_qualified(routing: RoutingConfig, scores: ScoreBook, tier: int) -> ModelCandidate | None:
+    """The enabled candidate with the smallest size rank whose recorded score clears the tier's bar."""
     route = routing.route_for(tier)
     qualified = [
         c
         for c in routing.candidates
-        if c.enabled and c.quality_bp.get(route.eval_suite, 0) >= route.required_quality_bp
+        if c.enabled
+        and (class_score(routing, scores, c.model_class, route.eval_suite) or 0) >= route.required_quality_bp
     ]
     return min(qualified, key=lambda c: (c.size_rank, c.model_class), default=None)
 
@@ -58,28 +96,43 @@ def concrete_model_id(routing: RoutingConfig, model_class: str) -> str:
     return routing.model_ids[model_class]
 
 
-def select_route(routing: RoutingConfig, tier: int) -> ModelRoute:
-    """The configured route for a tier (validated at start to be the smallest qualified)."""
+def select_route(routing: RoutingConfig, tier: int, scores: ScoreBook | None) -> ModelRoute:
+    """The configured route for a tier, with its recorded score; `scores` None: the offline adapter
+    answers, and no score applies."""
     if tier not in TIER_NAMES:
         raise InvalidArgument.field("tier", "must be CLOTHO, LACHESIS or ATROPOS")
     route = routing.route_for(tier)
     candidate = next((c for c in routing.candidates if c.model_class == route.selected_model_class), None)
     if candidate is None:
         raise NotFound(f"no candidate named {route.selected_model_class!r}")
-    best = smallest_qualified(routing, tier)
+    quality, best = None, None
+    if scores is None:
+        note = "not evaluated: the offline adapter answers, and it is no model"
+    else:
+        quality = class_score(routing, scores, candidate.model_class, route.eval_suite)
+        best = smallest_qualified(routing, scores, tier)
+        command = eval_command(route.eval_suite, candidate.model_class)
+        note = (
+            f"no recorded score on {route.eval_suite}: run `{command}`"
+            if quality is None
+            else f"recorded: the lowest score of the class's targets on {route.eval_suite}"
+        )
     return ModelRoute(
         tier=tier,
         model_class=candidate.model_class,
         concrete_model_id=concrete_model_id(routing, candidate.model_class),
-        quality_bp=candidate.quality_bp.get(route.eval_suite, 0),
+        quality_bp=quality or 0,
         required_quality_bp=route.required_quality_bp,
         eval_suite=route.eval_suite,
         smallest_qualified=best is not None and best.model_class == candidate.model_class,
+        evaluated=scores is not None,
+        note=note,
     )
 
 
 def routing_violations(routing: RoutingConfig) -> list[FieldViolation]:
-    """Why a routing config may not be served: down-routes, missing gates, unknown or unqualified classes."""
+    """Why a routing config may not be served whatever its scores: missing gates, unknown suites, unknown
+    or disabled selected classes, classes without a model id."""
     violations: list[FieldViolation] = []
     by_class = {c.model_class: c for c in routing.candidates}
     if len(by_class) != len(routing.candidates):
@@ -104,24 +157,80 @@ def routing_violations(routing: RoutingConfig) -> list[FieldViolation]:
         ]
     for tier, name in TIER_NAMES.items():
         route = routing.route_for(tier)
-        field = f"routing.{name}.selected_model_class"
         selected = by_class.get(route.selected_model_class)
-        best = smallest_qualified(routing, tier)
-        if selected is None:
-            violations.append(FieldViolation(field, f"unknown model class {route.selected_model_class!r}"))
-        elif best is None:
-            violations.append(
-                FieldViolation(field, f"no enabled candidate clears {route.required_quality_bp} bp")
-            )
-        elif not selected.enabled or selected.quality_bp.get(route.eval_suite, 0) < route.required_quality_bp:
-            violations.append(FieldViolation(field, f"{selected.model_class} does not clear the tier's bar"))
-        elif selected.size_rank > best.size_rank:
+        if shipped_version(route.eval_suite) is None:
             violations.append(
                 FieldViolation(
-                    field, f"{selected.model_class} is larger than the smallest qualified {best.model_class}"
+                    f"routing.{name}.eval_suite",
+                    f"unknown eval suite {route.eval_suite!r}; shipped: {', '.join(SUITE_NAMES)}",
                 )
             )
+        field = f"routing.{name}.selected_model_class"
+        if selected is None:
+            violations.append(FieldViolation(field, f"unknown model class {route.selected_model_class!r}"))
+        elif not selected.enabled:
+            violations.append(FieldViolation(field, f"{selected.model_class} is disabled"))
     return violations
+
+
+def score_violations(routing: RoutingConfig, scores: ScoreBook) -> dict[int, FieldViolation]:
+    """By tier, why its selected class may not serve it under the recorded scores: no score, a score
+    below the tier's bar, or a smaller enabled class that clears it too (for a routing config that
+    `routing_violations` passed)."""
+    violations: dict[int, FieldViolation] = {}
+    for tier, name in TIER_NAMES.items():
+        route = routing.route_for(tier)
+        field, selected = f"routing.{name}.selected_model_class", route.selected_model_class
+        command = eval_command(route.eval_suite, selected)
+        score = class_score(routing, scores, selected, route.eval_suite)
+        best = smallest_qualified(routing, scores, tier)
+        if score is None:
+            why = f"{selected} has no recorded score on {route.eval_suite}; run `{command}`"
+        elif score < route.required_quality_bp:
+            why = (
+                f"{selected} scored {score} bp on {route.eval_suite}, below the tier's"
+                f" {route.required_quality_bp} bp; select a class that clears it, or re-run `{command}`"
+            )
+        elif best is not None and best.model_class != selected:
+            why = f"{selected} is larger than the smallest qualified {best.model_class}"
+        else:
+            continue
+        violations[tier] = FieldViolation(field, why)
+    return violations
+
+
+class RouteBook:
+    """Each tier's route under the scores recorded now, replaced whole when they are re-recorded. With
+    the offline adapter answering, no score applies and every tier is served."""
+
+    def __init__(self, routing: RoutingConfig, *, evaluated: bool) -> None:
+        self._routing = routing
+        self.evaluated = evaluated
+        self.unqualified: dict[int, FieldViolation] = {}
+        self._routes: dict[int, ModelRoute] = {}
+        self.replace(ScoreBook())
+
+    def replace(self, scores: ScoreBook) -> list[FieldViolation]:
+        """Route by these scores from now on; what each tier that is not qualified under them violates."""
+        book = scores if self.evaluated else None
+        self._routes = {tier: select_route(self._routing, tier, book) for tier in TIER_NAMES}
+        self.unqualified = score_violations(self._routing, scores) if self.evaluated else {}
+        return list(self.unqualified.values())
+
+    def describe(self, tier: int) -> ModelRoute:
+        """The tier's route, qualified or not (INVALID_ARGUMENT for no tier)."""
+        if tier not in self._routes:
+            raise InvalidArgument.field("tier", "must be CLOTHO, LACHESIS or ATROPOS")
+        return self._routes[tier]
+
+    def route(self, tier: int) -> ModelRoute:
+        """The route a call of the tier takes; FAILED_PRECONDITION naming the field while the tier's
+        selected class is not qualified by the recorded scores."""
+        route = self.describe(tier)
+        violation = self.unqualified.get(tier)
+        if violation is not None:
+            raise FailedPrecondition(f"{violation.field}: {violation.description}", violations=[violation])
+        return route
 
 
 def provider_violations(config: GatewayConfig, environ: Mapping[str, str]) -> list[FieldViolation]:

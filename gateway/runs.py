@@ -22,8 +22,9 @@ from gateway.adapters.base import ModelRequest
 from gateway.budget import call_grant
 from gateway.calls import GenerateResult, ModelCalls, failure_class
 from gateway.config import TIER_NAMES
-from gateway.errors import ForeignRun, NoSuchRun, RunStopped, StoreUnreachable
+from gateway.errors import CallDeferred, ForeignRun, NoSuchRun, RunStopped, StoreUnreachable
 from gateway.inflight import InFlightRun, SchemaStats
+from gateway.provider_errors import ProviderErrorClass
 from gateway.records import Control, RunEnd, RunSpec, RunStatus, new_run_id
 from gateway.store.rows import AdmissionItem, AdmissionOutcome
 from services.causes import CAUSE_LABELS
@@ -80,11 +81,13 @@ class AdmitResult:
 
 @dataclass(frozen=True)
 class FusedRun:
-    """A run of one model call: its admission, and when admitted (not a repeat) its call and ending."""
+    """A run of one model call: its admission, and when admitted (not a repeat) its call and ending, or
+    why its call was deferred (`deferred_by`: no provider had a turn for it; the run is ended)."""
 
     admission: AdmitResult
     call: GenerateResult | None = None
     ended: RunEnd | None = None
+    deferred_by: str = ""
 
 
 class RunGateway(ModelCalls):
@@ -120,6 +123,7 @@ class RunGateway(ModelCalls):
             violations.append(FieldViolation("cause", "must name a cognition cause"))
         if violations:
             raise InvalidArgument(violations)
+        self.routes.route(tier)  # FAILED_PRECONDITION while the tier's class is not qualified
         budget = self.limits.run_budget(tier)
         return RunSpec(
             run_id=new_run_id(self.now_ms()),
@@ -353,6 +357,8 @@ class RunGateway(ModelCalls):
         except BaseException as error:
             self._write_row(run)
             await asyncio.shield(self._end_after(spec.run_id, error))
+            if isinstance(error, CallDeferred):
+                return FusedRun(admission, deferred_by=str(error))
             raise
         self.metrics.count(self.metrics.runs_ended, RunStatus.COMPLETED.value, amount=int(ended.ended_now))
         return FusedRun(admission, call, ended)
@@ -360,9 +366,11 @@ class RunGateway(ModelCalls):
     async def _end_after(self, run_id: str, error: BaseException) -> None:
         """End a run its error stopped (releasing its reservation); a store that is down leaves it to the
         sweep, and the caller's own error is the one reported."""
-        status = {"killed": RunStatus.KILLED, "cancelled": RunStatus.CANCELLED}.get(
-            failure_class(error), RunStatus.FAILED
-        )
+        status = {
+            "killed": RunStatus.KILLED,
+            "cancelled": RunStatus.CANCELLED,
+            ProviderErrorClass.DEFERRED.value: RunStatus.DEFERRED,
+        }.get(failure_class(error), RunStatus.FAILED)
         try:
             await self.end_run(run_id, status, detail=str(error)[:TEXT_LIMIT] or type(error).__name__)
         except Exception as exc:

@@ -12,7 +12,9 @@ from gateway.adapters.offline import OfflineAdapter
 from gateway.adapters.provider_router import ProviderRouter
 from gateway.cognition_client import CognitionClient
 from gateway.config import GatewayConfig, GatewayServiceSettings, ProviderConfig
+from gateway.metrics import GatewayMetrics
 from gateway.operator_servicer import OperatorServicer, refusal_auditor
+from gateway.rate_limits import ProviderRates
 from gateway.routing import validate_config
 from gateway.service import CognitionGateway
 from gateway.servicer import METHOD_ROLES, CognitionGatewayServicer
@@ -42,15 +44,18 @@ def build_store(settings: GatewayServiceSettings) -> GatewayStore:
     )
 
 
-def build_adapter(config: GatewayConfig, environ: Mapping[str, str] = os.environ) -> ModelAdapter:
+def build_adapter(
+    config: GatewayConfig, environ: Mapping[str, str] = os.environ, rates: ProviderRates | None = None
+) -> ModelAdapter:
     """With no providers table, Anthropic when ANTHROPIC_API_KEY is set, else the offline adapter
-    (labelled on every output); with one, a client per provider and each call routed by its class."""
+    (labelled on every output); with one, a client per provider and each call routed by its class, on
+    its providers' rate limits (`rates`) where any is set."""
     if config.providers:
         adapters = {
             name: provider_adapter(config, name, provider, environ)
             for name, provider in config.providers.items()
         }
-        return ProviderRouter(adapters, config.routing.class_targets)
+        return ProviderRouter(adapters, config.routing.class_targets, rates)
     if environ.get(ANTHROPIC_KEY_ENV):
         from gateway.adapters.anthropic import AnthropicAdapter
 
@@ -82,11 +87,17 @@ def lease_holder(settings: GatewayServiceSettings) -> str:
 
 async def build_gateway(settings: GatewayServiceSettings) -> CognitionGateway:
     """A started gateway: config refused whole when invalid, controls loaded before it answers anything."""
-    validate_config(settings.gateway)
+    config = settings.gateway
+    validate_config(config)
+    store, metrics = build_store(settings), GatewayMetrics()
+    rates = ProviderRates(
+        store, config.providers, metrics, max_wait_seconds=config.rate_limit_max_wait_seconds
+    )
     gateway = CognitionGateway(
-        settings.gateway,
-        build_store(settings),
-        build_adapter(settings.gateway),
+        config,
+        store,
+        build_adapter(config, rates=rates),
+        metrics=metrics,
         lease_holder=lease_holder(settings),
     )
     await gateway.start()
@@ -101,7 +112,12 @@ async def build_bundle(settings: GatewayServiceSettings, tokens: TokenStore) -> 
         channel_opener(settings),
     )
 
+    operator = OperatorServicer(
+        gateway, lambda context: tokens.role_of(dict(context.invocation_metadata() or ()))
+    )
+
     async def close() -> None:
+        await operator.audit_feed.close()
         await cognition.close()
         await gateway.stop()
 
@@ -114,9 +130,7 @@ async def build_bundle(settings: GatewayServiceSettings, tokens: TokenStore) -> 
             ),
             (
                 gateway_pb2_grpc.add_OperatorServiceServicer_to_server,
-                OperatorServicer(
-                    gateway, lambda context: tokens.role_of(dict(context.invocation_metadata() or ()))
-                ),
+                operator,
             ),
         ],
         method_roles=METHOD_ROLES,

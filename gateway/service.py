@@ -16,12 +16,14 @@ from gateway.config import GatewayConfig
 from gateway.core import Clock
 from gateway.cost import Usage
 from gateway.errors import GatewayError, RunStopped
+from gateway.evals.scores import ScoreBook
 from gateway.metrics import GatewayMetrics
 from gateway.operations import OperatorActions
 from gateway.records import LEASE_SETTLED, AuditEntry, Control, Limits, RunStatus
 from gateway.store.base import GatewayStore
 from services.errors import EgbeError
 from services.logging import get_logger
+from services.settings import UserError
 
 log = get_logger(__name__)
 
@@ -43,14 +45,21 @@ class CognitionGateway(OperatorActions):
         super().__init__(config, store, adapter, metrics=metrics, clock=clock, lease_holder=lease_holder)
         store.on_control_change(self._on_control)
         store.on_limits_change(self._on_limits)
+        store.on_eval_scores_change(self._on_scores)
         resync = getattr(store, "on_resync", None)
         if resync is not None:
             resync(self.inflight.replace_controls)
 
     async def start(self) -> None:
-        """Open the store, load every active control and settle what this holder's previous life left
-        leased, before serving anything."""
+        """Open the store, load the recorded eval scores (refused, naming each tier's field and the
+        `egbe eval` command, when a selected class is not qualified by them), every active control and
+        settle what this holder's previous life left leased, before serving anything."""
         await self.store.open()
+        unqualified = self.routes.replace(await self.store.load_eval_scores())
+        if unqualified:
+            await self.adapter.close()
+            await self.store.close()
+            raise UserError("\n".join(f"{v.field}: {v.description}" for v in unqualified))
         self.inflight.replace_controls(await self.store.load_controls())
         self.limits.replace(await self.store.load_limits())
         charged = await self.store.settle_leases(
@@ -59,6 +68,9 @@ class CognitionGateway(OperatorActions):
         if charged:
             log.warning("settled a lease left by this gateway's previous life", tokens=charged)
         self._tasks.add(asyncio.create_task(self._every(self.config.sweep_interval_seconds, self.sweep)))
+        # Scores recorded by a process that cannot push to this one (SQLite) are read on this tick.
+        reload = self._every(self.config.sweep_interval_seconds, self.reload_scores)
+        self._tasks.add(asyncio.create_task(reload))
         lease_tick = self.config.lease.idle_return_seconds / 2
         self._tasks.add(asyncio.create_task(self._every(lease_tick, self.keep_leases)))
 
@@ -146,6 +158,18 @@ class CognitionGateway(OperatorActions):
             recorded_at_ms=min(self.now_ms(), window_end_ms),  # inside the window it charges
             error_class=LEASE_SETTLED,
         )
+
+    async def reload_scores(self) -> None:
+        """Read the recorded eval scores again and route by them."""
+        self._on_scores(await self.store.load_eval_scores())
+
+    def _on_scores(self, scores: ScoreBook) -> None:
+        """Scores were re-recorded: route by them from now on; a tier they no longer qualify has its calls
+        refused (FAILED_PRECONDITION naming the field) until they do again."""
+        before = {violation.field for violation in self.routes.unqualified.values()}
+        for violation in self.routes.replace(scores):
+            if violation.field not in before:
+                log.warning("a tier is no longer qualified", field=violation.field, why=violation.description)
 
     def _on_limits(self, current: Limits) -> None:
         """Limits changed (here or on another gateway): admission applies them from now on. What this

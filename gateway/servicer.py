@@ -15,7 +15,7 @@ from gateway.calls import GenerateResult
 from gateway.cognition_client import CognitionClient
 from gateway.errors import GatewayError, status_error
 from gateway.records import RunEnd
-from gateway.routing import model_ref, select_route
+from gateway.routing import model_ref
 from gateway.runs import AdmitResult, Requester
 from gateway.service import CognitionGateway
 from gateway.streams import StreamRuns, serve_stream
@@ -126,6 +126,12 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
         if admission.repeated:
             earlier = wire.earlier_reply(admission.run.run_id, admit.request_id, admission.earlier_result)
             return gateway_pb2.RunResponse.FromString(earlier)
+        if fused.deferred_by:
+            return gateway_pb2.RunResponse(
+                outcome=gateway_pb2.RUN_OUTCOME_DEFERRED_BY_RATE_LIMIT,
+                admission=wire.admission_response(admission, fingerprint),
+                detail=fused.deferred_by,
+            )
         if fused.call is None or fused.ended is None:
             return gateway_pb2.RunResponse(
                 outcome=gateway_pb2.RUN_OUTCOME_DEFERRED_BY_WORLD_CAP,
@@ -143,7 +149,7 @@ class CognitionGatewayServicer(gateway_pb2_grpc.CognitionGatewayServiceServicer)
     async def SelectModelRoute(
         self, request: gateway_pb2.SelectModelRouteRequest, context: Context
     ) -> gateway_pb2.SelectModelRouteResponse:
-        route = select_route(self._gateway.config.routing, request.tier)
+        route = self._gateway.routes.describe(request.tier)
         return wire.route_response(request.tier, route, self._fingerprint)
 
     async def _admit(self, request: gateway_pb2.AdmitRunRequest) -> AdmitResult:

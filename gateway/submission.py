@@ -1,7 +1,8 @@
 """A Submit's run, from admission to ending: admitted, thought through the cognition service (a task a
 pushed control cancels, bounded by the run timeout or the caller's own deadline, whichever is sooner),
 and ended with its answer kept for repeats of the request id. Every way it ends (completed, fallback,
-killed, timed out, failed, the caller gone) ends the run, releasing what it reserved but did not use."""
+killed, timed out, failed, deferred by its providers' rate limits, the caller gone) ends the run,
+releasing what it reserved but did not use."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from gateway import wire
 from gateway.cognition_client import CognitionClient
 from gateway.errors import RunStopped
 from gateway.records import RunSpec, RunStatus
-from gateway.routing import select_route
 from gateway.runs import Requester, Who
 from gateway.service import CognitionGateway
 from services import tracing
@@ -59,9 +59,7 @@ class Submissions:
         adapter = self._gateway.adapter
         # What answers: the offline adapter names itself, never the model it stands in for.
         answering = (
-            adapter.name
-            if adapter.offline
-            else select_route(self._gateway.config.routing, candidate.tier).model_ref
+            adapter.name if adapter.offline else self._gateway.routes.describe(candidate.tier).model_ref
         )
         reply = wire.submit_reply(admission, answering, adapter.offline, self._fingerprint)
         if not admission.admitted:
@@ -111,6 +109,9 @@ class Submissions:
         except TimeoutError:
             return RunStatus.TIMED_OUT, "the run passed its deadline", 0
         except grpc.aio.AioRpcError as error:
+            tracked = self._gateway.inflight.runs.get(spec.run_id)
+            if tracked is not None and tracked.deferred_by:  # its model call was never sent
+                return RunStatus.DEFERRED, tracked.deferred_by, 0
             detail = f"cognition Think failed: {error.code().name}: {error.details()}"
             timed_out = error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
             return (RunStatus.TIMED_OUT if timed_out else RunStatus.FAILED), detail, 0

@@ -25,6 +25,7 @@ OUTCOME_STATUS = {
     gateway_pb2.RUN_OUTCOME_FALLBACK: RunStatus.FALLBACK,
     gateway_pb2.RUN_OUTCOME_KILLED: RunStatus.KILLED,
     gateway_pb2.RUN_OUTCOME_FAILED: RunStatus.FAILED,
+    gateway_pb2.RUN_OUTCOME_DEFERRED_BY_RATE_LIMIT: RunStatus.DEFERRED,
 }
 _ZONE_NAMES = {
     value.number: value.name.removeprefix("UNTRUSTED_ZONE_KIND_")
@@ -262,6 +263,8 @@ def route_response(
         required_quality_bp=route.required_quality_bp,
         eval_suite=route.eval_suite,
         config_fingerprint=fingerprint,
+        evaluated=route.evaluated,
+        quality_note=route.note,
     )
 
 
@@ -275,7 +278,9 @@ def end_request(request: gateway_pb2.EndRunRequest) -> RunStatus:
     """An EndRun request checked: the ending its outcome names."""
     status = OUTCOME_STATUS.get(request.outcome)
     if status is None:
-        raise InvalidArgument.field("outcome", "must be COMPLETED, FALLBACK, KILLED or FAILED")
+        raise InvalidArgument.field(
+            "outcome", "must be COMPLETED, FALLBACK, KILLED, FAILED or DEFERRED_BY_RATE_LIMIT"
+        )
     check_texts(ID_CHARS * 2, run_id=request.run_id)
     check_texts(TEXT_CHARS, detail=request.detail)
     return status

@@ -15,7 +15,7 @@ from egbe.v1 import common_pb2
 ARTIFACT_SCHEMA_VERSION: Literal[4] = 4
 Count = Annotated[int, Field(ge=0)]
 TierName = Literal["clotho", "lachesis", "atropos", "unspecified"]
-CallOutcome = Literal["model", "offline", "failed", "stopped"]
+CallOutcome = Literal["model", "offline", "failed", "stopped", "deferred"]
 AnsweredBy = Literal["model", "offline", "mixed", "failed", "none"]
 TIER_NAME: dict[int, TierName] = {
     common_pb2.COGNITION_TIER_UNSPECIFIED: "unspecified",
@@ -82,7 +82,8 @@ class CognitionCall(_Strict):
     policy_decision: str
     outcome: CallOutcome = Field(
         description="model: a model answered; offline: the offline adapter answered; failed: no answer "
-        "(error_class says why); stopped: a control or the caller ended it (error_class killed, cancelled)."
+        "(error_class says why); stopped: a control or the caller ended it (error_class killed, cancelled); "
+        "deferred: never sent, its providers' rate limits had no turn for it before its deadline."
     )
     error_class: str = Field(description="The gateway audit's error class; empty when the call was answered.")
     fallback: str = Field(
@@ -105,6 +106,10 @@ class CallOutcomes(_Strict):
     failed: Count = Field(description="Model calls that got no answer (provider error, timeout, ...).")
     failed_by_class: dict[str, Count] = Field(description="The failed calls by the audit's error class.")
     stopped: Count = Field(description="Model calls a control or the caller ended in flight.")
+    deferred: Count = Field(
+        default=0,
+        description="Model calls never sent: their providers' rate limits had no turn before the deadline.",
+    )
     fallbacks: Count = Field(
         description="Runs whose result reached the world as cognition's validation or policy fallback."
     )

@@ -3,7 +3,8 @@
 The three figures a reader meets everywhere have one definition each: "calls issued" (the kernel's
 cognition calls), "model calls run" (the gateway's audit records for them) and "tokens charged" (the
 gateway's ledger). A model call is answered by a model, answered by the offline adapter, failed (the
-audit's error class says why) or stopped (a control or its caller ended it); a run whose result
+audit's error class says why), stopped (a control or its caller ended it) or deferred (never sent: its
+providers' rate limits had no turn for it before its deadline); a run whose result
 reached the world as cognition's validation or policy fallback is counted as a fallback.
 """
 
@@ -15,11 +16,15 @@ from egbe.v1 import gateway_pb2
 from world.artifact import AnsweredBy, CallOutcome, CallOutcomes, CognitionCall, ControlRecord, RunArtifact
 
 STOPPED_CLASSES = frozenset({"killed", "cancelled"})
+# A call its providers' rate limits had no turn for: never sent, and not a failure.
+DEFERRED_CLASS = "deferred"
 
 
 def call_outcome(record: gateway_pb2.AuditRecord) -> CallOutcome:
     if record.error_class in STOPPED_CLASSES:
         return "stopped"
+    if record.error_class == DEFERRED_CLASS:
+        return "deferred"
     if record.error_class:
         return "failed"
     return "offline" if record.offline else "model"
@@ -40,6 +45,7 @@ def outcomes(calls: list[CognitionCall]) -> CallOutcomes:
         failed=by["failed"],
         failed_by_class=dict(sorted(Counter(c.error_class for c in calls if c.outcome == "failed").items())),
         stopped=by["stopped"],
+        deferred=by["deferred"],
         fallbacks=len(fallbacks),
         fallback_reasons=dict(sorted(Counter(fallbacks.values()).items())),
     )

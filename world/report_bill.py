@@ -77,10 +77,11 @@ def outcomes_line(artifact: RunArtifact) -> str:
     o, bill = artifact.outcomes, artifact.bill
     failed = f" ({escape(classes(o.failed_by_class))})" if o.failed else ""
     reasons = f" ({escape(classes(o.fallback_reasons))})" if o.fallbacks else ""
+    deferred = f", {o.deferred:,} deferred by their providers' rate limits" if o.deferred else ""
     return (
         f'<p class="muted">{figures_line(artifact)}. Of the model calls run: {o.answered_by_model:,} '
         f"answered by a model, {o.answered_offline:,} by the offline adapter, {o.failed:,} failed{failed}, "
-        f"{o.stopped:,} stopped in flight; {o.fallbacks:,} runs reached the world as cognition's "
+        f"{o.stopped:,} stopped in flight{deferred}; {o.fallbacks:,} runs reached the world as cognition's "
         f"fallback{reasons}. The ledger refused or ended {bill.killed:,} calls under a control "
         f"({bill.killed_in_flight:,} of them in flight).</p>"
     )

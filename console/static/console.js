@@ -184,7 +184,6 @@
   events.onmessage = (message) => {
     const update = JSON.parse(message.data);
     let unsent = update.unsent ? " · " + int(update.unsent) + " calls not shown (too many at once)" : "";
-    if (update.skipped) unsent += " · " + int(update.skipped) + " audit records skipped (the log outran the console)";
     status.textContent = update.error || "live · " + new Date().toLocaleTimeString() + unsent;
     status.classList.toggle("error", Boolean(update.error));
     if (kind === "worlds") drawWorlds(update.worlds);

@@ -59,6 +59,10 @@ class _RunOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RunOutcome
     RUN_OUTCOME_DEFERRED_BY_WORLD_CAP: _RunOutcome.ValueType  # 3
     RUN_OUTCOME_KILLED: _RunOutcome.ValueType  # 4
     RUN_OUTCOME_FAILED: _RunOutcome.ValueType  # 5
+    RUN_OUTCOME_DEFERRED_BY_RATE_LIMIT: _RunOutcome.ValueType  # 6
+    """A model call found no turn under its providers' rate limits before its deadline: it was never sent,
+    and the run ended releasing its reservation (`detail` names the provider and when its next turn is).
+    """
 
 class RunOutcome(_RunOutcome, metaclass=_RunOutcomeEnumTypeWrapper):
     """How a run ended."""
@@ -70,6 +74,10 @@ RUN_OUTCOME_FALLBACK: RunOutcome.ValueType  # 2
 RUN_OUTCOME_DEFERRED_BY_WORLD_CAP: RunOutcome.ValueType  # 3
 RUN_OUTCOME_KILLED: RunOutcome.ValueType  # 4
 RUN_OUTCOME_FAILED: RunOutcome.ValueType  # 5
+RUN_OUTCOME_DEFERRED_BY_RATE_LIMIT: RunOutcome.ValueType  # 6
+"""A model call found no turn under its providers' rate limits before its deadline: it was never sent,
+and the run ended releasing its reservation (`detail` names the provider and when its next turn is).
+"""
 Global___RunOutcome: _TypeAlias = RunOutcome  # noqa: Y015
 
 class _UntrustedZoneKind:
@@ -142,6 +150,28 @@ CONTROL_KIND_KILL: ControlKind.ValueType  # 1
 CONTROL_KIND_PAUSE: ControlKind.ValueType  # 2
 CONTROL_KIND_QUARANTINE: ControlKind.ValueType  # 3
 Global___ControlKind: _TypeAlias = ControlKind  # noqa: Y015
+
+class _AuditRecordView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AuditRecordViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AuditRecordView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    AUDIT_RECORD_VIEW_UNSPECIFIED: _AuditRecordView.ValueType  # 0
+    """FULL."""
+    AUDIT_RECORD_VIEW_SUMMARY: _AuditRecordView.ValueType  # 1
+    """Without `input_context` and `output` (the bulk of a record): what a live stream of calls shows."""
+    AUDIT_RECORD_VIEW_FULL: _AuditRecordView.ValueType  # 2
+
+class AuditRecordView(_AuditRecordView, metaclass=_AuditRecordViewEnumTypeWrapper):
+    """How much of an audit record a read returns."""
+
+AUDIT_RECORD_VIEW_UNSPECIFIED: AuditRecordView.ValueType  # 0
+"""FULL."""
+AUDIT_RECORD_VIEW_SUMMARY: AuditRecordView.ValueType  # 1
+"""Without `input_context` and `output` (the bulk of a record): what a live stream of calls shows."""
+AUDIT_RECORD_VIEW_FULL: AuditRecordView.ValueType  # 2
+Global___AuditRecordView: _TypeAlias = AuditRecordView  # noqa: Y015
 
 class _OperatorAttemptDecision:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -595,10 +625,14 @@ class RunResponse(_message.Message):
     ADMISSION_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     ENDING_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
     outcome: Global___RunOutcome.ValueType
-    """COMPLETED, or DEFERRED_BY_WORLD_CAP when the cap could not hold the reservation (no call was made).
-    A control that stops the run answers ABORTED, a budget RESOURCE_EXHAUSTED, as the separate RPCs do.
+    """COMPLETED, DEFERRED_BY_WORLD_CAP when the cap could not hold the reservation (no call was made), or
+    DEFERRED_BY_RATE_LIMIT when no provider of the class's route had a turn before the deadline (the
+    run was admitted and ended; no call was sent). A control that stops the run answers ABORTED, a budget RESOURCE_EXHAUSTED, as the separate RPCs do.
     """
+    detail: _builtins.str
+    """Why a run that did not complete ended so (DEFERRED_BY_RATE_LIMIT: the provider and its next turn)."""
     @_builtins.property
     def admission(self) -> Global___AdmitRunResponse: ...
     @_builtins.property
@@ -612,10 +646,11 @@ class RunResponse(_message.Message):
         admission: Global___AdmitRunResponse | None = ...,
         generation: Global___GenerateResponse | None = ...,
         ending: Global___EndRunResponse | None = ...,
+        detail: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "ending", b"ending", "generation", b"generation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "ending", b"ending", "generation", b"generation", "outcome", b"outcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "detail", b"detail", "ending", b"ending", "generation", b"generation", "outcome", b"outcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1047,6 +1082,8 @@ class SelectModelRouteResponse(_message.Message):
     REQUIRED_QUALITY_BP_FIELD_NUMBER: _builtins.int
     EVAL_SUITE_FIELD_NUMBER: _builtins.int
     CONFIG_FINGERPRINT_FIELD_NUMBER: _builtins.int
+    EVALUATED_FIELD_NUMBER: _builtins.int
+    QUALITY_NOTE_FIELD_NUMBER: _builtins.int
     tier: _common_pb2.CognitionTier.ValueType
     model_ref: _builtins.str
     model_class: _builtins.str
@@ -1055,6 +1092,14 @@ class SelectModelRouteResponse(_message.Message):
     quality_bp: _builtins.int
     required_quality_bp: _builtins.int
     eval_suite: _builtins.str
+    evaluated: _builtins.bool
+    """Whether recorded eval scores apply: false while the offline adapter answers (it is no model), and
+    then quality_bp is 0 and smallest_qualified false.
+    """
+    quality_note: _builtins.str
+    """How quality_bp was found (the lowest recorded score of the class's targets on eval_suite), or why
+    there is none, with the `egbe eval` command that records it.
+    """
     @_builtins.property
     def config_fingerprint(self) -> _common_pb2.ConfigFingerprint: ...
     def __init__(
@@ -1069,10 +1114,12 @@ class SelectModelRouteResponse(_message.Message):
         required_quality_bp: _builtins.int = ...,
         eval_suite: _builtins.str = ...,
         config_fingerprint: _common_pb2.ConfigFingerprint | None = ...,
+        evaluated: _builtins.bool = ...,
+        quality_note: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_fingerprint", b"config_fingerprint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["concrete_model_id", b"concrete_model_id", "config_fingerprint", b"config_fingerprint", "eval_suite", b"eval_suite", "model_class", b"model_class", "model_ref", b"model_ref", "quality_bp", b"quality_bp", "required_quality_bp", b"required_quality_bp", "smallest_qualified", b"smallest_qualified", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concrete_model_id", b"concrete_model_id", "config_fingerprint", b"config_fingerprint", "eval_suite", b"eval_suite", "evaluated", b"evaluated", "model_class", b"model_class", "model_ref", b"model_ref", "quality_bp", b"quality_bp", "quality_note", b"quality_note", "required_quality_bp", b"required_quality_bp", "smallest_qualified", b"smallest_qualified", "tier", b"tier"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1688,6 +1735,8 @@ class AuditRecord(_message.Message):
     KERNEL_CALL_ID_FIELD_NUMBER: _builtins.int
     ERROR_CLASS_FIELD_NUMBER: _builtins.int
     MODEL_LATENCY_US_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    UTTERANCE_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     run_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
@@ -1710,6 +1759,12 @@ class AuditRecord(_message.Message):
     model_latency_us: _builtins.int
     """How long the model adapter took for this call, in microseconds (GenerateResponse.model_latency_us); for a
     failed call, until it failed. 0 in records written before the gateway timed its calls.
+    """
+    seq: _builtins.int
+    """The record's place in the audit log (the page token and WatchAudit's `after_seq` count in it)."""
+    utterance: _builtins.str
+    """What the Ori said, when the output is a dialogue reply (its `utterance`); else empty. Set in both
+    views (the summary view's `output` is empty).
     """
     @_builtins.property
     def ori(self) -> _common_pb2.OriRef: ...
@@ -1745,10 +1800,12 @@ class AuditRecord(_message.Message):
         kernel_call_id: _builtins.str = ...,
         error_class: _builtins.str = ...,
         model_latency_us: _builtins.int = ...,
+        seq: _builtins.int = ...,
+        utterance: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_fingerprint", b"config_fingerprint", "cost", b"cost", "input_context", b"input_context", "ori", b"ori", "recorded_at", b"recorded_at", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cause", b"cause", "config_fingerprint", b"config_fingerprint", "cost", b"cost", "error_class", b"error_class", "input_context", b"input_context", "kernel_call_id", b"kernel_call_id", "model_class", b"model_class", "model_latency_us", b"model_latency_us", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "output", b"output", "policy_decision", b"policy_decision", "recorded_at", b"recorded_at", "retention_policy_id", b"retention_policy_id", "run_id", b"run_id", "tier", b"tier", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "cause", b"cause", "config_fingerprint", b"config_fingerprint", "cost", b"cost", "error_class", b"error_class", "input_context", b"input_context", "kernel_call_id", b"kernel_call_id", "model_class", b"model_class", "model_latency_us", b"model_latency_us", "model_ref", b"model_ref", "offline", b"offline", "ori", b"ori", "output", b"output", "policy_decision", b"policy_decision", "recorded_at", b"recorded_at", "retention_policy_id", b"retention_policy_id", "run_id", b"run_id", "seq", b"seq", "tier", b"tier", "usage", b"usage", "utterance", b"utterance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1764,6 +1821,8 @@ class ListAuditRecordsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     KERNEL_CALL_ID_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     ori_id: _builtins.str
     tier: _common_pb2.CognitionTier.ValueType
     run_id: _builtins.str
@@ -1771,6 +1830,9 @@ class ListAuditRecordsRequest(_message.Message):
     page_token: _builtins.str
     kernel_call_id: _builtins.str
     """Only the records of this kernel cognition call."""
+    world_id: _builtins.str
+    """Only the records of this world."""
+    view: Global___AuditRecordView.ValueType
     def __init__(
         self,
         *,
@@ -1780,14 +1842,72 @@ class ListAuditRecordsRequest(_message.Message):
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
         kernel_call_id: _builtins.str = ...,
+        world_id: _builtins.str = ...,
+        view: Global___AuditRecordView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kernel_call_id", b"kernel_call_id", "ori_id", b"ori_id", "page_size", b"page_size", "page_token", b"page_token", "run_id", b"run_id", "tier", b"tier"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kernel_call_id", b"kernel_call_id", "ori_id", b"ori_id", "page_size", b"page_size", "page_token", b"page_token", "run_id", b"run_id", "tier", b"tier", "view", b"view", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListAuditRecordsRequest: _TypeAlias = ListAuditRecordsRequest  # noqa: Y015
+
+@_typing.final
+class WatchAuditRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AFTER_SEQ_FIELD_NUMBER: _builtins.int
+    WORLD_ID_FIELD_NUMBER: _builtins.int
+    NEWEST_FIELD_NUMBER: _builtins.int
+    after_seq: _builtins.int
+    """Push the records after this sequence number (0: from the log's start)."""
+    world_id: _builtins.str
+    """Only the records of this world."""
+    newest: _builtins.int
+    """When set (at most 1,000), begin with the newest this many records instead (`after_seq` unset)."""
+    def __init__(
+        self,
+        *,
+        after_seq: _builtins.int = ...,
+        world_id: _builtins.str = ...,
+        newest: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "newest", b"newest", "world_id", b"world_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchAuditRequest: _TypeAlias = WatchAuditRequest  # noqa: Y015
+
+@_typing.final
+class WatchAuditResponse(_message.Message):
+    """Each message carries the records written since the last, in sequence order (summary view)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    LAGGED_FIELD_NUMBER: _builtins.int
+    lagged: _builtins.bool
+    """The watcher fell behind the live fan-out (its queue filled) since the last message: its stream read
+    on from the store where it was, so no record is missed.
+    """
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditRecord]: ...
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___AuditRecord] | None = ...,
+        lagged: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lagged", b"lagged", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchAuditResponse: _TypeAlias = WatchAuditResponse  # noqa: Y015
 
 @_typing.final
 class ListAuditRecordsResponse(_message.Message):

@@ -113,7 +113,7 @@ class CognitionGatewayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SelectModelRoute(self, request, context):
-        """The smallest enabled model that clears the tier's quality bar.
+        """The tier's selected model class and its recorded eval score against the tier's quality bar.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -596,6 +596,11 @@ class OperatorServiceStub:
                 request_serializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetRequest.SerializeToString,
                 response_deserializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetResponse.FromString,
                 _registered_method=True)
+        self.WatchAudit = channel.unary_stream(
+                '/egbe.v1.OperatorService/WatchAudit',
+                request_serializer=egbe_dot_v1_dot_gateway__pb2.WatchAuditRequest.SerializeToString,
+                response_deserializer=egbe_dot_v1_dot_gateway__pb2.WatchAuditResponse.FromString,
+                _registered_method=True)
 
 
 class OperatorServiceServicer:
@@ -708,6 +713,15 @@ class OperatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchAudit(self, request, context):
+        """Audit records as they are written (after `after_seq`, or beginning with the newest few), in the
+        summary view, optionally of one world: first those already written, then each batch the gateway
+        commits, pushed from one fan-out shared by every watcher. Opening it is one audited read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -785,6 +799,11 @@ def add_OperatorServiceServicer_to_server(servicer, server):
                     servicer.SetRunBudget,
                     request_deserializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetRequest.FromString,
                     response_serializer=egbe_dot_v1_dot_gateway__pb2.SetRunBudgetResponse.SerializeToString,
+            ),
+            'WatchAudit': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchAudit,
+                    request_deserializer=egbe_dot_v1_dot_gateway__pb2.WatchAuditRequest.FromString,
+                    response_serializer=egbe_dot_v1_dot_gateway__pb2.WatchAuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1195,6 +1214,33 @@ class OperatorService:
             '/egbe.v1.OperatorService/SetRunBudget',
             egbe_dot_v1_dot_gateway__pb2.SetRunBudgetRequest.SerializeToString,
             egbe_dot_v1_dot_gateway__pb2.SetRunBudgetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/egbe.v1.OperatorService/WatchAudit',
+            egbe_dot_v1_dot_gateway__pb2.WatchAuditRequest.SerializeToString,
+            egbe_dot_v1_dot_gateway__pb2.WatchAuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

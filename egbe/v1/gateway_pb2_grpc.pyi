@@ -40,7 +40,7 @@ class CognitionGatewayServiceStub:
     EvaluateBudget: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.EvaluateBudgetRequest, _gateway_pb2.EvaluateBudgetResponse]
     """Pure budget arithmetic: tier clamps then the world cap in tier priority order."""
     SelectModelRoute: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.SelectModelRouteRequest, _gateway_pb2.SelectModelRouteResponse]
-    """The smallest enabled model that clears the tier's quality bar."""
+    """The tier's selected model class and its recorded eval score against the tier's quality bar."""
     AdmitRun: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.AdmitRunRequest, _gateway_pb2.AdmitRunResponse]
     """Admits a run without running it (kill switches, world-cap reservation, tier budget); the caller
     then calls Generate with its run id and must end it with EndRun.
@@ -82,7 +82,7 @@ class CognitionGatewayServiceAsyncStub(CognitionGatewayServiceStub):
     EvaluateBudget: _aio.UnaryUnaryMultiCallable[_gateway_pb2.EvaluateBudgetRequest, _gateway_pb2.EvaluateBudgetResponse]  # type: ignore[assignment]
     """Pure budget arithmetic: tier clamps then the world cap in tier priority order."""
     SelectModelRoute: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SelectModelRouteRequest, _gateway_pb2.SelectModelRouteResponse]  # type: ignore[assignment]
-    """The smallest enabled model that clears the tier's quality bar."""
+    """The tier's selected model class and its recorded eval score against the tier's quality bar."""
     AdmitRun: _aio.UnaryUnaryMultiCallable[_gateway_pb2.AdmitRunRequest, _gateway_pb2.AdmitRunResponse]  # type: ignore[assignment]
     """Admits a run without running it (kill switches, world-cap reservation, tier budget); the caller
     then calls Generate with its run id and must end it with EndRun.
@@ -145,7 +145,7 @@ class CognitionGatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _gateway_pb2.SelectModelRouteRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.SelectModelRouteResponse, _abc.Awaitable[_gateway_pb2.SelectModelRouteResponse]]:
-        """The smallest enabled model that clears the tier's quality bar."""
+        """The tier's selected model class and its recorded eval score against the tier's quality bar."""
 
     @_abc_1.abstractmethod
     def AdmitRun(
@@ -258,6 +258,11 @@ class OperatorServiceStub:
     """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
     pushed as SetWorldCap is.
     """
+    WatchAudit: _grpc.UnaryStreamMultiCallable[_gateway_pb2.WatchAuditRequest, _gateway_pb2.WatchAuditResponse]
+    """Audit records as they are written (after `after_seq`, or beginning with the newest few), in the
+    summary view, optionally of one world: first those already written, then each batch the gateway
+    commits, pushed from one fan-out shared by every watcher. Opening it is one audited read.
+    """
 
 @_typing.type_check_only
 class OperatorServiceAsyncStub(OperatorServiceStub):
@@ -301,6 +306,11 @@ class OperatorServiceAsyncStub(OperatorServiceStub):
     SetRunBudget: _aio.UnaryUnaryMultiCallable[_gateway_pb2.SetRunBudgetRequest, _gateway_pb2.SetRunBudgetResponse]  # type: ignore[assignment]
     """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
     pushed as SetWorldCap is.
+    """
+    WatchAudit: _aio.UnaryStreamMultiCallable[_gateway_pb2.WatchAuditRequest, _gateway_pb2.WatchAuditResponse]  # type: ignore[assignment]
+    """Audit records as they are written (after `after_seq`, or beginning with the newest few), in the
+    summary view, optionally of one world: first those already written, then each batch the gateway
+    commits, pushed from one fan-out shared by every watcher. Opening it is one audited read.
     """
 
 class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -432,6 +442,17 @@ class OperatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.SetRunBudgetResponse, _abc.Awaitable[_gateway_pb2.SetRunBudgetResponse]]:
         """Changes one tier's per-run budget at run time (runs admitted from then on), committed, audited and
         pushed as SetWorldCap is.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchAudit(
+        self,
+        request: _gateway_pb2.WatchAuditRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.WatchAuditResponse], _abc.AsyncIterator[_gateway_pb2.WatchAuditResponse]]:
+        """Audit records as they are written (after `after_seq`, or beginning with the newest few), in the
+        summary view, optionally of one world: first those already written, then each batch the gateway
+        commits, pushed from one fan-out shared by every watcher. Opening it is one audited read.
         """
 
 def add_OperatorServiceServicer_to_server(servicer: OperatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -3,8 +3,10 @@
 A route is the class's targets in order (`routing.class_targets`). A call that meets a transient error on
 one provider (overloaded, rate-limited, unavailable, timed out), after that provider's own retry loop, is
 tried on the next, inside the same adapter call: the same run budget, the same ledger reservation, one
-audit record. A spend limit or any other 4xx ends the call where it is. Every provider tried is named
-in the reply (`ModelReply.providers_tried`) or on the error that ended the call.
+audit record. A spend limit or any other 4xx ends the call where it is. A provider whose rate limits
+have no turn for the call before its deadline (`rate_limits.ProviderRates`) passes it on the same way,
+unsent. Every provider tried is named in the reply (`ModelReply.providers_tried`) or on the error that
+ended the call.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from gateway.adapters.base import ModelAdapter, ModelReply, ModelRequest
 from gateway.adapters.offline import OFFLINE_MODEL_REF
 from gateway.config import ModelTarget
 from gateway.provider_errors import ProviderAttempt, ProviderError
+from gateway.rate_limits import ProviderRates
 from services.logging import get_logger
 
 log = get_logger(__name__)
@@ -37,9 +40,13 @@ class ProviderRouter:
     naming that provider's model id, then down the route while providers fail it transiently."""
 
     def __init__(
-        self, adapters: Mapping[str, ModelAdapter], class_targets: Mapping[str, Sequence[ModelTarget]]
+        self,
+        adapters: Mapping[str, ModelAdapter],
+        class_targets: Mapping[str, Sequence[ModelTarget]],
+        rates: ProviderRates | None = None,
     ) -> None:
         self._adapters = dict(adapters)
+        self._rates = rates
         self._routes = {name: tuple(steps) for name, steps in class_targets.items()}
         # Offline only when every provider is: then nothing it answers is a model's, and it says so.
         self.offline = all(adapter.offline for adapter in self._adapters.values())
@@ -59,6 +66,8 @@ class ProviderRouter:
         for index, target in enumerate(route):
             adapter, sent = self._sent(target, request)
             try:
+                if self._rates is not None:
+                    await self._rates.wait_turn(target.provider, sent)
                 reply = await adapter.generate(sent)
             except ProviderError as error:
                 tried.append(

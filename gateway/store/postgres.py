@@ -13,6 +13,7 @@ import psycopg
 
 from gateway.records import Control
 from gateway.store.base import CONTROLS_CHANNEL, GatewayStore
+from gateway.store.evals import EVAL_SCORES_CHANGED
 from gateway.store.group_commit import GroupCommitter, Writing
 from gateway.store.ledger import DeferredLedger
 from gateway.store.limits import LIMITS_CHANGED
@@ -271,11 +272,15 @@ class PostgresGatewayStore(GatewayStore):
                 for resync in self._resync_listeners:
                     resync(active)
                 self._publish_limits(await self.load_limits())
+                self._publish_scores(await self.load_eval_scores())
                 self._listening.set()  # (healthy again: no push missed from here)
                 while True:
                     async for notification in connection.notifies(timeout=LISTEN_HEARTBEAT_SECONDS):
                         if notification.payload == LIMITS_CHANGED:
                             self._publish_limits(await self.load_limits())
+                            continue
+                        if notification.payload == EVAL_SCORES_CHANGED:
+                            self._publish_scores(await self.load_eval_scores())
                             continue
                         control = await self.get_control(notification.payload)
                         if control is not None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from gateway.records import AuditEntry, OperatorAttempt, RunStatus, Spend, TierSpend
-from gateway.store.rows import AUDIT_COLUMNS, audit_from
+from gateway.store.rows import AUDIT_COLUMNS, AUDIT_SUMMARY_COLUMNS, audit_from
 from gateway.store.tx import StoreCore, Tx
 
 
@@ -75,16 +75,39 @@ class ReportStore(StoreCore):
         return await self.transact(body, durable=False)
 
     async def list_audit(
-        self, *, ori_id: str, tier: int, run_id: str, after_seq: int, limit: int, kernel_call_id: str = ""
+        self,
+        *,
+        ori_id: str = "",
+        tier: int = 0,
+        run_id: str = "",
+        after_seq: int = 0,
+        limit: int,
+        kernel_call_id: str = "",
+        world_id: str = "",
+        summary: bool = False,
+        newest: bool = False,
     ) -> list[AuditEntry]:
+        """Audit records after `after_seq`, oldest first; `newest`: the last `limit` of them instead (still
+        oldest first); `summary`: without their context and output (read as empty)."""
+        columns = AUDIT_SUMMARY_COLUMNS if summary else AUDIT_COLUMNS
+
         async def body(tx: Tx) -> list[AuditEntry]:
             rows = await tx.all(
-                f"SELECT seq, {AUDIT_COLUMNS} FROM gateway_audit WHERE seq > ? AND (? = '' OR ori_id = ?)"
+                f"SELECT seq, {columns} FROM gateway_audit WHERE seq > ? AND (? = '' OR ori_id = ?)"
                 " AND (? = 0 OR tier = ?) AND (? = '' OR run_id = ?) AND (? = '' OR kernel_call_id = ?)"
-                " ORDER BY seq LIMIT ?",
-                (after_seq, *(2 * [ori_id]), *(2 * [tier]), *(2 * [run_id]), *(2 * [kernel_call_id]), limit),
+                f" AND (? = '' OR world_id = ?) ORDER BY seq{' DESC' if newest else ''} LIMIT ?",
+                (
+                    after_seq,
+                    *(2 * [ori_id]),
+                    *(2 * [tier]),
+                    *(2 * [run_id]),
+                    *(2 * [kernel_call_id]),
+                    *(2 * [world_id]),
+                    limit,
+                ),
             )
-            return [audit_from(row) for row in rows]
+            entries = [audit_from(row) for row in rows]
+            return entries[::-1] if newest else entries
 
         return await self.transact(body, durable=False)
 

@@ -32,6 +32,9 @@ AUDIT_COLUMNS = (
     " kernel_call_id, error_class, model_latency_us"
 )
 
+# The audit columns without the bulk of a record (its context, read as empty): the summary view, which
+# keeps the output only to give what an Ori said (`operator_wire.utterance`).
+AUDIT_SUMMARY_COLUMNS = AUDIT_COLUMNS.replace("input_context,", "'{}',")
 
 # Where `audit_row` and `AdmissionItem.row` go (`insert_rows`, `Statements.insert`).
 AUDIT_TABLE = ("gateway_audit", tuple(AUDIT_COLUMNS.split(", ")))

@@ -258,6 +258,7 @@ class RunStore(StoreCore):
         what the recording gateway (`holder`) must take from its lease beyond the run's reservation.
         Calls arriving together are applied by one `_call_burst`."""
         charge = await self.transact_item(_CallItem(entry, holder), self._call_burst, durable=False)
+        self.audit_written()
         assert isinstance(charge, LeaseCharge)  # (a call without a completion answers its charge)
         return charge
 
@@ -359,6 +360,7 @@ class RunStore(StoreCore):
         ended = await self.transact_item(
             _CallItem(entry, holder, completion, admission), self._call_burst, durable=False
         )
+        self.audit_written()
         assert isinstance(ended, RunEnd)  # (a call with a completion answers the run's ending)
         return ended
 

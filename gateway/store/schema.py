@@ -106,6 +106,11 @@ CREATE TABLE IF NOT EXISTS gateway_world_caps (
     reason TEXT NOT NULL,
     updated_at_ms BIGINT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS gateway_provider_rates (
+    provider TEXT PRIMARY KEY,
+    requests_booked_us BIGINT NOT NULL,
+    tokens_booked_us BIGINT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS gateway_run_budgets (
     tier INTEGER PRIMARY KEY,
     max_model_calls INTEGER NOT NULL,
@@ -114,6 +119,19 @@ CREATE TABLE IF NOT EXISTS gateway_run_budgets (
     operator_id TEXT NOT NULL,
     reason TEXT NOT NULL,
     updated_at_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS gateway_eval_scores (
+    provider TEXT NOT NULL,
+    model_id TEXT NOT NULL,
+    suite TEXT NOT NULL,
+    suite_version INTEGER NOT NULL,
+    score_bp INTEGER NOT NULL,
+    cases INTEGER NOT NULL,
+    checks_passed INTEGER NOT NULL,
+    checks_total INTEGER NOT NULL,
+    offline INTEGER NOT NULL,
+    recorded_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (provider, model_id, suite)
 );
 """
 
@@ -142,6 +160,8 @@ ADDED_COLUMNS = (
 LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS gateway_audit_kernel_call ON gateway_audit (kernel_call_id, seq)",
     "CREATE INDEX IF NOT EXISTS gateway_operator_audit_allowed ON gateway_operator_audit (allowed, seq)",
+    # A world's audit records in order (ListAuditRecords' and WatchAudit's world filter).
+    "CREATE INDEX IF NOT EXISTS gateway_audit_world ON gateway_audit (world_id, seq)",
 )
 
 

@@ -3,6 +3,7 @@ writer (group commit, `gateway/store/group_commit.py`), and the few functions th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -92,6 +93,15 @@ class StoreCore:
     # Set by each backend: its one writer (group commit) and how long a caller waits for it.
     _writer: GroupCommitter[Any]
     _timeout: float
+
+    # Set once audit records are committed (`audit_written`): what wakes the live fan-out of the audit
+    # log (`gateway/audit_feed.py`), which reads them once for every watcher. None while nothing listens.
+    audit_signal: asyncio.Event | None = None
+
+    def audit_written(self) -> None:
+        """Called after each commit that wrote audit records: one flag set, nothing else on this path."""
+        if self.audit_signal is not None:
+            self.audit_signal.set()
 
     async def transact(
         self,

@@ -20,8 +20,11 @@ import grpc
 from assembly.settings import EgbeSettings, load_settings
 from egbe.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from gateway.adapters.offline import OfflineAdapter
-from gateway.config import AnthropicConfig, BudgetConfig, GatewayConfig, LeaseConfig
-from gateway.server import build_bundle, build_store
+from gateway.config import TIER_NAMES, AnthropicConfig, BudgetConfig, GatewayConfig, LeaseConfig
+from gateway.evals.scores import EvalScore
+from gateway.evals.suite import load_suite
+from gateway.routing import route_targets
+from gateway.server import build_adapter, build_bundle, build_store
 from gateway.service import CognitionGateway
 from gateway.store.base import GatewayStore
 from gateway.store.postgres import PostgresGatewayStore
@@ -129,6 +132,12 @@ class GatewayHarness:
             admit_request(ori, tier, tenant=tenant, world=world), metadata=self.metadata(Role.SERVICE)
         )
 
+    async def select_route(self, tier: int) -> gateway_pb2.SelectModelRouteResponse:
+        return await self.gateway.SelectModelRoute(
+            gateway_pb2.SelectModelRouteRequest(tier=tier),  # type: ignore[arg-type]
+            metadata=self.metadata(Role.OPERATOR),
+        )
+
     async def generate(
         self, run_id: str, *, mode: int = gateway_pb2.COGNITION_MODE_DIALOGUE, **prompt: Any
     ) -> Any:
@@ -218,7 +227,44 @@ def generate_request(
     return gateway_pb2.GenerateRequest(run_id=run_id, mode=mode, prompt=envelope)  # type: ignore[arg-type]
 
 
-async def start_gateway(settings: EgbeSettings) -> GatewayHarness:
+async def record_route_scores(settings: EgbeSettings, score_bp: int = 10_000) -> None:
+    """Record `score_bp` for every target of each tier's selected class on the tier's suite, through the
+    store API: the evidence a gateway on a model (not the offline adapter) needs to start. Unit tests use
+    this; end-to-end tests run `egbe eval` itself."""
+    config = settings.gateway
+    now_ms = int(time.time() * 1000)
+    scores = []
+    for tier in TIER_NAMES:
+        route = config.routing.route_for(tier)
+        suite = load_suite(route.eval_suite)
+        scores += [
+            EvalScore(
+                t.provider,
+                t.model_id,
+                suite.name,
+                suite.version,
+                score_bp,
+                len(suite.cases),
+                score_bp,
+                10_000,
+                offline=False,
+                recorded_at_ms=now_ms,
+            )
+            for t in route_targets(config.routing, route.selected_model_class)
+        ]
+    store = build_store(settings)
+    await store.open()
+    try:
+        await store.record_eval_scores(scores, operator_id="tests")
+    finally:
+        await store.close()
+
+
+async def start_gateway(settings: EgbeSettings, *, record_scores: bool = True) -> GatewayHarness:
+    """A gateway bundle served on port 0; with `record_scores`, when a model answers (no scores apply to
+    the offline adapter), passing scores recorded for its routes first (`record_route_scores`)."""
+    if record_scores and not build_adapter(settings.gateway).offline:
+        await record_route_scores(settings)
     tokens = {role: secrets.token_urlsafe(24) for role in Role}
     store = TokenStore({role: [token] for role, token in tokens.items()})
     bundle = await build_bundle(settings, store)

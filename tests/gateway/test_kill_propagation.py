@@ -17,6 +17,7 @@ from tests.gateway.fake_anthropic import FakeAnthropic
 from tests.gateway.harness import (
     gateway_settings,
     process_target,
+    record_route_scores,
     serve_gateway_process,
     start_gateway,
     write_tokens_file,
@@ -73,6 +74,7 @@ async def test_a_kill_on_one_gateway_stops_work_on_another_sharing_postgres(
     tokens_file, tokens = write_tokens_file(tmp_path)
     offline_env = {"ANTHROPIC_API_KEY": ""}
     model_env = {"ANTHROPIC_API_KEY": "sk-test-not-a-real-key", "ANTHROPIC_BASE_URL": slow_model.base_url}
+    await record_route_scores(gateway_settings(tmp_path / "b", postgres_dsn))  # gateway b's model routes
     processes = [
         serve_gateway_process(tmp_path / "a", tokens_file, postgres_dsn, offline_env),
         serve_gateway_process(tmp_path / "b", tokens_file, postgres_dsn, model_env),

@@ -73,8 +73,8 @@ def test_a_valid_table_routes_each_class_to_its_providers_model() -> None:
     providers, routing = targets()
     config = GatewayConfig(providers=providers, routing=routing)
     assert violations(config) == {}
-    assert select_route(routing, LACHESIS).concrete_model_id == LOCAL_14B
-    assert select_route(routing, CLOTHO).concrete_model_id == "claude-opus-4-7"
+    assert select_route(routing, LACHESIS, None).concrete_model_id == LOCAL_14B
+    assert select_route(routing, CLOTHO, None).concrete_model_id == "claude-opus-4-7"
 
 
 def test_an_unknown_provider_is_refused_naming_the_target() -> None:
@@ -144,7 +144,7 @@ async def test_each_documented_local_server_config_is_one_the_gateway_starts_on(
     environ = {"ANTHROPIC_API_KEY": "sk-test", "VLLM_API_KEY": "token"}
     assert config_violations(config, environ) == []
     first = {
-        tier: config.routing.class_targets[select_route(config.routing, tier).model_class][0]
+        tier: config.routing.class_targets[select_route(config.routing, tier, None).model_class][0]
         for tier in (CLOTHO, LACHESIS, ATROPOS)
     }
     kinds = {tier: config.providers[target.provider].kind for tier, target in first.items()}

@@ -20,12 +20,12 @@ from services.settings import UserError
 from tests.gateway.harness import GatewayHarness, gateway_settings, start_gateway
 
 
-async def test_a_down_routed_config_is_refused_before_anything_opens(tmp_path: Path) -> None:
+async def test_a_config_selecting_an_unknown_class_is_refused_before_anything_opens(tmp_path: Path) -> None:
     routing = RoutingConfig(
         lachesis=TierRoute(
             eval_suite="offscreen-reflection-coherence",
             required_quality_bp=9_000,
-            selected_model_class="opus-class",
+            selected_model_class="gpt-class",
         )
     )
     settings = gateway_settings(tmp_path, routing=routing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from egbe.v1 import (
 from services.auth import bearer_metadata
 from services.server import RunningService
 from services.settings import Endpoint
+from tests.gateway.harness import record_route_scores
 
 STACK = ("biography", "policy", "cognition", "gateway")
 
@@ -70,6 +72,8 @@ async def running_stack(data_dir: Path, names: tuple[str, ...] = STACK) -> Async
     settings = load_settings(data_dir=data_dir)
     endpoints = {name: Endpoint(port=0) for name in settings.endpoints}
     settings = settings.model_copy(update={"endpoints": endpoints, "shutdown_grace_seconds": 0.0})
+    if os.environ.get("ANTHROPIC_API_KEY"):  # a model answers: the routes need their eval scores
+        await record_route_scores(settings)
     started = await start_services(names, settings)
     channels = {r.bundle.name: grpc.aio.insecure_channel(r.target) for r in started}
     running = {r.bundle.name: r for r in started}

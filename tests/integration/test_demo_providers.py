@@ -7,10 +7,15 @@ answering, once with it down (503 to everything), when the route's fallback to C
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +23,7 @@ from assembly.embedded import DemoTarget
 from assembly.settings import load_settings
 from assembly.world_runs import run_demo
 from services.settings import SERVICE_NAMES, Endpoint
+from tests.conftest import ROOT
 from tests.gateway.fake_anthropic import FakeAnthropic, Scripted
 from tests.gateway.fake_openai import FakeOpenAI, error_body
 from tests.gateway.test_providers import documented_configs
@@ -56,15 +62,50 @@ def local() -> Iterator[FakeOpenAI]:
     server.stop()
 
 
+def studio_bars(lachesis_class: str) -> str:
+    """The studio's own tier bars (the fakes answer for the wiring, mind_checks.mind_reply, not for
+    quality), Lachesis on the class given: where two classes share a route they score alike, and the
+    smaller one must be selected."""
+    return "".join(
+        f'\n[gateway.routing.{tier}]\neval_suite = "{suite}"\nrequired_quality_bp = 6_000\n'
+        f'selected_model_class = "{model_class}"\n'
+        for tier, suite, model_class in (
+            ("clotho", "social-judgment-live-dialogue", "opus-class"),
+            ("lachesis", "offscreen-reflection-coherence", lachesis_class),
+            ("atropos", "narrative-summary-continuity", "haiku-class"),
+        )
+    )
+
+
 def studio_config(block: int, local: FakeOpenAI, folder: Path) -> Path:
-    """A documented `egbe.toml` with its local server's URL pointed at the fake, as a studio edits it."""
+    """A documented `egbe.toml` with its local server's URL pointed at the fake, as a studio edits it, and
+    the studio's tier bars."""
     text, replaced = re.subn(
         r'^base_url = ".*"$', f'base_url = "{local.base_url}"', documented_configs()[block], flags=re.M
     )
     assert replaced == 1
     path = folder / "egbe.toml"
-    path.write_text(text, encoding="utf-8")
+    # (the vLLM block routes sonnet-class and haiku-class alike)
+    path.write_text(text + studio_bars("haiku-class" if block == VLLM else "sonnet-class"), encoding="utf-8")
     return path
+
+
+def run_eval(root: Path, config_file: Path, *fakes: FakeAnthropic | FakeOpenAI) -> list[dict[str, Any]]:
+    """`egbe eval` for real (a process of its own, the real SDKs over HTTP to the fakes), recording each
+    tier's class's scores where the demo's gateway reads them; the fakes then forget what it sent."""
+    done = subprocess.run(
+        [sys.executable, "-m", "assembly.cli", "--data-dir", str(root / "data"), "eval"],
+        cwd=ROOT,
+        env={**os.environ, "EGBE_CONFIG_FILE": str(config_file), "EGBE_LOG_LEVEL": "warning"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for fake in fakes:
+        fake.requests.clear()
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 async def demo(root: Path, config_file: Path, monkeypatch: pytest.MonkeyPatch) -> RunArtifact:
@@ -120,7 +161,7 @@ def assert_bill_matches_audit(artifact: RunArtifact) -> None:
             sum(c.input_tokens + c.output_tokens for c in calls if c.tier == tier),
             sum(c.cost_micro_usd for c in calls if c.tier == tier),
         )
-        for tier in calls_by_tier(artifact)
+        for tier in {c.tier for c in calls}
     }
     assert {t.tier: (t.calls, t.tokens, t.micro_usd) for t in bill.by_tier if t.calls} == audited
 
@@ -136,7 +177,14 @@ def assert_answered_by_model(artifact: RunArtifact) -> None:
 async def test_each_tier_is_answered_by_its_classs_provider(
     claude: FakeAnthropic, local: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    artifact = await demo(tmp_path, studio_config(OLLAMA, local, tmp_path), monkeypatch)
+    config_file = studio_config(OLLAMA, local, tmp_path)
+    evaluated = run_eval(tmp_path, config_file, claude, local)
+    assert [(e["suite"], e["class"], [t["provider"] for t in e["targets"]]) for e in evaluated] == [
+        ("social-judgment-live-dialogue", "opus-class", ["claude"]),
+        ("offscreen-reflection-coherence", "sonnet-class", ["ollama"]),
+        ("narrative-summary-continuity", "haiku-class", ["ollama"]),
+    ]
+    artifact = await demo(tmp_path, config_file, monkeypatch)
     assert_answered_by_model(artifact)
     tiers, stopped = calls_by_tier(artifact), calls_by_tier(artifact, "stopped")
     assert min(tiers["clotho"], tiers["lachesis"], tiers["atropos"]) > 0
@@ -160,6 +208,11 @@ async def test_with_the_local_server_down_lachesis_and_atropos_fall_back_to_clau
     claude: FakeAnthropic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VLLM_API_KEY", VLLM_KEY)
+    up = FakeOpenAI(responder=mind_reply).start()  # evaluated while it answered
+    try:
+        run_eval(tmp_path, studio_config(VLLM, up, tmp_path), claude)
+    finally:
+        up.stop()
     down = FakeOpenAI(unscripted=Scripted(503, error_body("no capacity", "server_error"))).start()
     try:
         artifact = await demo(tmp_path, studio_config(VLLM, down, tmp_path), monkeypatch)
@@ -183,5 +236,41 @@ async def test_with_the_local_server_down_lachesis_and_atropos_fall_back_to_clau
         "clotho": {("claude:claude-opus-4-7", OPUS_MICRO_USD, False)},
         "lachesis": {("claude:claude-haiku-4-5", HAIKU_MICRO_USD, False)},
         "atropos": {("claude:claude-haiku-4-5", HAIKU_MICRO_USD, False)},
+    }
+    assert_bill_matches_audit(artifact)
+
+
+async def test_a_rate_limited_local_server_defers_calls_and_fails_none(
+    claude: FakeAnthropic, local: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config_file = studio_config(OLLAMA, local, tmp_path)
+    run_eval(tmp_path, config_file, claude, local)
+    # One request a minute, strictly paced: the local server's first call leaves, and a later call whose
+    # turn comes past its deadline (the kernel gives a call 30 s) is deferred.
+    limited, replaced = re.subn(
+        r"^(\[gateway\.providers\.ollama\]\n)",
+        r"\1requests_per_minute = 1\nrate_burst_seconds = 0\n",
+        config_file.read_text(encoding="utf-8"),
+        flags=re.M,
+    )
+    assert replaced == 1
+    config_file.write_text(limited, encoding="utf-8")
+    artifact = await demo(tmp_path, config_file, monkeypatch)
+    deferred = calls_by_tier(artifact, "deferred")
+    assert artifact.outcomes.failed == 0
+    assert artifact.outcomes.deferred == deferred["lachesis"] + deferred["atropos"] > 0
+    # A deferred call never reached the server: what it received is what it answered.
+    answered, stopped = calls_by_tier(artifact), calls_by_tier(artifact, "stopped")
+    assert_reached(
+        len(local.completion_requests()),
+        answered["lachesis"] + answered["atropos"],
+        stopped["lachesis"] + stopped["atropos"],
+    )
+    # Clotho's provider has no limit: every line a player spoke to an Ori was answered by Claude.
+    assert artifact.answered_by == "model"
+    assert_conversations(load_scenario("hamlet"), artifact, "model")
+    assert {c.model for c in artifact.calls if c.outcome == "deferred"} <= {
+        "ollama:qwen2.5:14b-instruct",
+        "ollama:qwen2.5:7b-instruct",
     }
     assert_bill_matches_audit(artifact)

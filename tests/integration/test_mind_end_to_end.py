@@ -7,6 +7,7 @@ request (the prompt a model would actually receive), once through the offline ad
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from assembly.embedded import DemoTarget, services_for_run
 from assembly.settings import EgbeSettings, load_settings
 from services.settings import SERVICE_NAMES, Endpoint
 from tests.gateway.fake_anthropic import FakeAnthropic
+from tests.gateway.harness import record_route_scores
 from tests.integration.mind_checks import (
     Prompt,
     check_prompts,
@@ -56,6 +58,8 @@ async def run_hamlet(root: Path) -> HamletRun:
     """The whole hamlet run; its artifact and the audit log (read while the services run)."""
     scenario = load_scenario("hamlet")
     settings = isolated_settings(root / "data")
+    if os.environ.get("ANTHROPIC_API_KEY"):  # a model answers: the routes need their eval scores
+        await record_route_scores(settings)
     run_id = new_run_id(scenario, SEED)
     run_dir = root / "runs" / run_id
     run_dir.mkdir(parents=True)

@@ -3,6 +3,7 @@ a control left over from before the run is listed with the calls it stopped."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -12,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from assembly.embedded import DemoTarget, services_for_run
+from assembly.settings import load_settings
 from egbe.v1 import gateway_pb2
 from services.settings import SERVICE_NAMES
 from tests.conftest import ROOT
+from tests.gateway.harness import record_route_scores
 from tests.integration.test_world_demo import isolated_settings
 from world.clients import ServiceClients
 from world.demo import summary
@@ -40,6 +43,8 @@ def test_a_demo_whose_model_calls_all_fail_says_so_and_exits_non_zero(tmp_path: 
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{_closed_port()}",
         **{f"EGBE_ENDPOINTS__{name.upper()}__PORT": "0" for name in SERVICE_NAMES},
     }
+    # The demo's model routes have their scores: what fails is every call, not the eval gate.
+    asyncio.run(record_route_scores(load_settings(data_dir=tmp_path / "data")))
     command = [sys.executable, "-m", "assembly.cli", "--data-dir", str(tmp_path / "data"), "demo"]
     result = subprocess.run(
         [*command, "--reduced-time", "--quiet", "--target", "embedded", "--runs-dir", str(tmp_path / "runs")],

@@ -62,6 +62,7 @@ def test_the_audit_record_decides_each_calls_outcome() -> None:
     assert call_outcome(record(error_class="network")) == "failed"
     assert call_outcome(record(error_class="killed")) == "stopped"
     assert call_outcome(record(error_class="cancelled", offline=True)) == "stopped"
+    assert call_outcome(record(error_class="deferred")) == "deferred"
 
 
 def test_a_run_whose_every_model_call_failed_says_so_and_exits_non_zero() -> None:
@@ -99,6 +100,16 @@ def test_a_mixed_run_counts_each_outcome_and_fallbacks_by_run() -> None:
     assert answered_by(o) == "mixed"
     assert answered_by(outcomes(calls[:2] + calls[3:])) == "model"  # a call stopped in flight did not fail
     assert answered_by(outcomes([])) == "none"
+
+
+def test_calls_a_rate_limit_deferred_are_counted_apart_and_fail_nothing() -> None:
+    calls = [_call(1, "model"), _call(2, "deferred", "deferred"), _call(3, "deferred", "deferred")]
+    o = outcomes(calls)
+    assert (o.answered_by_model, o.failed, o.stopped, o.deferred) == (1, 0, 0, 2)
+    assert answered_by(o) == "model"
+    artifact = recorded_artifact()
+    artifact.calls, artifact.outcomes = calls, o
+    assert "0 stopped in flight, 2 deferred by their providers' rate limits;" in render_report(artifact)
 
 
 def test_the_progress_line_shows_the_ledger_never_a_made_up_zero() -> None:
