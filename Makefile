@@ -38,10 +38,12 @@ $(BUF):
 protos: install
 	$(PY) scripts/export_output_schemas.py
 	$(PY) scripts/gen_protos.py
+	$(PY) scripts/build_eval_suites.py
 
 protos-check: install
 	$(PY) scripts/export_output_schemas.py --check
 	$(PY) scripts/gen_protos.py --check
+	$(PY) scripts/build_eval_suites.py --check
 
 buf-lint: $(BUF)
 	$(BUF) lint
