@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,16 @@ def local() -> Iterator[FakeOpenAI]:
     server.stop()
 
 
+def tier_bars(classes: Sequence[str]) -> str:
+    """Each tier's TOML table: its suite, a bar of 6,000 bp (the fakes answer for the wiring, not for
+    quality), and the class it selects (in SUITES order: Clotho, Lachesis, Atropos)."""
+    return "".join(
+        f'\n[gateway.routing.{tier}]\neval_suite = "{suite}"\nrequired_quality_bp = 6_000\n'
+        f'selected_model_class = "{model_class}"\n'
+        for tier, suite, model_class in zip(("clotho", "lachesis", "atropos"), SUITES, classes, strict=True)
+    )
+
+
 def studio_toml(local: FakeOpenAI) -> str:
     """Every class routed to the local server, falling back to the offline provider; every tier on the
     smallest class (the classes share a route, so they score alike) with a bar the fakes clear."""
@@ -40,11 +50,7 @@ def studio_toml(local: FakeOpenAI) -> str:
         '[{ provider = "local", model_id = "qwen-test" },'
         ' { provider = "offline", model_id = "deterministic-v1" }]'
     )
-    tiers = "".join(
-        f'[gateway.routing.{tier}]\neval_suite = "{suite}"\nrequired_quality_bp = 6_000\n'
-        'selected_model_class = "haiku-class"\n'
-        for tier, suite in zip(("clotho", "lachesis", "atropos"), SUITES, strict=True)
-    )
+    tiers = tier_bars(("haiku-class",) * 3)
     return (
         f'[gateway.providers.local]\nkind = "openai-compatible"\nbase_url = "{local.base_url}"\n'
         '[gateway.providers.offline]\nkind = "offline"\n'
@@ -53,7 +59,13 @@ def studio_toml(local: FakeOpenAI) -> str:
     )
 
 
-def egbe_eval(data_dir: Path, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def egbe_eval(
+    data_dir: Path, config: Path, *args: str, environ: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`egbe eval` as a process of its own, under `environ` (default: ours without any EGBE_ or
+    ANTHROPIC_ variable, so only the config file decides)."""
+    if environ is None:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("EGBE_", "ANTHROPIC_"))}
     return subprocess.run(
         [
             sys.executable,
@@ -67,7 +79,7 @@ def egbe_eval(data_dir: Path, config: Path, *args: str) -> subprocess.CompletedP
             *args,
         ],
         cwd=ROOT,
-        env={k: v for k, v in os.environ.items() if not k.startswith(("EGBE_", "ANTHROPIC_"))},
+        env=dict(environ),
         capture_output=True,
         text=True,
         timeout=300,

@@ -7,11 +7,8 @@ answering, once with it down (503 to everything), when the route's fallback to C
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +20,9 @@ from assembly.embedded import DemoTarget
 from assembly.settings import load_settings
 from assembly.world_runs import run_demo
 from services.settings import SERVICE_NAMES, Endpoint
-from tests.conftest import ROOT
 from tests.gateway.fake_anthropic import FakeAnthropic, Scripted
 from tests.gateway.fake_openai import FakeOpenAI, error_body
+from tests.gateway.test_eval_cli import egbe_eval, lines, tier_bars
 from tests.gateway.test_providers import documented_configs
 from tests.integration.mind_checks import mind_reply
 from tests.integration.test_mind_end_to_end import assert_conversations
@@ -62,21 +59,6 @@ def local() -> Iterator[FakeOpenAI]:
     server.stop()
 
 
-def studio_bars(lachesis_class: str) -> str:
-    """The studio's own tier bars (the fakes answer for the wiring, mind_checks.mind_reply, not for
-    quality), Lachesis on the class given: where two classes share a route they score alike, and the
-    smaller one must be selected."""
-    return "".join(
-        f'\n[gateway.routing.{tier}]\neval_suite = "{suite}"\nrequired_quality_bp = 6_000\n'
-        f'selected_model_class = "{model_class}"\n'
-        for tier, suite, model_class in (
-            ("clotho", "social-judgment-live-dialogue", "opus-class"),
-            ("lachesis", "offscreen-reflection-coherence", lachesis_class),
-            ("atropos", "narrative-summary-continuity", "haiku-class"),
-        )
-    )
-
-
 def studio_config(block: int, local: FakeOpenAI, folder: Path) -> Path:
     """A documented `egbe.toml` with its local server's URL pointed at the fake, as a studio edits it, and
     the studio's tier bars."""
@@ -86,26 +68,20 @@ def studio_config(block: int, local: FakeOpenAI, folder: Path) -> Path:
     assert replaced == 1
     path = folder / "egbe.toml"
     # (the vLLM block routes sonnet-class and haiku-class alike)
-    path.write_text(text + studio_bars("haiku-class" if block == VLLM else "sonnet-class"), encoding="utf-8")
+    path.write_text(
+        text + tier_bars(("opus-class", "haiku-class" if block == VLLM else "sonnet-class", "haiku-class")),
+        encoding="utf-8",
+    )
     return path
 
 
 def run_eval(root: Path, config_file: Path, *fakes: FakeAnthropic | FakeOpenAI) -> list[dict[str, Any]]:
     """`egbe eval` for real (a process of its own, the real SDKs over HTTP to the fakes), recording each
     tier's class's scores where the demo's gateway reads them; the fakes then forget what it sent."""
-    done = subprocess.run(
-        [sys.executable, "-m", "assembly.cli", "--data-dir", str(root / "data"), "eval"],
-        cwd=ROOT,
-        env={**os.environ, "EGBE_CONFIG_FILE": str(config_file), "EGBE_LOG_LEVEL": "warning"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = egbe_eval(root / "data", config_file, environ={**os.environ, "EGBE_LOG_LEVEL": "warning"})
     for fake in fakes:
         fake.requests.clear()
-    return [json.loads(line) for line in done.stdout.splitlines()]
+    return lines(done)
 
 
 async def demo(root: Path, config_file: Path, monkeypatch: pytest.MonkeyPatch) -> RunArtifact:
