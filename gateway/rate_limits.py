@@ -35,7 +35,6 @@ class RateDeferred(ProviderError):
             retry_after_seconds=wait_us / 1e6,
             attempts=0,
         )
-        self.provider = provider
 
 
 class ProviderRates:
