@@ -1,7 +1,8 @@
 """The ledger of world caps and this store's leases of it.
 
 `LedgerChanges` gathers what one transaction changes in the ledger and writes it with one statement per
-world window and one per lease, in key order (docs/gateway.md "Lock order"); `DeferredLedger` holds a
+world window, one per window's tenant and tier (its audited calls, `gateway_tier_spend`) and one per
+lease, in key order (docs/gateway.md "Lock order"); `DeferredLedger` holds a
 batch's changes to its end. `LeaseStore` leases blocks of a world window's cap to a gateway, takes them
 back, and settles what a gateway's previous life left leased.
 """
@@ -24,6 +25,15 @@ from gateway.store.tx import Statements, StoreCore, Tx, insert_rows
 
 # Where `LedgerChanges` counts each admission decision in a window's change.
 _COUNTER_OF = {AdmissionOutcome.ADMITTED: 1, AdmissionOutcome.BLOCKED: 2, AdmissionOutcome.KILLED: 3}
+# Audited calls added to a window's tenant's and tier's spend (what GetSpend's `by_tier` sums): kept with
+# the ledger so that reading them never scans the audit log.
+ADD_TIER_SPEND = (
+    "INSERT INTO gateway_tier_spend (world_id, window_start_ms, tenant_id, tier, tokens, micro_usd, calls)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (world_id, window_start_ms, tenant_id, tier) DO UPDATE SET"
+    " tokens = gateway_tier_spend.tokens + excluded.tokens,"
+    " micro_usd = gateway_tier_spend.micro_usd + excluded.micro_usd,"
+    " calls = gateway_tier_spend.calls + excluded.calls"
+)
 
 
 class LedgerChanges:
@@ -32,12 +42,22 @@ class LedgerChanges:
 
     def __init__(self) -> None:
         # (world, window) -> [cap (-1: no admission told it), admissions, blocked, killed,
-        #                     from reservations, consumed, micro-USD, killed in flight]
+        #                     from reservations, consumed, micro-USD, killed in flight, calls]
         self._windows: dict[tuple[str, int], list[int]] = {}
+        # (world, window, tenant, tier) -> [tokens, micro-USD, calls] of the audited calls
+        self._tiers: dict[tuple[str, int, str, int], list[int]] = {}
         self._leases: dict[tuple[str, str, int], int] = {}
 
     def _window(self, world_id: str, window_start_ms: int) -> list[int]:
-        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0, 0])
+        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0, 0, 0])
+
+    def _audited(self, key: tuple[str, int, str, int], tokens: int, micro_usd: int) -> None:
+        """One audit record counted: in its window's calls and its tenant's and tier's spend."""
+        self._window(key[0], key[1])[8] += 1
+        tier = self._tiers.setdefault(key, [0, 0, 0])
+        tier[0] += tokens
+        tier[1] += micro_usd
+        tier[2] += 1
 
     def decided(self, item: AdmissionItem, *, counted: bool = True) -> None:
         """An admission decision: the window's cap as the deciding gateway sees it, and (`counted`; a
@@ -47,13 +67,15 @@ class LedgerChanges:
         if counted:
             window[_COUNTER_OF[item.outcome]] += 1
 
-    def consumed(self, run: RunRow, tokens: int, from_reservation: int, micro_usd: int) -> None:
-        """A call's tokens into consumption; what came from the run's reservation leaves
-        `reserved_tokens`, and the lease it was drawn from."""
+    def consumed(self, run: RunRow, entry: AuditEntry, from_reservation: int) -> None:
+        """An audited call's tokens into consumption, counted in its run's window; what came from the
+        run's reservation leaves `reserved_tokens`, and the lease it was drawn from."""
         window = self._window(run.spec.world_id, run.window_start_ms)
         window[4] += from_reservation
-        window[5] += tokens
-        window[6] += micro_usd
+        window[5] += entry.usage.total
+        window[6] += entry.micro_usd
+        key = (run.spec.world_id, run.window_start_ms, entry.tenant_id, entry.tier)
+        self._audited(key, entry.usage.total, entry.micro_usd)
         if run.lease_holder:
             self._leases[run.lease_key] = self._leases.get(run.lease_key, 0) + from_reservation
 
@@ -73,6 +95,10 @@ class LedgerChanges:
             window[0] = change[0] if change[0] >= 0 else window[0]
             for index in range(1, len(change)):
                 window[index] += change[index]
+        for tier_key, spend in other._tiers.items():
+            tier = self._tiers.setdefault(tier_key, [0, 0, 0])
+            for index, value in enumerate(spend):
+                tier[index] += value
         for lease, tokens in other._leases.items():
             self._leases[lease] = self._leases.get(lease, 0) + tokens
 
@@ -84,17 +110,21 @@ class LedgerChanges:
             self.write_now(tx)
 
     def write_now(self, tx: Tx | Statements) -> None:
-        """Windows, then leases, each in key order (the lock order, docs/gateway.md "Lock order"); a
-        window nothing changed (a lease's run ended, no kill) is not written, nor locked."""
+        """Windows, then tenants' and tiers' spend, then leases, each in key order (the lock order,
+        docs/gateway.md "Lock order"); a window nothing changed (a lease's run ended, no kill) is not
+        written, nor locked. (A tier's spend changes only with its window's calls, so a transaction
+        that locks a tier's row already holds its window's.)"""
         for (world_id, window_start_ms), change in sorted(self._windows.items()):
-            cap, admissions, blocked, killed, from_reservations, consumed, micro_usd, in_flight = change
+            cap, admissions, blocked, killed, from_reservations, consumed, micro_usd, in_flight, calls = (
+                change
+            )
             if cap < 0 and not any(change[1:]):
                 continue
             if cap >= 0:  # an admission's window: created if new (`_LOCK_LEDGER`'s upsert, counted)
                 tx.execute(
                     "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
                     " blocked_by_world_cap, killed, reserved_tokens, consumed_tokens, consumed_micro_usd,"
-                    " killed_in_flight) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " killed_in_flight, calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (world_id, window_start_ms) DO UPDATE"
                     " SET cap_tokens = excluded.cap_tokens,"
                     " admissions = gateway_ledger.admissions + excluded.admissions,"
@@ -104,7 +134,8 @@ class LedgerChanges:
                     " reserved_tokens = gateway_ledger.reserved_tokens + excluded.reserved_tokens,"
                     " consumed_tokens = gateway_ledger.consumed_tokens + excluded.consumed_tokens,"
                     " consumed_micro_usd = gateway_ledger.consumed_micro_usd + excluded.consumed_micro_usd,"
-                    " killed_in_flight = gateway_ledger.killed_in_flight + excluded.killed_in_flight",
+                    " killed_in_flight = gateway_ledger.killed_in_flight + excluded.killed_in_flight,"
+                    " calls = gateway_ledger.calls + excluded.calls",
                     (
                         world_id,
                         window_start_ms,
@@ -116,16 +147,28 @@ class LedgerChanges:
                         consumed,
                         micro_usd,
                         in_flight,
+                        calls,
                     ),
                 )
             else:  # (no admission: no admission counters; kills here are kills in flight)
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
                     " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?,"
-                    " killed = killed + ?, killed_in_flight = killed_in_flight + ?"
+                    " killed = killed + ?, killed_in_flight = killed_in_flight + ?, calls = calls + ?"
                     " WHERE world_id = ? AND window_start_ms = ?",
-                    (from_reservations, consumed, micro_usd, killed, in_flight, world_id, window_start_ms),
+                    (
+                        from_reservations,
+                        consumed,
+                        micro_usd,
+                        killed,
+                        in_flight,
+                        calls,
+                        world_id,
+                        window_start_ms,
+                    ),
                 )
+        for key, (tokens, micro_usd, calls) in sorted(self._tiers.items()):
+            tx.execute(ADD_TIER_SPEND, (*key, tokens, micro_usd, calls))
         for (holder, world_id, window_start_ms), tokens in sorted(self._leases.items()):
             if tokens:
                 tx.execute(
@@ -278,8 +321,13 @@ class LeaseStore(StoreCore):
                 insert_rows(tx, *AUDIT_TABLE, [audit_row(entry)])
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                    " consumed_tokens = consumed_tokens + ? WHERE world_id = ? AND window_start_ms = ?",
+                    " consumed_tokens = consumed_tokens + ?, calls = calls + 1"
+                    " WHERE world_id = ? AND window_start_ms = ?",
                     (tokens, tokens, world_id, window_start_ms),
+                )
+                tx.execute(
+                    ADD_TIER_SPEND,
+                    (world_id, window_start_ms, entry.tenant_id, entry.tier, tokens, entry.micro_usd, 1),
                 )
                 charged += int(tokens)
             tx.execute(

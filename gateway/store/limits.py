@@ -91,9 +91,10 @@ async def world_ledgers(tx: Tx, *, after_world: str, limit: int, window_start_ms
         " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN consumed_micro_usd ELSE 0 END), 0),"
         " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN admissions ELSE 0 END), 0),"
         " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN blocked_by_world_cap ELSE 0 END), 0),"
-        " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN killed ELSE 0 END), 0)"
+        " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN killed ELSE 0 END), 0),"
+        " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN calls ELSE 0 END), 0)"
         " FROM gateway_ledger WHERE world_id > ? GROUP BY world_id ORDER BY world_id LIMIT ?",
-        (*[window_start_ms] * 5, after_world, limit),
+        (*[window_start_ms] * 6, after_world, limit),
     )
     worlds = {
         str(row[0]): WorldLedger(
@@ -103,6 +104,7 @@ async def world_ledgers(tx: Tx, *, after_world: str, limit: int, window_start_ms
             admissions=int(row[3]),
             blocked_by_world_cap=int(row[4]),
             killed=int(row[5]),
+            calls=int(row[6]),
         )
         for row in rows
     }
@@ -118,11 +120,4 @@ async def world_ledgers(tx: Tx, *, after_world: str, limit: int, window_start_ms
     )
     for world_id, tokens in reserved:
         worlds[str(world_id)].reserved_tokens = int(tokens)
-    calls = await tx.all(
-        "SELECT world_id, COUNT(*) FROM gateway_audit WHERE recorded_at_ms >= ?"  # noqa: S608
-        f" AND world_id IN ({marks}) GROUP BY world_id",
-        (window_start_ms, *worlds),
-    )
-    for world_id, count in calls:
-        worlds[str(world_id)].calls = int(count)
     return list(worlds.values())

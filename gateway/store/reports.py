@@ -112,10 +112,11 @@ class ReportStore(StoreCore):
         return await self.transact(body, durable=False)
 
     async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
-        """The ledger (one world, or all) and audited spend by tier, summed over every window from the one
-        starting at `window_start_ms` to the current one. `reserved_tokens` is what active runs reserved
-        and have not consumed; `leased_tokens` the ledger's own reservation (every lease, which holds
-        those runs' reservations and what its gateway has not given to a run yet)."""
+        """The ledger (one world, or all) and the audited calls' spend by tier (each counted in its run's
+        window), summed over every window from the one starting at `window_start_ms` to the current one.
+        `reserved_tokens` is what active runs reserved and have not consumed; `leased_tokens` the
+        ledger's own reservation (every lease, which holds those runs' reservations and what its gateway
+        has not given to a run yet)."""
 
         async def body(tx: Tx) -> Spend:
             ledger = await tx.one(
@@ -135,9 +136,9 @@ class ReportStore(StoreCore):
             )
             assert runs is not None
             tiers = await tx.all(
-                "SELECT tier, SUM(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens),"
-                " SUM(micro_usd), COUNT(*) FROM gateway_audit WHERE recorded_at_ms >= ?"
-                " AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?) GROUP BY tier ORDER BY tier",
+                "SELECT tier, SUM(tokens), SUM(micro_usd), SUM(calls) FROM gateway_tier_spend"
+                " WHERE window_start_ms >= ? AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?)"
+                " GROUP BY tier ORDER BY tier",
                 (window_start_ms, world_id, world_id, tenant_id, tenant_id),
             )
             cap, leased, consumed, micro_usd, admissions, blocked, killed, killed_in_flight = (

@@ -398,9 +398,7 @@ class RunStore(StoreCore):
                 # run's lease (its holder learns it from `lease_return`), or for a run admitted before
                 # leases to the ledger, so its whole unused reservation leaves `reserved_tokens`.
                 released = max(0, run.unused_reservation - tokens)
-                ledger.consumed(
-                    run, tokens, leaving if run.lease_holder else run.unused_reservation, entry.micro_usd
-                )
+                ledger.consumed(run, entry, leaving if run.lease_holder else run.unused_reservation)
                 endings[entry.run_id] = Ending(
                     used, completion.stats, completion.now_ms, completion.result, released
                 )
@@ -408,7 +406,7 @@ class RunStore(StoreCore):
                 answers.append(RunEnd(used, released, True, lease_return=released, lease_charge=charge))
                 run = dataclasses.replace(run, status=RunStatus.COMPLETED, released_tokens=released)
             else:
-                ledger.consumed(run, tokens, leaving, entry.micro_usd)
+                ledger.consumed(run, entry, leaving)
                 ending = endings.get(entry.run_id)
                 if ending is not None:  # ended earlier in this burst
                     endings[entry.run_id] = dataclasses.replace(ending, used_tokens=used)

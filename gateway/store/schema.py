@@ -17,6 +17,16 @@ CREATE TABLE IF NOT EXISTS gateway_ledger (
     killed BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (world_id, window_start_ms)
 );
+CREATE TABLE IF NOT EXISTS gateway_tier_spend (
+    world_id TEXT NOT NULL,
+    window_start_ms BIGINT NOT NULL,
+    tenant_id TEXT NOT NULL,
+    tier INTEGER NOT NULL,
+    tokens BIGINT NOT NULL,
+    micro_usd BIGINT NOT NULL,
+    calls BIGINT NOT NULL,
+    PRIMARY KEY (world_id, window_start_ms, tenant_id, tier)
+);
 CREATE TABLE IF NOT EXISTS gateway_runs (
     run_id TEXT PRIMARY KEY,
     request_id TEXT UNIQUE,
@@ -155,7 +165,31 @@ ADDED_COLUMNS = (
     # The one world a control applies in ('' = every world), and when it stops applying (0 = never).
     ("gateway_controls", "world_id", "TEXT NOT NULL DEFAULT ''"),
     ("gateway_controls", "expires_at_ms", "BIGINT NOT NULL DEFAULT 0"),
+    # The audit records counted in the window (with `gateway_tier_spend`, by tenant and tier): what
+    # ListWorlds and GetSpend read in place of counting the audit log. Filled from the log when added.
+    ("gateway_ledger", "calls", "BIGINT NOT NULL DEFAULT 0"),
 )
+# Each audit record's ledger window: its run's, or for a lease settlement (no run row) the world's latest
+# window starting at or before the record.
+_RECORD_WINDOW = (
+    "SELECT a.world_id, a.tenant_id, a.tier, a.input_tokens + a.output_tokens + a.cache_read_tokens"
+    " + a.cache_write_tokens AS tokens, a.micro_usd,"
+    " COALESCE(r.window_start_ms, (SELECT MAX(l.window_start_ms) FROM gateway_ledger l"
+    " WHERE l.world_id = a.world_id AND l.window_start_ms <= a.recorded_at_ms)) AS window_start_ms"
+    " FROM gateway_audit a LEFT JOIN gateway_runs r ON r.run_id = a.run_id"
+)
+# What fills an added column from the rows already there, run just after it is added.
+FILLS = {
+    ("gateway_ledger", "calls"): (
+        "INSERT INTO gateway_tier_spend (world_id, window_start_ms, tenant_id, tier, tokens, micro_usd,"  # noqa: S608
+        " calls) SELECT world_id, window_start_ms, tenant_id, tier, SUM(tokens), SUM(micro_usd), COUNT(*)"
+        f" FROM ({_RECORD_WINDOW}) AS audited WHERE window_start_ms IS NOT NULL"
+        " GROUP BY world_id, window_start_ms, tenant_id, tier ON CONFLICT DO NOTHING",
+        "UPDATE gateway_ledger SET calls = COALESCE((SELECT SUM(t.calls) FROM gateway_tier_spend t"
+        " WHERE t.world_id = gateway_ledger.world_id"
+        " AND t.window_start_ms = gateway_ledger.window_start_ms), 0)",
+    ),
+}
 # Indexes over added columns, created once the columns exist.
 LATER_INDEXES = (
     "CREATE INDEX IF NOT EXISTS gateway_audit_kernel_call ON gateway_audit (kernel_call_id, seq)",
@@ -170,10 +204,15 @@ def schema_statements(serial: str) -> list[str]:
 
 
 def upgrade_statements(columns: Callable[[str], set[str]]) -> list[str]:
-    """ALTER TABLE for every added column `columns(table)` lacks, then the indexes over them."""
+    """ALTER TABLE for every added column `columns(table)` lacks (each followed by what fills it), then
+    the indexes over them."""
     alters = [
-        f"ALTER TABLE {table} ADD COLUMN {column} {declaration}"
+        statement
         for table, column, declaration in ADDED_COLUMNS
         if column not in columns(table)
+        for statement in (
+            f"ALTER TABLE {table} ADD COLUMN {column} {declaration}",
+            *FILLS.get((table, column), ()),
+        )
     ]
     return [*alters, *LATER_INDEXES]

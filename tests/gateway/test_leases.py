@@ -213,6 +213,7 @@ async def test_a_gateway_killed_with_a_lease_out_is_settled_as_spent_when_it_res
         # included, and is never below what was used, even when the kill took the last call's record
         # (answered once applied, before its commit): that call's tokens were in the lease.
         assert spend.consumed_tokens == audited >= used
+        assert sum(t.calls for t in spend.by_tier) == len(records)  # the settlement counted as a call
         assert settlement.usage.input_tokens > 0
         assert spend.reserved_tokens == 0  # the run left active was ended with its lease
         assert not (await harness.end(active_run)).released_tokens
