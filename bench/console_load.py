@@ -1,12 +1,13 @@
 """Console load: what a watched operator console costs the services, and whether its pages keep up.
 
 Prints one JSON object with two measurements:
-- `gateway`: `bench.gateway_overhead`'s latency and rate figures on one `egbe serve gateway` (SQLite,
-  offline adapter), first with no console, then with `egbe console` (its own process) watched by
-  `--viewers` event streams (one on the Worlds page, the rest on the world the bench's runs fill), back
-  to back on the same gateway; and the gateway's CPU share while nothing else calls it, without and with
-  the watched console (and the console's own). The console follows the world those runs fill through
-  one `WatchAudit` stream (every record, in the summary view).
+- `gateway`: `bench.gateway_overhead`'s latency and rate figures on an `egbe serve gateway` (SQLite,
+  offline adapter), first with no console, then on a fresh gateway with `egbe console` (its own process)
+  watched by `--viewers` event streams (one on the Worlds page, the rest on the world the bench's runs
+  fill), back to back; after each, the gateway's CPU share while nothing else calls it (the console still
+  watching), and the console's own share, idle and while the runs stream. The console follows the world
+  those runs fill through one `WatchAudit` stream, paced to its poll (the newest 50 records at most
+  every 0.25 s, the rest counted).
 - `solo`: `egbe up` (console included) and the solo-ceiling scenario reduced (1,424 Ori, 600 ticks) run
   by `egbe demo --target running`, first unwatched, then (a fresh `egbe up`) watched by the viewers and by
   Chromium on the world's page: the demo's wall time either way; for the watched run, the event streams'
@@ -113,7 +114,7 @@ def start_console(env: dict[str, str], data_dir: Path) -> tuple[subprocess.Popen
     return process, line.split()[-1].rstrip("/")
 
 
-async def watched(
+async def watched_by(
     url: str, token: str, viewers: int, world: str
 ) -> tuple[list[Viewer], list[asyncio.Task[None]]]:
     """`viewers` event streams: one on every world, the rest on `world`; cancel the tasks to stop them."""
@@ -139,26 +140,42 @@ async def stop_watching(tasks: list[asyncio.Task[None]]) -> None:
 
 
 async def bench_gateway(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "without_console": await gateway_run(args, watched=False),
+        "with_console_watched": await gateway_run(args, watched=True),
+    }
+
+
+async def gateway_run(args: argparse.Namespace, *, watched: bool) -> dict[str, Any]:
+    """`bench.gateway_overhead`'s figures on a fresh gateway (an empty store: neither run measures a store
+    the other grew), with or without a watched console; then the gateway's CPU share while nothing else
+    calls it (and the console still watches)."""
     with tempfile.TemporaryDirectory(prefix="egbe-bench-") as folder:
         cap = {"EGBE_GATEWAY__BUDGET__WORLD_CAP_TOKENS_PER_HOUR": str(10**12)}
         served = ServiceProcesses(Path(folder), None, extra_env=cap)
         bare, bare_target = _start_bare()
-        console = None
+        console, report = None, {}
         try:
             served.start("gateway")
             pids = (served.running["gateway"].pid, bare.pid)
-            target = served.target("gateway")
             await asyncio.sleep(SETTLE_SECONDS)
-            quiet_before = await cpu_share(pids[0])
-            before = await measure(target, bare_target, pids, served.tokens, args)
-            await asyncio.sleep(SETTLE_SECONDS)  # the runs the rate phases left open are ended
-            console, url = start_console(served.env(), Path(folder) / "console")
-            followers, tasks = await watched(url, served.tokens["operator"], args.viewers, "bench")
-            quiet_after, console_share = await asyncio.gather(cpu_share(pids[0]), cpu_share(console.pid))
+            if watched:
+                console, url = start_console(served.env(), Path(folder) / "console")
+                followers, tasks = await watched_by(url, served.tokens["operator"], args.viewers, "bench")
+                report["idle_console_cpu_share"] = await cpu_share(console.pid)
+                console_cpu = process_cpu_seconds(console.pid)
             started = time.monotonic()
-            after = await measure(target, bare_target, pids, served.tokens, args)
-            streams = summarize(followers, started, time.monotonic())
-            await stop_watching(tasks)
+            run = await measure(served.target("gateway"), bare_target, pids, served.tokens, args)
+            if console is not None:
+                ended = time.monotonic()
+                report["busy_console_cpu_share"] = round(
+                    (process_cpu_seconds(console.pid) - console_cpu) / (ended - started), 3
+                )
+                report["streams"] = summarize(followers, started, ended)
+            await asyncio.sleep(SETTLE_SECONDS)  # the runs the rate phases left open are ended
+            report["idle_gateway_cpu_share"] = await cpu_share(pids[0])
+            if console is not None:
+                await stop_watching(tasks)
         finally:
             if console is not None:
                 console.terminate()
@@ -166,25 +183,16 @@ async def bench_gateway(args: argparse.Namespace) -> dict[str, Any]:
             bare.kill()
             bare.wait()
             served.stop_all()
-
-    def figures(run: dict[str, Any]) -> dict[str, float]:
-        latency, phases = run["latency"], run["phases"]
-        own = [(t - m) * 1000 for t, m in zip(latency["stream_run"], run["model"]["stream_run"], strict=True)]
-        return {
-            "overhead_p50_ms": round(_percentile(own, 0.5), 3),
-            "overhead_p99_ms": round(_percentile(own, 0.99), 3),
-            "admissions_per_s": round(phases["stream_admissions"].per_s, 1),
-            "fused_runs_per_s": round(phases["stream_fused_runs"].per_s, 1),
-            "gateway_cpu_us_per_admission": round(phases["stream_admissions"].server_cpu_us, 1),
-            "gateway_cpu_us_per_fused_run": round(phases["stream_fused_runs"].server_cpu_us, 1),
-        }
-
+    latency, phases = run["latency"], run["phases"]
+    own = [(t - m) * 1000 for t, m in zip(latency["stream_run"], run["model"]["stream_run"], strict=True)]
     return {
-        "without_console": figures(before),
-        "with_console_watched": figures(after),
-        "streams": streams,
-        "idle_gateway_cpu_share": {"without_console": quiet_before, "with_console_watched": quiet_after},
-        "idle_console_cpu_share": console_share,
+        "overhead_p50_ms": round(_percentile(own, 0.5), 3),
+        "overhead_p99_ms": round(_percentile(own, 0.99), 3),
+        "admissions_per_s": round(phases["stream_admissions"].per_s, 1),
+        "fused_runs_per_s": round(phases["stream_fused_runs"].per_s, 1),
+        "gateway_cpu_us_per_admission": round(phases["stream_admissions"].server_cpu_us, 1),
+        "gateway_cpu_us_per_fused_run": round(phases["stream_fused_runs"].server_cpu_us, 1),
+        **report,
     }
 
 
@@ -264,7 +272,7 @@ async def bench_solo(args: argparse.Namespace) -> dict[str, Any]:
                 stop = asyncio.Event()
                 watching = None
                 if label == "watched":
-                    followers, streams = await watched(url, tokens["operator"], args.viewers, SOLO_WORLD)
+                    followers, streams = await watched_by(url, tokens["operator"], args.viewers, SOLO_WORLD)
                     watching = asyncio.create_task(browser_frames(url, tokens["operator"], stop, browser))
                 started = time.monotonic()
                 running = demo(Path(folder) / "data", Path(folder) / "runs")

@@ -95,6 +95,7 @@ class WorldView:
     next_row: int = 1
     history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY_SAMPLES))
     calls_seen: deque[tuple[float, int]] = field(default_factory=deque)
+    skipped: int = 0  # calls the gateway's paced stream left out (older than those it sent), since start
     tiers_read_at: float = 0.0
     tiers_read_calls: int = -1
 
@@ -206,10 +207,11 @@ class Watch:
         changed for KEEPALIVE_SECONDS."""
         last: dict[str, Any] | None = None
         sent_at = time.monotonic()
+        skipped = self._skipped(world_id)
         with self.watching(calls_of=world_id or ""):
             while True:
                 landed = await self.landed(KEEPALIVE_SECONDS)
-                update = self._update_for(world_id, after_row) if landed else last
+                update = self._update_for(world_id, after_row, skipped) if landed else last
                 if update == last:  # nothing new: a page is told only of changes, or kept alive
                     if time.monotonic() - sent_at >= KEEPALIVE_SECONDS:
                         sent_at = time.monotonic()
@@ -220,9 +222,17 @@ class Watch:
                 rows = update.get("rows")
                 if rows:
                     after_row = rows[-1]["number"]
+                skipped = self._skipped(world_id)
                 yield update
 
-    def _update_for(self, world_id: str | None, after_row: int) -> dict[str, Any]:
+    def _skipped(self, world_id: str | None) -> int:
+        view = self.worlds.get(world_id) if world_id else None
+        return view.skipped if view is not None else 0
+
+    def _update_for(self, world_id: str | None, after_row: int, skipped_before: int) -> dict[str, Any]:
+        """What a page is sent: every world's summary, or one world's with its rows after `after_row`
+        (and how many calls it is not sent: rows past the newest ROWS_PER_MESSAGE, and calls the gateway
+        left out since the page's last update, when it was at `skipped_before`)."""
         if world_id is None:
             return {"worlds": self.summaries(), "error": self.error}
         view = self.worlds.get(world_id)
@@ -233,7 +243,7 @@ class Watch:
             "world": view.summary(self.global_controls),
             "sample": view.history[-1] if view.history else None,
             "rows": rows[-ROWS_PER_MESSAGE:],
-            "unsent": max(0, len(rows) - ROWS_PER_MESSAGE),
+            "unsent": max(0, len(rows) - ROWS_PER_MESSAGE) + view.skipped - skipped_before,
             "error": self.error,
         }
 
@@ -321,10 +331,16 @@ class Watch:
                 stream.cancel()
 
     async def _stream_calls(self, world_id: str) -> None:
-        """A world's calls as the gateway writes them: first its newest `stream_rows`, then each batch;
-        opened again where it stopped when the gateway ends it."""
+        """A world's calls as the gateway writes them, paced to the poll: first its newest, then once a
+        poll interval at most the ROWS_PER_MESSAGE newest written since (what a page is sent of them;
+        the older ones are counted, `WorldView.skipped`); opened again where it stopped when the gateway
+        ends it."""
         view, rows = self.view(world_id), self._config.stream_rows
-        request = gateway_pb2.WatchAuditRequest(world_id=world_id, newest=rows)
+        pace = {
+            "max_records": ROWS_PER_MESSAGE,
+            "min_interval_ms": round(self._config.poll_interval_seconds * 1000),
+        }
+        request = gateway_pb2.WatchAuditRequest(world_id=world_id, newest=ROWS_PER_MESSAGE, **pace)
         while True:
             try:
                 async for message in self._clients.operator.WatchAudit(
@@ -334,10 +350,8 @@ class Watch:
                         log.info("console call stream fell behind the gateway's fan-out", world_id=world_id)
                     for record in message.records:
                         view.add(rows, **call_fields(record))
-                    if message.records:
-                        request = gateway_pb2.WatchAuditRequest(
-                            world_id=world_id, after_seq=message.records[-1].seq
-                        )
+                    view.skipped += message.skipped
+                    request = gateway_pb2.WatchAuditRequest(world_id=world_id, after_seq=message.seq, **pace)
             except grpc.aio.AioRpcError as error:
                 self.error = f"the gateway's call stream stopped: {error.code().name}: {error.details()}"
                 log.warning("console call stream stopped", code=error.code().name, world_id=world_id)

@@ -18,7 +18,7 @@ from google.protobuf import json_format, struct_pb2
 
 from egbe.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway import operator_wire, wire
-from gateway.audit_feed import AuditFeed
+from gateway.audit_feed import AuditFeed, AuditWatcher
 from gateway.config import TIER_NAMES
 from gateway.errors import NothingToResume, status_error
 from gateway.read_audit import ReadWindows, wants_windowed
@@ -344,34 +344,44 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
     async def WatchAudit(
         self, request: gateway_pb2.WatchAuditRequest, context: Context
     ) -> AsyncIterator[gateway_pb2.WatchAuditResponse]:
-        """The records already written after the start, then each batch the feed reads; a watcher that
-        lagged reads on from the store where it was and watches again. Leaving (the stream ends, is
-        cancelled or its deadline passes) drops its queue."""
-        cursor, newest = operator_wire.watch_start(request)
+        """At once the records already written after the start (or an empty message: the watch is
+        established), then each batch the feed reads, or with `min_interval_ms` what came in each
+        interval; a watcher that lagged reads on from the store where it was and watches again. Leaving
+        (the stream ends, is cancelled or its deadline passes) drops its queue."""
+        start = operator_wire.watch_start(request)
         wire.check_texts(wire.ID_CHARS, world_id=request.world_id)
         await self._audited_read("WatchAudit", context, request.world_id)
         feed, store, world = self.audit_feed, self._gateway.store, request.world_id
-        lagged = False
+        cursor, newest, lagged, opened = start.after_seq, start.newest, False, False
         while True:
-            watcher = await feed.watch(world)
+            watcher = await feed.watch(world, start.interval_seconds)
             try:
                 if newest:  # the newest few, then on from the last of them
                     latest = await store.list_audit(world_id=world, limit=newest, summary=True, newest=True)
                     cursor, newest = (latest[-1].seq if latest else cursor), 0
                     if latest:
-                        yield _watched(latest, lagged=False)
+                        yield start.message(latest, lagged=False, seq=cursor)
+                        opened = True
                 while backlog := await store.list_audit(
                     world_id=world, after_seq=cursor, limit=operator_wire.MAX_PAGE_SIZE, summary=True
                 ):
                     cursor = backlog[-1].seq
-                    yield _watched(backlog, lagged)
-                    lagged = False
+                    yield start.message(backlog, lagged=lagged, seq=cursor)
+                    lagged, opened = False, True
+                if not opened:
+                    yield start.message([], lagged=False, seq=cursor)
+                    opened = True
+                sent_at = time.monotonic()
                 while not watcher.lagged:  # (a lagged watcher's queue is full: get() does not wait)
-                    fresh = [e for e in await watcher.batches.get() if e.seq > cursor]
+                    fresh = [
+                        e
+                        for e in await _gathered(watcher, sent_at + start.interval_seconds)
+                        if e.seq > cursor
+                    ]
                     if fresh:
                         cursor = fresh[-1].seq
-                        yield _watched(fresh, lagged)
-                        lagged = False
+                        yield start.message(fresh, lagged=lagged, seq=cursor)
+                        lagged, sent_at = False, time.monotonic()
                 lagged = True
             finally:
                 feed.leave(watcher)
@@ -409,10 +419,15 @@ class OperatorServicer(gateway_pb2_grpc.OperatorServiceServicer):
         )
 
 
-def _watched(entries: list[AuditEntry], lagged: bool) -> gateway_pb2.WatchAuditResponse:
-    return gateway_pb2.WatchAuditResponse(
-        records=[operator_wire.audit_message(e, summary=True) for e in entries], lagged=lagged
-    )
+async def _gathered(watcher: AuditWatcher, not_before: float) -> list[AuditEntry]:
+    """The watcher's next batch, and (waiting until `not_before` first) every batch queued behind it."""
+    entries = await watcher.batches.get()
+    wait = not_before - time.monotonic()
+    if wait > 0:
+        await asyncio.sleep(wait)
+    while not watcher.batches.empty():
+        entries = entries + watcher.batches.get_nowait()
+    return entries
 
 
 def _control_in(scope: Scope, control: Control) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
@@ -184,15 +185,43 @@ SUMMARY_VIEWS: dict[int, bool] = {
 }
 
 
-def watch_start(request: gateway_pb2.WatchAuditRequest) -> tuple[int, int]:
-    """(after_seq, newest) of a WatchAudit request, checked."""
+MAX_WATCH_INTERVAL_MS = 10_000  # (well inside what a watcher's queue holds: `audit_feed`)
+
+
+@dataclass(frozen=True)
+class WatchStart:
+    """A WatchAudit request, checked: where it starts and how its messages are shaped."""
+
+    after_seq: int
+    newest: int
+    max_records: int  # 0: every record
+    interval_seconds: float
+
+    def message(self, entries: list[AuditEntry], *, lagged: bool, seq: int) -> gateway_pb2.WatchAuditResponse:
+        """The records after the last message, at most `max_records` (the newest) in the summary view;
+        `seq` is where the watch has reached."""
+        sent = entries[-self.max_records :] if self.max_records else entries
+        return gateway_pb2.WatchAuditResponse(
+            records=[audit_message(e, summary=True) for e in sent],
+            lagged=lagged,
+            skipped=len(entries) - len(sent),
+            seq=seq,
+        )
+
+
+def watch_start(request: gateway_pb2.WatchAuditRequest) -> WatchStart:
+    """A WatchAudit request's start and shape, each field checked."""
     if request.after_seq < 0:
         raise InvalidArgument.field("after_seq", "must be >= 0")
     if not 0 <= request.newest <= MAX_PAGE_SIZE:
         raise InvalidArgument.field("newest", f"must be 0 (unset) to {MAX_PAGE_SIZE}")
     if request.newest and request.after_seq:
         raise InvalidArgument.field("newest", "must be unset when after_seq is given")
-    return request.after_seq, request.newest
+    if not 0 <= request.max_records <= MAX_PAGE_SIZE:
+        raise InvalidArgument.field("max_records", f"must be 0 (every record) to {MAX_PAGE_SIZE}")
+    if not 0 <= request.min_interval_ms <= MAX_WATCH_INTERVAL_MS:
+        raise InvalidArgument.field("min_interval_ms", f"must be 0 to {MAX_WATCH_INTERVAL_MS}")
+    return WatchStart(request.after_seq, request.newest, request.max_records, request.min_interval_ms / 1000)
 
 
 DECISIONS: dict[int, bool | None] = {

@@ -1860,22 +1860,34 @@ class WatchAuditRequest(_message.Message):
     AFTER_SEQ_FIELD_NUMBER: _builtins.int
     WORLD_ID_FIELD_NUMBER: _builtins.int
     NEWEST_FIELD_NUMBER: _builtins.int
+    MAX_RECORDS_FIELD_NUMBER: _builtins.int
+    MIN_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     after_seq: _builtins.int
     """Push the records after this sequence number (0: from the log's start)."""
     world_id: _builtins.str
     """Only the records of this world."""
     newest: _builtins.int
     """When set (at most 1,000), begin with the newest this many records instead (`after_seq` unset)."""
+    max_records: _builtins.int
+    """When set (at most 1,000), each message carries at most this many records, the newest; the older ones
+    written since the last message are counted in its `skipped` (a page that shows the newest calls).
+    """
+    min_interval_ms: _builtins.int
+    """When set (at most 10,000), messages are at least this many milliseconds apart: records written
+    meanwhile go out together in the next (0: each batch as the gateway reads it, up to 20 a second).
+    """
     def __init__(
         self,
         *,
         after_seq: _builtins.int = ...,
         world_id: _builtins.str = ...,
         newest: _builtins.int = ...,
+        max_records: _builtins.int = ...,
+        min_interval_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "newest", b"newest", "world_id", b"world_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "max_records", b"max_records", "min_interval_ms", b"min_interval_ms", "newest", b"newest", "world_id", b"world_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1883,15 +1895,25 @@ Global___WatchAuditRequest: _TypeAlias = WatchAuditRequest  # noqa: Y015
 
 @_typing.final
 class WatchAuditResponse(_message.Message):
-    """Each message carries the records written since the last, in sequence order (summary view)."""
+    """The first message answers at once (its records may be empty: the watch is established); each after it
+    carries the records written since the last, in sequence order (summary view).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORDS_FIELD_NUMBER: _builtins.int
     LAGGED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
     lagged: _builtins.bool
     """The watcher fell behind the live fan-out (its queue filled) since the last message: its stream read
     on from the store where it was, so no record is missed.
+    """
+    skipped: _builtins.int
+    """Records after the last message's that this one leaves out (`max_records`): older than its own."""
+    seq: _builtins.int
+    """The sequence number the watch has reached (the last record it covers, sent or skipped): a watch
+    opened again with this as `after_seq` goes on where this one stopped.
     """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditRecord]: ...
@@ -1900,10 +1922,12 @@ class WatchAuditResponse(_message.Message):
         *,
         records: _abc.Iterable[Global___AuditRecord] | None = ...,
         lagged: _builtins.bool = ...,
+        skipped: _builtins.int = ...,
+        seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lagged", b"lagged", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lagged", b"lagged", "records", b"records", "seq", b"seq", "skipped", b"skipped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -42,14 +42,15 @@ class LedgerChanges:
 
     def __init__(self) -> None:
         # (world, window) -> [cap (-1: no admission told it), admissions, blocked, killed,
-        #                     from reservations, consumed, micro-USD, killed in flight, calls]
+        #                     from reservations, consumed, micro-USD, killed in flight, calls,
+        #                     held by active runs]
         self._windows: dict[tuple[str, int], list[int]] = {}
         # (world, window, tenant, tier) -> [tokens, micro-USD, calls] of the audited calls
         self._tiers: dict[tuple[str, int, str, int], list[int]] = {}
         self._leases: dict[tuple[str, str, int], int] = {}
 
     def _window(self, world_id: str, window_start_ms: int) -> list[int]:
-        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0, 0, 0])
+        return self._windows.setdefault((world_id, window_start_ms), [-1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
 
     def _audited(self, key: tuple[str, int, str, int], tokens: int, micro_usd: int) -> None:
         """One audit record counted: in its window's calls and its tenant's and tier's spend."""
@@ -66,6 +67,15 @@ class LedgerChanges:
         window[0] = item.cap_tokens
         if counted:
             window[_COUNTER_OF[item.outcome]] += 1
+
+    def run_admitted(self, item: AdmissionItem) -> None:
+        """A run written active: its reservation is held by it (`runs_reserved_tokens`) until it is
+        consumed or the run ends."""
+        self._window(item.run.world_id, item.window_start_ms)[9] += item.run.max_tokens
+
+    def run_unreserved(self, run: RunRow, tokens: int) -> None:
+        """An active run's reservation no longer held by it: `tokens` consumed, or released at its end."""
+        self._window(run.spec.world_id, run.window_start_ms)[9] -= tokens
 
     def consumed(self, run: RunRow, entry: AuditEntry, from_reservation: int) -> None:
         """An audited call's tokens into consumption, counted in its run's window; what came from the
@@ -87,6 +97,7 @@ class LedgerChanges:
         window[4] += 0 if run.lease_holder else released
         window[3] += killed
         window[7] += killed
+        window[9] -= released
 
     def merge(self, other: LedgerChanges) -> None:
         """`other`'s changes added to these (an admission's cap: the latest told)."""
@@ -115,16 +126,26 @@ class LedgerChanges:
         written, nor locked. (A tier's spend changes only with its window's calls, so a transaction
         that locks a tier's row already holds its window's.)"""
         for (world_id, window_start_ms), change in sorted(self._windows.items()):
-            cap, admissions, blocked, killed, from_reservations, consumed, micro_usd, in_flight, calls = (
-                change
-            )
+            (
+                cap,
+                admissions,
+                blocked,
+                killed,
+                from_reservations,
+                consumed,
+                micro_usd,
+                in_flight,
+                calls,
+                held,
+            ) = change
             if cap < 0 and not any(change[1:]):
                 continue
             if cap >= 0:  # an admission's window: created if new (`_LOCK_LEDGER`'s upsert, counted)
                 tx.execute(
                     "INSERT INTO gateway_ledger (world_id, window_start_ms, cap_tokens, admissions,"
                     " blocked_by_world_cap, killed, reserved_tokens, consumed_tokens, consumed_micro_usd,"
-                    " killed_in_flight, calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " killed_in_flight, calls, runs_reserved_tokens)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (world_id, window_start_ms) DO UPDATE"
                     " SET cap_tokens = excluded.cap_tokens,"
                     " admissions = gateway_ledger.admissions + excluded.admissions,"
@@ -135,7 +156,8 @@ class LedgerChanges:
                     " consumed_tokens = gateway_ledger.consumed_tokens + excluded.consumed_tokens,"
                     " consumed_micro_usd = gateway_ledger.consumed_micro_usd + excluded.consumed_micro_usd,"
                     " killed_in_flight = gateway_ledger.killed_in_flight + excluded.killed_in_flight,"
-                    " calls = gateway_ledger.calls + excluded.calls",
+                    " calls = gateway_ledger.calls + excluded.calls, runs_reserved_tokens ="
+                    " gateway_ledger.runs_reserved_tokens + excluded.runs_reserved_tokens",
                     (
                         world_id,
                         window_start_ms,
@@ -148,13 +170,15 @@ class LedgerChanges:
                         micro_usd,
                         in_flight,
                         calls,
+                        held,
                     ),
                 )
             else:  # (no admission: no admission counters; kills here are kills in flight)
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
                     " consumed_tokens = consumed_tokens + ?, consumed_micro_usd = consumed_micro_usd + ?,"
-                    " killed = killed + ?, killed_in_flight = killed_in_flight + ?, calls = calls + ?"
+                    " killed = killed + ?, killed_in_flight = killed_in_flight + ?, calls = calls + ?,"
+                    " runs_reserved_tokens = runs_reserved_tokens + ?"
                     " WHERE world_id = ? AND window_start_ms = ?",
                     (
                         from_reservations,
@@ -163,6 +187,7 @@ class LedgerChanges:
                         killed,
                         in_flight,
                         calls,
+                        held,
                         world_id,
                         window_start_ms,
                     ),
@@ -305,31 +330,47 @@ class LeaseStore(StoreCore):
 
         async def body(tx: Tx) -> int:
             # Its active runs first: another gateway recording or ending one locks the run before the
-            # ledger and the lease (the lock order).
-            await tx.all(
-                f"SELECT run_id FROM gateway_runs WHERE status = ? AND lease_holder = ?{self._lock_in_order}",
+            # ledger and the lease (the lock order). What they still hold leaves their windows' rows.
+            runs = await tx.all(
+                "SELECT world_id, window_start_ms, reserved_tokens - used_tokens FROM gateway_runs"
+                f" WHERE status = ? AND lease_holder = ?{self._lock_in_order}",
                 (RunStatus.ACTIVE.value, holder),
             )
+            held: dict[tuple[str, int], int] = {}
+            for world_id, window_start_ms, unused in runs:
+                key = (str(world_id), int(window_start_ms))
+                held[key] = held.get(key, 0) + max(0, int(unused))
             leases = await tx.all(
                 "SELECT world_id, window_start_ms, tokens FROM gateway_leases WHERE holder = ? AND tokens > 0"
                 f" ORDER BY world_id, window_start_ms{self._for_update}",
                 (holder,),
             )
+            leased = {(str(world), int(window)): int(tokens) for world, window, tokens in leases}
             charged = 0
-            for world_id, window_start_ms, tokens in leases:
-                entry = audit(world_id, int(window_start_ms), int(tokens))
-                insert_rows(tx, *AUDIT_TABLE, [audit_row(entry)])
+            for world_id, window_start_ms in sorted(leased.keys() | held.keys()):  # (the lock order)
+                tokens = leased.get((world_id, window_start_ms), 0)
                 tx.execute(
                     "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                    " consumed_tokens = consumed_tokens + ?, calls = calls + 1"
+                    " consumed_tokens = consumed_tokens + ?, calls = calls + ?,"
+                    " runs_reserved_tokens = runs_reserved_tokens - ?"
                     " WHERE world_id = ? AND window_start_ms = ?",
-                    (tokens, tokens, world_id, window_start_ms),
+                    (
+                        tokens,
+                        tokens,
+                        int(tokens > 0),
+                        held.get((world_id, window_start_ms), 0),
+                        world_id,
+                        window_start_ms,
+                    ),
                 )
-                tx.execute(
-                    ADD_TIER_SPEND,
-                    (world_id, window_start_ms, entry.tenant_id, entry.tier, tokens, entry.micro_usd, 1),
-                )
-                charged += int(tokens)
+                if tokens:  # charged with its audit record, counted in the window's spend
+                    entry = audit(world_id, window_start_ms, tokens)
+                    insert_rows(tx, *AUDIT_TABLE, [audit_row(entry)])
+                    tx.execute(
+                        ADD_TIER_SPEND,
+                        (world_id, window_start_ms, entry.tenant_id, entry.tier, tokens, entry.micro_usd, 1),
+                    )
+                charged += tokens
             tx.execute(
                 "UPDATE gateway_leases SET tokens = 0, updated_at_ms = ? WHERE holder = ?", (now_ms, holder)
             )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.config import TIER_NAMES
-from gateway.records import Control, Limits, RunStatus
+from gateway.records import Control, Limits
 from gateway.store.reports import record_change
 
 if TYPE_CHECKING:
@@ -92,12 +92,13 @@ async def world_ledgers(tx: Tx, *, after_world: str, limit: int, window_start_ms
         " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN admissions ELSE 0 END), 0),"
         " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN blocked_by_world_cap ELSE 0 END), 0),"
         " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN killed ELSE 0 END), 0),"
-        " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN calls ELSE 0 END), 0)"
+        " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN calls ELSE 0 END), 0),"
+        " COALESCE(SUM(CASE WHEN window_start_ms >= ? THEN runs_reserved_tokens ELSE 0 END), 0)"
         " FROM gateway_ledger WHERE world_id > ? GROUP BY world_id ORDER BY world_id LIMIT ?",
-        (*[window_start_ms] * 6, after_world, limit),
+        (*[window_start_ms] * 7, after_world, limit),
     )
-    worlds = {
-        str(row[0]): WorldLedger(
+    return [
+        WorldLedger(
             str(row[0]),
             consumed_tokens=int(row[1]),
             consumed_micro_usd=int(row[2]),
@@ -105,19 +106,7 @@ async def world_ledgers(tx: Tx, *, after_world: str, limit: int, window_start_ms
             blocked_by_world_cap=int(row[4]),
             killed=int(row[5]),
             calls=int(row[6]),
+            reserved_tokens=int(row[7]),
         )
         for row in rows
-    }
-    if not worlds:
-        return []
-    marks = ", ".join("?" * len(worlds))
-    # (the store's own SQL: every value is a bound parameter)
-    reserved = await tx.all(
-        "SELECT world_id, COALESCE(SUM(CASE WHEN reserved_tokens > used_tokens"  # noqa: S608
-        " THEN reserved_tokens - used_tokens ELSE 0 END), 0) FROM gateway_runs"
-        f" WHERE status = ? AND window_start_ms >= ? AND world_id IN ({marks}) GROUP BY world_id",
-        (RunStatus.ACTIVE.value, window_start_ms, *worlds),
-    )
-    for world_id, tokens in reserved:
-        worlds[str(world_id)].reserved_tokens = int(tokens)
-    return list(worlds.values())
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.records import AuditEntry, OperatorAttempt, RunStatus, Spend, TierSpend
+from gateway.records import AuditEntry, OperatorAttempt, Spend, TierSpend
 from gateway.store.rows import AUDIT_COLUMNS, AUDIT_SUMMARY_COLUMNS, audit_from
 from gateway.store.tx import StoreCore, Tx
 
@@ -111,6 +111,18 @@ class ReportStore(StoreCore):
 
         return await self.transact(body, durable=False)
 
+    async def audit_numbers(self, *, after_seq: int, limit: int) -> list[tuple[int, str]]:
+        """(seq, call id) of the audit records after `after_seq`, oldest first: how the live fan-out
+        numbers the records handed to it, without reading them back."""
+        rows = await self.transact(
+            lambda tx: tx.all(
+                "SELECT seq, call_id FROM gateway_audit WHERE seq > ? ORDER BY seq LIMIT ?",
+                (after_seq, limit),
+            ),
+            durable=False,
+        )
+        return [(int(seq), str(call_id)) for seq, call_id in rows]
+
     async def spend(self, *, world_id: str, tenant_id: str, window_start_ms: int) -> Spend:
         """The ledger (one world, or all) and the audited calls' spend by tier (each counted in its run's
         window), summed over every window from the one starting at `window_start_ms` to the current one.
@@ -123,30 +135,24 @@ class ReportStore(StoreCore):
                 "SELECT COALESCE(MAX(cap_tokens), 0), COALESCE(SUM(reserved_tokens), 0),"
                 " COALESCE(SUM(consumed_tokens), 0), COALESCE(SUM(consumed_micro_usd), 0),"
                 " COALESCE(SUM(admissions), 0), COALESCE(SUM(blocked_by_world_cap), 0),"
-                " COALESCE(SUM(killed), 0), COALESCE(SUM(killed_in_flight), 0)"
+                " COALESCE(SUM(killed), 0), COALESCE(SUM(killed_in_flight), 0),"
+                " COALESCE(SUM(runs_reserved_tokens), 0)"
                 " FROM gateway_ledger WHERE window_start_ms >= ? AND (? = '' OR world_id = ?)",
                 (window_start_ms, world_id, world_id),
             )
             assert ledger is not None  # an aggregate always answers one row
-            runs = await tx.one(
-                "SELECT COALESCE(SUM(CASE WHEN reserved_tokens > used_tokens"
-                " THEN reserved_tokens - used_tokens ELSE 0 END), 0) FROM gateway_runs"
-                " WHERE status = ? AND window_start_ms >= ? AND (? = '' OR world_id = ?)",
-                (RunStatus.ACTIVE.value, window_start_ms, world_id, world_id),
-            )
-            assert runs is not None
             tiers = await tx.all(
                 "SELECT tier, SUM(tokens), SUM(micro_usd), SUM(calls) FROM gateway_tier_spend"
                 " WHERE window_start_ms >= ? AND (? = '' OR world_id = ?) AND (? = '' OR tenant_id = ?)"
                 " GROUP BY tier ORDER BY tier",
                 (window_start_ms, world_id, world_id, tenant_id, tenant_id),
             )
-            cap, leased, consumed, micro_usd, admissions, blocked, killed, killed_in_flight = (
+            cap, leased, consumed, micro_usd, admissions, blocked, killed, killed_in_flight, held = (
                 int(v) for v in ledger
             )
             return Spend(
                 world_cap_tokens=cap,
-                reserved_tokens=int(runs[0]),
+                reserved_tokens=held,
                 leased_tokens=leased,
                 consumed_tokens=consumed,
                 consumed_micro_usd=micro_usd,

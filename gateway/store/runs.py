@@ -141,7 +141,10 @@ class RunStore(StoreCore):
             if repeated is not None:
                 answers.append(repeated)
                 continue
-            inserted.append(item.row(endings.get(run.run_id)))
+            ending = endings.get(run.run_id)
+            inserted.append(item.row(ending))
+            if ending is None:  # (a fused run is written ended: it never holds its reservation)
+                ledger.run_admitted(item)
             answers.append(Admission(run, True, run.max_tokens))
             if run.request_id:  # a repeat later in this burst answers this run
                 earlier[run.request_id] = Admission(run, True, run.max_tokens, repeated=True)
@@ -258,7 +261,7 @@ class RunStore(StoreCore):
         what the recording gateway (`holder`) must take from its lease beyond the run's reservation.
         Calls arriving together are applied by one `_call_burst`."""
         charge = await self.transact_item(_CallItem(entry, holder), self._call_burst, durable=False)
-        self.audit_written()
+        self.audit_written(entry)
         assert isinstance(charge, LeaseCharge)  # (a call without a completion answers its charge)
         return charge
 
@@ -360,7 +363,7 @@ class RunStore(StoreCore):
         ended = await self.transact_item(
             _CallItem(entry, holder, completion, admission), self._call_burst, durable=False
         )
-        self.audit_written()
+        self.audit_written(entry)
         assert isinstance(ended, RunEnd)  # (a call with a completion answers the run's ending)
         return ended
 
@@ -393,6 +396,11 @@ class RunStore(StoreCore):
             charge = LeaseCharge((run.spec.world_id, run.window_start_ms), beyond)
             audited.append(audit_row(entry))
             completion = item.completion
+            if run.status is RunStatus.ACTIVE and entry.run_id not in fresh:  # (a fused run is written ended)
+                # What the run held leaves it: the call's tokens, or at its completion all it has left.
+                ledger.run_unreserved(
+                    run, min(tokens, run.unused_reservation) if completion is None else run.unused_reservation
+                )
             if completion is not None and run.status is RunStatus.ACTIVE:
                 # The call's tokens move from the reservation to consumption; the rest is released: to the
                 # run's lease (its holder learns it from `lease_return`), or for a run admitted before

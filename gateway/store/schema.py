@@ -168,6 +168,9 @@ ADDED_COLUMNS = (
     # The audit records counted in the window (with `gateway_tier_spend`, by tenant and tier): what
     # ListWorlds and GetSpend read in place of counting the audit log. Filled from the log when added.
     ("gateway_ledger", "calls", "BIGINT NOT NULL DEFAULT 0"),
+    # What the window's active runs reserved and have not consumed (each run's reservation less its use):
+    # what ListWorlds and GetSpend report as reserved, kept here in place of summing the active runs.
+    ("gateway_ledger", "runs_reserved_tokens", "BIGINT NOT NULL DEFAULT 0"),
 )
 # Each audit record's ledger window: its run's, or for a lease settlement (no run row) the world's latest
 # window starting at or before the record.
@@ -188,6 +191,12 @@ FILLS = {
         "UPDATE gateway_ledger SET calls = COALESCE((SELECT SUM(t.calls) FROM gateway_tier_spend t"
         " WHERE t.world_id = gateway_ledger.world_id"
         " AND t.window_start_ms = gateway_ledger.window_start_ms), 0)",
+    ),
+    ("gateway_ledger", "runs_reserved_tokens"): (
+        "UPDATE gateway_ledger SET runs_reserved_tokens = COALESCE((SELECT SUM(CASE WHEN"
+        " r.reserved_tokens > r.used_tokens THEN r.reserved_tokens - r.used_tokens ELSE 0 END)"
+        " FROM gateway_runs r WHERE r.status = 'active' AND r.world_id = gateway_ledger.world_id"
+        " AND r.window_start_ms = gateway_ledger.window_start_ms), 0)",
     ),
 }
 # Indexes over added columns, created once the columns exist.

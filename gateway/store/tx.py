@@ -3,13 +3,13 @@ writer (group commit, `gateway/store/group_commit.py`), and the few functions th
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gateway.store.group_commit import GroupCommitter, Refused
 
 if TYPE_CHECKING:
+    from gateway.records import AuditEntry
     from gateway.store.ledger import DeferredLedger
 
 T = TypeVar("T")
@@ -94,14 +94,15 @@ class StoreCore:
     _writer: GroupCommitter[Any]
     _timeout: float
 
-    # Set once audit records are committed (`audit_written`): what wakes the live fan-out of the audit
-    # log (`gateway/audit_feed.py`), which reads them once for every watcher. None while nothing listens.
-    audit_signal: asyncio.Event | None = None
+    # Told of each audit record this gateway has written (`audit_written`): the live fan-out of the audit
+    # log (`gateway/audit_feed.py`), which numbers them with one light read and pushes them to every
+    # watcher. None while nothing listens.
+    audit_listener: Callable[[AuditEntry], None] | None = None
 
-    def audit_written(self) -> None:
-        """Called after each commit that wrote audit records: one flag set, nothing else on this path."""
-        if self.audit_signal is not None:
-            self.audit_signal.set()
+    def audit_written(self, entry: AuditEntry) -> None:
+        """Called once an audit record is written: handed to the listener, nothing else on this path."""
+        if self.audit_listener is not None:
+            self.audit_listener(entry)
 
     async def transact(
         self,

@@ -5,6 +5,7 @@ windowed reads are audited once a window."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +17,8 @@ from gateway import audit_feed, read_audit
 from gateway.audit_feed import AuditFeed
 from gateway.operator_servicer import OperatorServicer
 from gateway.records import AuditEntry
+from gateway.store.rows import AUDIT_TABLE, audit_row
+from gateway.store.tx import insert_rows
 from services.auth import Role
 from tests.gateway.harness import GatewayHarness
 
@@ -100,6 +103,45 @@ async def test_newest_starts_with_the_last_records_of_the_world(gateway: Gateway
         call.cancel()
 
 
+async def test_a_watch_opens_at_once_with_where_it_starts(gateway: GatewayHarness) -> None:
+    empty = gateway.operator.WatchAudit(
+        gateway_pb2.WatchAuditRequest(world_id="w1"), metadata=gateway.metadata_operator()
+    )
+    async with asyncio.timeout(5):  # (nothing written: the empty opening message, not a silent stream)
+        opening = await anext(empty.__aiter__())
+    empty.cancel()
+    assert (list(opening.records), opening.seq, opening.skipped) == ([], 0, 0)
+    await runs(gateway, ("ada", "w1"), ("bram", "w2"))
+    last = (await gateway.audit_records())[-1].seq
+    caught_up = gateway.operator.WatchAudit(
+        gateway_pb2.WatchAuditRequest(world_id="w1", after_seq=last), metadata=gateway.metadata_operator()
+    )
+    async with asyncio.timeout(5):
+        opening = await anext(caught_up.__aiter__())
+    caught_up.cancel()
+    assert (list(opening.records), opening.seq) == ([], last)
+
+
+async def test_a_paced_watch_sends_the_newest_records_and_counts_the_rest(gateway: GatewayHarness) -> None:
+    call = gateway.operator.WatchAudit(
+        gateway_pb2.WatchAuditRequest(world_id="w1", max_records=2, min_interval_ms=2_000),
+        metadata=gateway.metadata_operator(),
+    )
+    stream = call.__aiter__()
+    try:
+        async with asyncio.timeout(5):
+            assert not (await anext(stream)).records  # (the opening message)
+        await asyncio.gather(*(gateway.run(ori, world="w1") for ori in ("ada", "bram", "cyd", "dell", "eve")))
+        await gateway.run("fay", world="w2")
+        async with asyncio.timeout(10):
+            paced = await anext(stream)
+        written = [r for r in await gateway.audit_records() if r.ori.world_id == "w1"]
+        assert [r.call_id for r in paced.records] == [r.call_id for r in written[-2:]]
+        assert (paced.skipped, paced.seq) == (3, written[-1].seq)
+    finally:
+        call.cancel()
+
+
 async def test_a_lagging_watcher_reads_on_from_the_store_and_misses_nothing(
     gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -137,6 +179,10 @@ async def test_bad_fields_are_refused_naming_them(gateway: GatewayHarness) -> No
         (gateway_pb2.WatchAuditRequest(newest=-1), "newest"),
         (gateway_pb2.WatchAuditRequest(newest=5, after_seq=3), "newest"),
         (gateway_pb2.WatchAuditRequest(world_id="w" * 200), "world_id"),
+        (gateway_pb2.WatchAuditRequest(max_records=1001), "max_records"),
+        (gateway_pb2.WatchAuditRequest(max_records=-1), "max_records"),
+        (gateway_pb2.WatchAuditRequest(min_interval_ms=10_001), "min_interval_ms"),
+        (gateway_pb2.WatchAuditRequest(min_interval_ms=-1), "min_interval_ms"),
     )
     for request, field in watches:
         with pytest.raises(grpc.aio.AioRpcError) as invalid:
@@ -196,3 +242,54 @@ async def test_windowed_reads_are_audited_once_a_window(
         ("ListWorlds", "4 more ListWorlds reads within 0.5 s"),
         ("ListWorlds", "reads audited once a 0.5 s window"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("intervals", "spacing"), [((), 0.05), ((0.0, 0.25), 0.05), ((0.25, 2.0), 0.25), ((5.0,), 1.0)]
+)
+def test_the_feed_reads_as_often_as_its_most_eager_watcher_wants(
+    intervals: tuple[float, ...], spacing: float
+) -> None:
+    feed = AuditFeed(store=None)  # type: ignore[arg-type]  # (nothing is read here)
+    for interval in intervals:
+        feed._watchers.add(audit_feed.AuditWatcher("w1", interval))
+    assert feed._spacing() == spacing
+
+
+async def test_the_feed_numbers_the_records_handed_to_it_and_reads_back_only_the_others(
+    gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = feed_of(gateway)._store
+    await runs(gateway, ("ada", "w1"))
+    [written] = await store.list_audit(limit=1, newest=True)
+    read_back: list[int] = []
+    list_audit = store.list_audit
+
+    async def counted(**kwargs: Any) -> list[AuditEntry]:
+        if kwargs.get("summary"):  # (the feed's reads; `runs` lists the records whole)
+            read_back.append(kwargs.get("after_seq", 0))
+        return await list_audit(**kwargs)
+
+    call = gateway.operator.WatchAudit(
+        gateway_pb2.WatchAuditRequest(after_seq=written.seq), metadata=gateway.metadata_operator()
+    )
+    stream = call.__aiter__()
+    try:
+        async with asyncio.timeout(5):
+            assert not (await anext(stream)).records  # (the opening message)
+        monkeypatch.setattr(store, "list_audit", counted)
+        ids = await runs(gateway, ("bram", "w1"), ("cyd", "w2"))
+        assert [r.call_id for r, _ in await next_records(stream, 2)] == ids
+        assert read_back == []  # the gateway's own records: handed over, numbered, never read back
+        # A record this gateway did not write (another's, sharing the database) is read back.
+        foreign = dataclasses.replace(written, call_id="written-elsewhere")
+        await store.transact(lambda tx: tx_insert(tx, foreign))
+        [(pushed, _)] = await next_records(stream, 1)
+        assert pushed.call_id == "written-elsewhere"
+        assert len(read_back) == 1
+    finally:
+        call.cancel()
+
+
+async def tx_insert(tx: Any, entry: AuditEntry) -> None:
+    insert_rows(tx, *AUDIT_TABLE, [audit_row(entry)])

@@ -1,6 +1,7 @@
-"""A world's calls and its spend by tier, as ListWorlds and GetSpend report them, are counted with the
-ledger as each audit record is written (never by scanning the audit log), so they equal the audit log
-after every kind of call; a store from before the counts fills them from its log when opened."""
+"""A world's calls, its spend by tier and what its active runs hold, as ListWorlds and GetSpend report
+them, are kept with the ledger as runs and audit records are written (never by scanning the audit log or
+the runs), so they equal the audit log and the runs after every kind of call; a store from before the
+counts fills them from its log when opened."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ async def counted(harness: GatewayHarness) -> Counts:
     return calls, by_tier
 
 
+async def reserved(harness: GatewayHarness) -> tuple[int, int]:
+    """What world-1's active runs hold, as GetSpend and as ListWorlds report it."""
+    listed = await harness.operator.ListWorlds(
+        gateway_pb2.ListWorldsRequest(page_size=100), metadata=harness.metadata_operator()
+    )
+    [world] = [w for w in listed.worlds if w.world_id == "world-1"]
+    return (await harness.spend("world-1")).reserved_tokens, world.reserved_tokens
+
+
 def audited(records: list[gateway_pb2.AuditRecord], worlds: set[str]) -> Counts:
     """The same figures, counted from the audit records themselves."""
     calls = Counter(r.ori.world_id for r in records)
@@ -61,9 +71,13 @@ async def test_calls_and_spend_by_tier_equal_the_audit_log_after_each_kind_of_ca
         assert first[0] == {"world-1": 1, "world-2": 1}
 
         admitted = await harness.admit("cyd", ATROPOS)  # a run of two calls, ended apart
-        await harness.generate(admitted.run_id)
+        assert await reserved(harness) == (admitted.reserved_tokens,) * 2
+        called = await harness.generate(admitted.run_id)
+        used = called.usage.input_tokens + called.usage.output_tokens
+        assert await reserved(harness) == (admitted.reserved_tokens - used,) * 2
         await harness.generate(admitted.run_id)
         await harness.end(admitted.run_id)
+        assert await reserved(harness) == (0, 0)
         await harness.run("ada", tier=CLOTHO)
         second = await counted(harness)
         assert second == audited(await harness.audit_records(), {"world-1", "world-2"})

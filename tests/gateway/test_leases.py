@@ -260,6 +260,9 @@ async def test_a_store_from_before_leases_migrates_and_its_runs_release_to_the_l
         tmp_path,
         [
             ("DROP TABLE gateway_leases", ()),
+            ("DROP TABLE gateway_tier_spend", ()),
+            ("ALTER TABLE gateway_ledger DROP COLUMN calls", ()),
+            ("ALTER TABLE gateway_ledger DROP COLUMN runs_reserved_tokens", ()),
             ("ALTER TABLE gateway_runs DROP COLUMN lease_holder", ()),
             ("ALTER TABLE gateway_runs DROP COLUMN released_tokens", ()),
             (
@@ -277,6 +280,7 @@ async def test_a_store_from_before_leases_migrates_and_its_runs_release_to_the_l
     )
     harness = await start_gateway(settings)
     try:
+        assert (await harness.spend("world-1")).reserved_tokens == RUN  # (filled from the run)
         called = await harness.generate("legacy")
         ended = await harness.end("legacy")
         used = called.usage.input_tokens + called.usage.output_tokens

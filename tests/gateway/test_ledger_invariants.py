@@ -20,6 +20,7 @@ from gateway.records import AuditEntry, ControlKind, ControlScope, RunEnd, RunSt
 from gateway.runs import Who
 from gateway.service import CognitionGateway
 from gateway.store.sqlite import SqliteGatewayStore
+from gateway.store.tx import Row, Tx
 from services.errors import EgbeError
 
 CAP = 20_000
@@ -34,6 +35,24 @@ steps = st.lists(
     min_size=1,
     max_size=40,
 )
+
+
+async def assert_runs_hold_what_the_ledger_says(store: SqliteGatewayStore) -> None:
+    """Each window's `runs_reserved_tokens` is what its active runs reserved and have not consumed."""
+
+    async def read(tx: Tx) -> tuple[list[Row], list[Row]]:
+        ledger = await tx.all(
+            "SELECT world_id, window_start_ms, runs_reserved_tokens FROM gateway_ledger"
+            " WHERE runs_reserved_tokens != 0"
+        )
+        runs = await tx.all(
+            "SELECT world_id, window_start_ms, SUM(reserved_tokens - used_tokens) FROM gateway_runs"
+            " WHERE status = 'active' AND reserved_tokens > used_tokens GROUP BY world_id, window_start_ms"
+        )
+        return ledger, runs
+
+    ledger, runs = await store.transact(read, durable=False)
+    assert sorted(ledger) == sorted(runs)
 
 
 async def _play(gateway: CognitionGateway, chunk: list[Step], runs: list[str]) -> None:
@@ -95,12 +114,14 @@ async def test_reservations_and_consumption_always_add_up(plan: list[Step], conc
                 reserved, consumed = await store.ledger_totals()
                 assert reserved + consumed <= CAP
                 assert consumed == await store.audited_tokens()
+                await assert_runs_hold_what_the_ledger_says(store)
             for run_id in runs:
                 await gateway.end_run(run_id, RunStatus.COMPLETED)
             await gateway.return_leases()  # every run ended: the leases hold nothing a run reserved
             reserved, consumed = await store.ledger_totals()
             assert reserved == 0
             assert consumed == await store.audited_tokens()
+            await assert_runs_hold_what_the_ledger_says(store)
         finally:
             await gateway.stop()
 
@@ -143,6 +164,8 @@ async def test_a_fused_call_finishing_after_a_kill_is_audited_and_released_once(
         assert consumed == await store.audited_tokens()
         spend = await store.spend(world_id="w", tenant_id="", window_start_ms=gateway.spend_window_start_ms())
         assert spend.killed == int(killed)
+        assert spend.reserved_tokens == 0
+        await assert_runs_hold_what_the_ledger_says(store)
         assert not (await gateway.admit(Who("t", "w", "ada"), 1, 1)).admitted  # the kill holds
     finally:
         await gateway.stop()
