@@ -7,9 +7,9 @@ bounded queue. Records it was not handed (another gateway's, sharing the databas
 make it read that batch whole instead, in the summary view. It reads no more often than the most
 eager watcher wants its messages (`min_interval_ms`; at most 20 times a second): each read is a body in
 the writer's batch, where it costs the writes beside it a savepoint, so a console paced to its poll
-reads four times a second, not twenty. A watcher whose queue is full is
-dropped and marked `lagged` (its stream reads on from the store, so it misses nothing): a slow watcher
-never slows the writer, the reader or the other watchers. While nobody watches, nothing is read.
+reads four times a second, not twenty. A watcher whose queue is full is dropped and marked `lagged`
+(its stream reads on from the store, so it misses nothing): a slow watcher never slows the writer, the
+reader or the other watchers. While nobody watches, nothing is handed over or read.
 """
 
 from __future__ import annotations
