@@ -15,11 +15,13 @@ from gateway.records import AuditEntry, RunStatus
 from gateway.store.rows import (
     AUDIT_TABLE,
     END_RUN,
+    RUN_COLUMNS,
     AdmissionItem,
     AdmissionOutcome,
     RunEnding,
     RunRow,
     audit_row,
+    run_from,
 )
 from gateway.store.tx import Statements, StoreCore, Tx, insert_rows
 
@@ -27,7 +29,7 @@ from gateway.store.tx import Statements, StoreCore, Tx, insert_rows
 _COUNTER_OF = {AdmissionOutcome.ADMITTED: 1, AdmissionOutcome.BLOCKED: 2, AdmissionOutcome.KILLED: 3}
 # Audited calls added to a window's tenant's and tier's spend (what GetSpend's `by_tier` sums): kept with
 # the ledger so that reading them never scans the audit log.
-ADD_TIER_SPEND = (
+_ADD_TIER_SPEND = (
     "INSERT INTO gateway_tier_spend (world_id, window_start_ms, tenant_id, tier, tokens, micro_usd, calls)"
     " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (world_id, window_start_ms, tenant_id, tier) DO UPDATE SET"
     " tokens = gateway_tier_spend.tokens + excluded.tokens,"
@@ -77,6 +79,16 @@ class LedgerChanges:
         """An active run's reservation no longer held by it: `tokens` consumed, or released at its end."""
         self._window(run.spec.world_id, run.window_start_ms)[9] -= tokens
 
+    def lease_settled(self, entry: AuditEntry, window_start_ms: int) -> None:
+        """A settled lease's tokens (its audit record's) from the ledger's reservation into consumption."""
+        window = self._window(entry.world_id, window_start_ms)
+        window[4] += entry.usage.total
+        window[5] += entry.usage.total
+        window[6] += entry.micro_usd
+        self._audited(
+            (entry.world_id, window_start_ms, entry.tenant_id, entry.tier), entry.usage.total, entry.micro_usd
+        )
+
     def consumed(self, run: RunRow, entry: AuditEntry, from_reservation: int) -> None:
         """An audited call's tokens into consumption, counted in its run's window; what came from the
         run's reservation leaves `reserved_tokens`, and the lease it was drawn from."""
@@ -97,7 +109,7 @@ class LedgerChanges:
         window[4] += 0 if run.lease_holder else released
         window[3] += killed
         window[7] += killed
-        window[9] -= released
+        self.run_unreserved(run, released)
 
     def merge(self, other: LedgerChanges) -> None:
         """`other`'s changes added to these (an admission's cap: the latest told)."""
@@ -193,7 +205,7 @@ class LedgerChanges:
                     ),
                 )
         for key, (tokens, micro_usd, calls) in sorted(self._tiers.items()):
-            tx.execute(ADD_TIER_SPEND, (*key, tokens, micro_usd, calls))
+            tx.execute(_ADD_TIER_SPEND, (*key, tokens, micro_usd, calls))
         for (holder, world_id, window_start_ms), tokens in sorted(self._leases.items()):
             if tokens:
                 tx.execute(
@@ -332,45 +344,26 @@ class LeaseStore(StoreCore):
             # Its active runs first: another gateway recording or ending one locks the run before the
             # ledger and the lease (the lock order). What they still hold leaves their windows' rows.
             runs = await tx.all(
-                "SELECT world_id, window_start_ms, reserved_tokens - used_tokens FROM gateway_runs"
-                f" WHERE status = ? AND lease_holder = ?{self._lock_in_order}",
+                f"SELECT {RUN_COLUMNS} FROM gateway_runs WHERE status = ? AND lease_holder = ?"
+                f"{self._lock_in_order}",
                 (RunStatus.ACTIVE.value, holder),
             )
-            held: dict[tuple[str, int], int] = {}
-            for world_id, window_start_ms, unused in runs:
-                key = (str(world_id), int(window_start_ms))
-                held[key] = held.get(key, 0) + max(0, int(unused))
+            ledger = LedgerChanges()
+            for row in runs:
+                run = run_from(row)
+                ledger.run_unreserved(run, run.unused_reservation)
             leases = await tx.all(
                 "SELECT world_id, window_start_ms, tokens FROM gateway_leases WHERE holder = ? AND tokens > 0"
                 f" ORDER BY world_id, window_start_ms{self._for_update}",
                 (holder,),
             )
-            leased = {(str(world), int(window)): int(tokens) for world, window, tokens in leases}
             charged = 0
-            for world_id, window_start_ms in sorted(leased.keys() | held.keys()):  # (the lock order)
-                tokens = leased.get((world_id, window_start_ms), 0)
-                tx.execute(
-                    "UPDATE gateway_ledger SET reserved_tokens = reserved_tokens - ?,"
-                    " consumed_tokens = consumed_tokens + ?, calls = calls + ?,"
-                    " runs_reserved_tokens = runs_reserved_tokens - ?"
-                    " WHERE world_id = ? AND window_start_ms = ?",
-                    (
-                        tokens,
-                        tokens,
-                        int(tokens > 0),
-                        held.get((world_id, window_start_ms), 0),
-                        world_id,
-                        window_start_ms,
-                    ),
-                )
-                if tokens:  # charged with its audit record, counted in the window's spend
-                    entry = audit(world_id, window_start_ms, tokens)
-                    insert_rows(tx, *AUDIT_TABLE, [audit_row(entry)])
-                    tx.execute(
-                        ADD_TIER_SPEND,
-                        (world_id, window_start_ms, entry.tenant_id, entry.tier, tokens, entry.micro_usd, 1),
-                    )
-                charged += tokens
+            for world_id, window_start_ms, tokens in leases:
+                entry = audit(world_id, int(window_start_ms), int(tokens))
+                insert_rows(tx, *AUDIT_TABLE, [audit_row(entry)])
+                ledger.lease_settled(entry, int(window_start_ms))
+                charged += int(tokens)
+            ledger.write(tx)
             tx.execute(
                 "UPDATE gateway_leases SET tokens = 0, updated_at_ms = ? WHERE holder = ?", (now_ms, holder)
             )
